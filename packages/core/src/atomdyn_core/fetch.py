@@ -1,0 +1,199 @@
+"""Verified fetching of the wheels the lock names.
+
+A file reaches its final name in the cache only after its size and sha256 matched the lock; a mismatch removes
+it and raises `VerificationError` naming the file, the expected and the actual hash. Sources: an https URL, a
+local mirror directory (a path or ``file://``), or, for ``source: pypi`` entries, pip's configured package index
+(``pip download`` of the exact file), so no index host is written anywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from atomdyn_core.atomic import atomic_write_json
+from atomdyn_core.lock import Wheel, require_recorded
+
+CHUNK = 1 << 20
+URL_ATTEMPTS = 3
+URL_TIMEOUT_S = 30.0
+
+Progress = Callable[[str, int, int | None], None]
+
+
+class FetchError(RuntimeError):
+    """An input could not be obtained (unreachable URL, missing from the mirror, pip failed)."""
+
+
+class VerificationError(FetchError):
+    """An input was obtained but its size or sha256 differs from the lock; the file has been removed."""
+
+
+@dataclass
+class FetchResult:
+    path: Path
+    sha256: str
+    size: int
+    origin: str
+    cached: bool
+    overrides: list[str] = field(default_factory=list)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fetch_wheel(
+    wheel: Wheel,
+    cache_dir: Path,
+    *,
+    mirror: str | None = None,
+    allow_unrecorded: bool = False,
+    progress: Progress | None = None,
+) -> FetchResult:
+    """Bring ``wheel`` into ``cache_dir`` verified; a verified copy already there is reused."""
+    overrides: list[str] = []
+    require_recorded(f"wheel {wheel.name} sha256", wheel.sha256, override=allow_unrecorded, overrides_used=overrides)
+    require_recorded(f"wheel {wheel.name} size", wheel.size, override=allow_unrecorded, overrides_used=overrides)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    final = cache_dir / wheel.filename
+    if final.is_file() and wheel.sha256 is not None and _matches(final, wheel):
+        return FetchResult(final, wheel.sha256, final.stat().st_size, "cache", True, overrides)
+
+    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=cache_dir) as tmp:
+        staged = Path(tmp) / wheel.filename
+        origin = _obtain(wheel, staged, mirror, progress)
+        actual_size = staged.stat().st_size
+        actual_sha = sha256_file(staged)
+        if wheel.size is not None and actual_size != wheel.size:
+            staged.unlink()
+            raise VerificationError(
+                f"{wheel.filename}: size mismatch: expected {wheel.size} bytes, got {actual_size} (from {origin}); file removed"
+            )
+        if wheel.sha256 is not None and actual_sha != wheel.sha256:
+            staged.unlink()
+            raise VerificationError(
+                f"{wheel.filename}: sha256 mismatch: expected {wheel.sha256}, actual {actual_sha} (from {origin}); file removed"
+            )
+        staged.replace(final)
+    if overrides:
+        # The override travels with the artifact: whoever uses this file can see it was not verified.
+        atomic_write_json(
+            cache_dir / f"{wheel.filename}.provenance.json",
+            {"filename": wheel.filename, "sha256": actual_sha, "size": actual_size, "origin": origin, "overrides": overrides},
+        )
+    return FetchResult(final, actual_sha, actual_size, origin, False, overrides)
+
+
+def _matches(path: Path, wheel: Wheel) -> bool:
+    return path.stat().st_size == wheel.size and sha256_file(path) == wheel.sha256
+
+
+def _obtain(wheel: Wheel, dest: Path, mirror: str | None, progress: Progress | None) -> str:
+    if mirror:
+        return _from_mirror(wheel, dest, mirror, progress)
+    if wheel.source == "url":
+        return _from_url(wheel.url, dest, wheel.size, progress)
+    return _from_pip(wheel, dest)
+
+
+def _from_mirror(wheel: Wheel, dest: Path, mirror: str, progress: Progress | None) -> str:
+    root = Path(mirror.removeprefix("file://"))
+    if not root.is_dir():
+        raise FetchError(f"mirror directory {root} does not exist")
+    candidate = root / wheel.filename
+    if not candidate.is_file():
+        raise FetchError(f"{wheel.filename} is missing from the mirror {root}")
+    with candidate.open("rb") as src, dest.open("wb") as out:
+        _copy(src, out, wheel.filename, candidate.stat().st_size, progress)
+    return f"mirror:{candidate}"
+
+
+def _from_url(url: str, dest: Path, expected_size: int | None, progress: Progress | None) -> str:
+    last_error = ""
+    for attempt in range(1, URL_ATTEMPTS + 1):
+        try:
+            with urllib.request.urlopen(url, timeout=URL_TIMEOUT_S) as response, dest.open("wb") as out:
+                length = response.headers.get("Content-Length")
+                _copy(response, out, dest.name, int(length) if length else expected_size, progress)
+            return url
+        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+            dest.unlink(missing_ok=True)
+            last_error = str(getattr(exc, "reason", exc))
+            if isinstance(exc, urllib.error.HTTPError) and exc.code < 500:
+                break  # a 404 will not heal on retry
+            if attempt < URL_ATTEMPTS:
+                time.sleep(2.0**attempt)  # bounded backoff between a handful of attempts
+    raise FetchError(f"cannot download {url}: {last_error}")
+
+
+def _from_pip(wheel: Wheel, dest: Path) -> str:
+    """``pip download`` the exact file through pip's configured index, for the interpreter its tags name."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--dest", str(dest.parent)]
+    command += _platform_args(wheel.filename)
+    command.append(wheel.requirement)
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    if completed.returncode != 0 or not dest.is_file():
+        tail = (completed.stderr or completed.stdout).strip().splitlines()[-3:]
+        raise FetchError(f"pip could not download {wheel.filename} ({wheel.requirement}): {' | '.join(tail)}")
+    return f"pip:{wheel.requirement}"
+
+
+def _platform_args(filename: str) -> list[str]:
+    """Target tags from the wheel's name, so a cp312 wheel can be fetched from a cp311 host."""
+    parts = filename[: -len(".whl")].split("-")
+    python_tag, abi_tag, platform_tag = parts[-3], parts[-2], parts[-1]
+    if platform_tag == "any":
+        return []
+    args = ["--platform", platform_tag]
+    if python_tag.startswith("cp"):
+        digits = python_tag[2:]
+        args += ["--python-version", f"{digits[0]}.{digits[1:]}", "--implementation", "cp", "--abi", abi_tag]
+    return args
+
+
+def _copy(src: BinaryIO, out: BinaryIO, label: str, total: int | None, progress: Progress | None) -> None:
+    done = 0
+    for chunk in iter(lambda: src.read(CHUNK), b""):
+        out.write(chunk)
+        done += len(chunk)
+        if progress:
+            progress(label, done, total)
+
+
+def print_progress(label: str, done: int, total: int | None) -> None:
+    """A one-line progress bar on stderr."""
+    width = 30
+    if total:
+        filled = int(width * min(done, total) / total)
+        line = f"\r{label[:48]:48} [{'#' * filled}{'.' * (width - filled)}] {done / 2**20:7.1f}/{total / 2**20:.1f} MiB"
+    else:
+        line = f"\r{label[:48]:48} {done / 2**20:7.1f} MiB"
+    sys.stderr.write(line)
+    if total and done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def copy_verified(result: FetchResult, target_dir: Path) -> Path:
+    """Place a verified file into another directory (e.g. a build context) atomically."""
+    target_dir.mkdir(parents=True, exist_ok=True)
+    target = target_dir / result.path.name
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.copyfile(result.path, tmp)
+    tmp.replace(target)
+    return target

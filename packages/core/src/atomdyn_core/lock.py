@@ -1,0 +1,328 @@
+"""The release lock: one typed model of `release-lock.json`, validated on every load.
+
+Every pin of the stack lives in the lock. A hash that could not be obtained where the lock was written is
+recorded as the literal string ``"unrecorded"``; consumers refuse such an entry unless the user passes an
+explicit override (`require_recorded`), and record that override wherever the artifact's provenance goes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+UNRECORDED = "unrecorded"
+LOCK_FILE_NAME = "release-lock.json"
+LOCK_ENV = "ATOMDYN_LOCK"
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+_WHEEL_SOURCES = ("pypi", "url")
+_WHEEL_ROLES = frozenset({"image-base", "image-overlay", "rehearsal", "gpu-evidence", "etcd"})
+
+
+class LockError(ValueError):
+    """The lock is malformed; ``json_path`` names the offending place (e.g. ``$.wheels.ai-dynamo.sha256``)."""
+
+    def __init__(self, json_path: str, message: str) -> None:
+        super().__init__(f"{json_path}: {message}")
+        self.json_path = json_path
+        self.message = message
+
+
+class UnrecordedHashError(LookupError):
+    """A consumer asked for an artifact whose hash is not yet recorded, without an override."""
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str
+    repository: str
+    tag: str
+    digest: str | None  # "sha256:<hex>", or None when not yet recorded
+    digest_hint: str = ""
+    note: str = ""
+
+    @property
+    def reference(self) -> str:
+        """``repository@sha256:…``; raises when the digest is not recorded (use `require_recorded` first)."""
+        if self.digest is None:
+            raise UnrecordedHashError(
+                f"image {self.name!r} ({self.repository}:{self.tag}) has no recorded digest"
+                + (f" (known only as {self.digest_hint})" if self.digest_hint else "")
+            )
+        return f"{self.repository}@{self.digest}"
+
+
+@dataclass(frozen=True)
+class Archive:
+    url: str
+    sha256: str | None
+    size: int | None
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    repository: str
+    commit: str
+    tag: str = ""
+    version: str = ""
+    archive: Archive | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Wheel:
+    name: str
+    filename: str
+    source: str  # "pypi" (through pip's configured index) or "url"
+    project: str
+    version: str
+    sha256: str | None
+    size: int | None
+    url: str = ""
+    roles: tuple[str, ...] = ()
+    variant: str = ""
+    note: str = ""
+
+    @property
+    def recorded(self) -> bool:
+        return self.sha256 is not None and self.size is not None
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.project}=={self.version}"
+
+
+@dataclass(frozen=True)
+class Lock:
+    schema_version: int
+    release_name: str
+    release_version: str
+    images: Mapping[str, Image]
+    sources: Mapping[str, Source]
+    wheels: Mapping[str, Wheel]
+    digest: str
+    path: Path | None = field(default=None, compare=False)
+
+    def wheels_with_role(self, role: str) -> list[Wheel]:
+        return [w for w in self.wheels.values() if role in w.roles]
+
+
+def require_recorded(what: str, value: str | int | None, *, override: bool, overrides_used: list[str]) -> None:
+    """Refuse an unrecorded hash unless ``override``; an accepted override is appended to ``overrides_used``."""
+    if value is not None:
+        return
+    if not override:
+        raise UnrecordedHashError(
+            f"{what}: hash not yet recorded in {LOCK_FILE_NAME}; refusing to use it. "
+            "Record it with `nox -s update_lock` where it can be fetched, or pass an explicit override "
+            "(e.g. --allow-unrecorded) to accept it; the override is written into the provenance record."
+        )
+    overrides_used.append(f"allow-unrecorded:{what}")
+
+
+def canonical_digest(raw: Any) -> str:
+    """sha256 of the canonical JSON form (sorted keys, no whitespace, UTF-8)."""
+    canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def find_lock_path(start: Path | None = None) -> Path:
+    """$ATOMDYN_LOCK, else the nearest release-lock.json at or above ``start`` (default: the working directory)."""
+    env = os.environ.get(LOCK_ENV)
+    if env:
+        return Path(env)
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / LOCK_FILE_NAME
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"no {LOCK_FILE_NAME} found at or above {here} (set ${LOCK_ENV} to its path)")
+
+
+def load_lock(path: Path | None = None) -> Lock:
+    lock_path = Path(path) if path is not None else find_lock_path()
+    try:
+        text = lock_path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise LockError("$", f"cannot read {lock_path}: {exc.strerror or exc}") from exc
+    return parse_lock(text, lock_path)
+
+
+def parse_lock(text: str, path: Path | None = None) -> Lock:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LockError("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+    root = _Obj(raw, "$")
+    root.keys(required={"schema_version", "release", "images", "sources", "wheels"})
+    version = root.integer("schema_version")
+    if version != SCHEMA_VERSION:
+        raise LockError("$.schema_version", f"unsupported schema version {version} (this tool reads {SCHEMA_VERSION})")
+    release = root.obj("release")
+    release.keys(required={"name", "version"})
+    return Lock(
+        schema_version=version,
+        release_name=release.string("name"),
+        release_version=release.string("version"),
+        images={name: _image(name, entry) for name, entry in root.obj("images").items()},
+        sources={name: _source(name, entry) for name, entry in root.obj("sources").items()},
+        wheels={name: _wheel(name, entry) for name, entry in root.obj("wheels").items()},
+        digest=canonical_digest(raw),
+        path=path,
+    )
+
+
+def _image(name: str, entry: _Obj) -> Image:
+    entry.keys(required={"repository", "tag", "digest"}, optional={"digest_hint", "note"})
+    digest = entry.string("digest")
+    if digest != UNRECORDED:
+        if not digest.startswith("sha256:"):
+            raise LockError(entry.path("digest"), f"image digest must start with 'sha256:' (got {digest!r})")
+        _check_hex64(entry.path("digest"), digest.removeprefix("sha256:"))
+    return Image(
+        name=name,
+        repository=entry.string("repository"),
+        tag=entry.string("tag"),
+        digest=None if digest == UNRECORDED else digest,
+        digest_hint=entry.string("digest_hint", ""),
+        note=entry.string("note", ""),
+    )
+
+
+def _source(name: str, entry: _Obj) -> Source:
+    entry.keys(required={"repository", "commit"}, optional={"tag", "version", "archive", "note"})
+    commit = entry.string("commit")
+    if not _HEX40.fullmatch(commit):
+        raise LockError(entry.path("commit"), f"commit must be 40 lowercase hex characters (got {commit!r})")
+    archive = None
+    if "archive" in entry.raw:
+        arch = entry.obj("archive")
+        arch.keys(required={"url", "sha256", "size"})
+        archive = Archive(url=_https(arch, "url"), sha256=_sha256(arch), size=_size(arch))
+    return Source(
+        name=name,
+        repository=_https(entry, "repository"),
+        commit=commit,
+        tag=entry.string("tag", ""),
+        version=entry.string("version", ""),
+        archive=archive,
+        note=entry.string("note", ""),
+    )
+
+
+def _wheel(name: str, entry: _Obj) -> Wheel:
+    entry.keys(
+        required={"filename", "source", "project", "version", "sha256", "size", "roles"},
+        optional={"url", "variant", "note"},
+    )
+    filename = entry.string("filename")
+    if not filename.endswith(".whl") or "/" in filename:
+        raise LockError(entry.path("filename"), f"expected a wheel file name (got {filename!r})")
+    source = entry.string("source")
+    if source not in _WHEEL_SOURCES:
+        raise LockError(entry.path("source"), f"must be one of {', '.join(_WHEEL_SOURCES)} (got {source!r})")
+    url = _https(entry, "url") if "url" in entry.raw else ""
+    if source == "url" and not url:
+        raise LockError(entry.path("url"), "required when source is 'url'")
+    roles = entry.str_list("roles")
+    for index, role in enumerate(roles):
+        if role not in _WHEEL_ROLES:
+            raise LockError(f"{entry.path('roles')}[{index}]", f"unknown role {role!r} (known: {sorted(_WHEEL_ROLES)})")
+    return Wheel(
+        name=name,
+        filename=filename,
+        source=source,
+        project=entry.string("project"),
+        version=entry.string("version"),
+        sha256=_sha256(entry),
+        size=_size(entry),
+        url=url,
+        roles=tuple(roles),
+        variant=entry.string("variant", ""),
+        note=entry.string("note", ""),
+    )
+
+
+def _sha256(entry: _Obj) -> str | None:
+    value = entry.string("sha256")
+    if value == UNRECORDED:
+        return None
+    _check_hex64(entry.path("sha256"), value)
+    return value
+
+
+def _size(entry: _Obj) -> int | None:
+    value = entry.raw.get("size")
+    if value == UNRECORDED:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise LockError(entry.path("size"), f"must be a positive integer or {UNRECORDED!r} (got {value!r})")
+    return value
+
+
+def _check_hex64(path: str, value: str) -> None:
+    if not _HEX64.fullmatch(value):
+        raise LockError(path, f"sha256 must be 64 lowercase hex characters or {UNRECORDED!r} (got {value!r})")
+
+
+def _https(entry: _Obj, key: str) -> str:
+    value = entry.string(key)
+    if not value.startswith("https://"):
+        raise LockError(entry.path(key), f"must be an https URL (got {value!r})")
+    return value
+
+
+class _Obj:
+    """A JSON object being validated, with its JSON path for error messages."""
+
+    def __init__(self, raw: Any, path: str) -> None:
+        if not isinstance(raw, dict):
+            raise LockError(path, f"expected an object, got {type(raw).__name__}")
+        self.raw: dict[str, Any] = raw
+        self._path = path
+
+    def path(self, key: str) -> str:
+        return f"{self._path}.{key}"
+
+    def keys(self, required: Iterable[str], optional: Iterable[str] = ()) -> None:
+        required_set, allowed = set(required), set(required) | set(optional)
+        for key in self.raw:
+            if key not in allowed:
+                raise LockError(self.path(key), f"unknown key (allowed here: {', '.join(sorted(allowed))})")
+        for key in sorted(required_set - set(self.raw)):
+            raise LockError(self.path(key), "missing required key")
+
+    def string(self, key: str, default: str | None = None) -> str:
+        if key not in self.raw and default is not None:
+            return default
+        value = self.raw.get(key)
+        if not isinstance(value, str) or not value:
+            raise LockError(self.path(key), f"expected a non-empty string, got {value!r}")
+        return value
+
+    def integer(self, key: str) -> int:
+        value = self.raw.get(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise LockError(self.path(key), f"expected an integer, got {value!r}")
+        return value
+
+    def str_list(self, key: str) -> list[str]:
+        value = self.raw.get(key)
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise LockError(self.path(key), f"expected a list of strings, got {value!r}")
+        return list(value)
+
+    def obj(self, key: str) -> _Obj:
+        return _Obj(self.raw.get(key), self.path(key))
+
+    def items(self) -> Iterable[tuple[str, _Obj]]:
+        return [(key, _Obj(value, self.path(key))) for key, value in self.raw.items()]
