@@ -1,0 +1,404 @@
+"""The one sanitizer: everything that leaves a run (logs, excerpts, summaries, fingerprints) passes through it.
+
+Identifying values become stable placeholders (``host-1``, ``user-1``, ``account-1``, ``/cluster/path-1``,
+documentation-range addresses ``192.0.2.N`` / ``2001:db8::N``) so the evidence still reads: the same host is the
+same placeholder everywhere within one :class:`Sanitizer`. Secrets become ``<redacted:KIND>`` markers.
+Numbering follows first appearance (known values first, in the order given), so the output is a pure function
+of the input and the known values: no clock, no randomness, no environment.
+Placeholders are never re-mapped, so sanitizing sanitized text changes nothing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import TextIO
+
+__all__ = ["Sanitizer", "sanitize", "sanitize_file"]
+
+# Names that identify nothing: never learned as users or hosts, never replaced as bare words.
+_SYSTEM_USERS = frozenset(
+    {
+        "root",
+        "nobody",
+        "slurm",
+        "munge",
+        "etcd",
+        "daemon",
+        "admin",
+        "user",
+        "ubuntu",
+        "debian",
+        "git",
+        "www-data",
+    }
+)
+_KEEP_HOSTS = frozenset(
+    {"localhost", "localhost.localdomain", "none", "null", "true", "false", "auto", "any"}
+)
+_PUBLIC_HOSTS = (
+    "github.com",
+    "githubusercontent.com",
+    "huggingface.co",
+    "example.com",
+    "example.org",
+    "example.net",
+)
+_INTERFACE = re.compile(
+    r"(?:eth|ens|enp|eno|ib|lo|bond|docker|veth|br|wl|rdma|ionic)[\w.-]*\Z", re.IGNORECASE
+)
+_PLACEHOLDER = re.compile(r"(?:host|user|account|partition|qos|cluster)-\d+\Z")
+
+_TLDS = (
+    "com|net|org|io|ai|dev|cloud|app|edu|gov|mil|internal|local|localdomain|lan|corp|intra|cluster|hpc|"
+    "co|uk|de|fr|jp|cn|kr|ca|au|eu|ch|nl|se"
+)
+
+# --- secrets: (kind, pattern); the whole match (or group "v" where present) becomes <redacted:kind> ---
+_PRIVATE_KEY = re.compile(
+    r"-----BEGIN (?P<kind>[A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END (?P=kind)PRIVATE KEY-----|\Z)", re.DOTALL
+)
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][\w+.-]*://)(?P<user>[^:/@\s<>]+):(?P<pw>[^@/\s]+)@")
+_TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("hf-token", re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")),
+    ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("gcp-api-key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}")),
+    ("github-token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})\b")),
+    ("slack-token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
+    ("api-key", re.compile(r"\b(?:sk|nvapi)-[A-Za-z0-9_-]{20,}")),
+    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+    ("bearer-token", re.compile(r"(?i)\b(?P<k>bearer\s+)(?P<v>[A-Za-z0-9._~+/=-]{8,})")),
+    ("basic-auth", re.compile(r"(?i)(?P<k>\bbasic\s+)(?P<v>[A-Za-z0-9+/]{12,}={0,2})")),
+    (
+        "cloud-key",
+        re.compile(
+            r"(?i)(?P<k>\b(?:AccountKey|SharedAccessKey|SharedAccessSignature|sig)=)(?P<v>[^;&\s\"']+)"
+        ),
+    ),
+)
+_SECRET_KEY = r"[A-Za-z0-9_.-]*?(?:password|passwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credentials?)"
+_SECRET_ASSIGNMENT = re.compile(
+    rf"(?i)(?P<k>(?<![\w-])(?P<q>[\"']?){_SECRET_KEY}(?P=q)\s*[=:]\s*)(?P<v>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;&]+)"
+)
+_SECRET_FLAG = re.compile(rf"(?i)(?P<k>--{_SECRET_KEY}\s+)(?P<v>[^\s-][^\s]*)")
+
+# --- users ---
+_HOME = re.compile(r"(?P<k>/(?:home|Users)/)(?P<v>[A-Za-z_][\w.-]*)")
+_USER_KEY = re.compile(
+    r"(?P<k>(?<![\w-])(?P<q>[\"']?)(?:user|username|user_name|USER|LOGNAME|SLURM_JOB_USER|UserId|owner)(?P=q)"
+    r"\s*[=:]\s*(?P<q2>[\"']?))(?P<v>[A-Za-z_][\w.-]*)"
+)
+_USER_AT_HOST = re.compile(
+    r"(?<![\w.@/-])(?P<u>[a-z_][a-z0-9_-]{0,31})@(?P<h>[A-Za-z0-9][A-Za-z0-9.-]*[A-Za-z0-9])"
+)
+_NOT_HOST_AFTER_AT = re.compile(r"(?:sha\d+|md5|latest|main|master|head|[\d.]+)\Z", re.IGNORECASE)
+
+# --- hosts ---
+_HOST_KEY = re.compile(
+    r"(?i)(?P<k>(?<![\w-])(?P<q>[\"']?)(?:[A-Za-z0-9]+_)*(?:host|hostname|nodename|nodelist|node_list|batchhost|"
+    r"submit_host|master_addr|node_ran|node_requested|node|nodes)(?P=q)\s*[=:]\s*(?P<q2>[\"']?)|"
+    r"(?<![\w-])(?:-w|--nodelist|--exclude|-x)[= ]\s*)"
+    r"(?P<v>[A-Za-z][\w.-]*(?:\[[\d,-]+\])?(?:,[A-Za-z][\w.-]*(?:\[[\d,-]+\])?)*)"
+)
+_SLURM_ON_HOST = re.compile(r"(?P<k>\*\*\* (?:JOB|STEP) [\d.]+ ON )(?P<v>[\w.-]+)")
+_FQDN = re.compile(rf"(?<![\w.-])(?:[A-Za-z0-9](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.)+(?:{_TLDS})(?![\w-])")
+
+# --- addresses ---
+_IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)")
+_IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?:%[\w.]+)?(?![\w:])")
+_MAC = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}(?![\w:])")
+_KEEP_V4 = tuple(
+    ipaddress.IPv4Network(n)
+    for n in ("127.0.0.0/8", "0.0.0.0/32", "255.0.0.0/8", "192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
+)
+_VERSION_BEFORE = re.compile(r"(?i)(?:version|ver|fw|firmware|driver|rev)[\s:=]*\Z")
+_V4_POOLS = ("192.0.2.", "198.51.100.", "203.0.113.")
+
+# --- cluster paths and Slurm identities ---
+_CLUSTER_PATH = re.compile(
+    r"(?<![\w.-])/(?:lustre|gpfs|scratch|nfs|fsx|mnt|shared|projects?|proj|data|datasets|beegfs|cephfs|work|vast|weka)"
+    r"(?:/[^\s/\"':,;=)\]}]+){1,2}"
+)
+_SLURM_KEYS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "account",
+        re.compile(
+            r"(?P<k>(?:--account[= ]|#SBATCH\s+-A\s+|(?<![\w-])(?:Account|SLURM_JOB_ACCOUNT|SLURM_ACCOUNT|"
+            r"SBATCH_ACCOUNT|ATOMDYN_ACCOUNT)=|\"account\"\s*:\s*\"))(?P<v>[A-Za-z_][\w.-]*)"
+        ),
+    ),
+    (
+        "partition",
+        re.compile(
+            r"(?P<k>(?:--partition[= ]|#SBATCH\s+-p\s+|(?<![\w-])(?:Partition|SLURM_JOB_PARTITION|SBATCH_PARTITION|"
+            r"ATOMDYN_PARTITION)=|\"partition\"\s*:\s*\"))(?P<v>[A-Za-z_][\w.-]*)"
+        ),
+    ),
+    (
+        "qos",
+        re.compile(
+            r"(?P<k>(?:--qos[= ]|(?<![\w-])(?:QOS|QoS|SLURM_JOB_QOS|SBATCH_QOS|ATOMDYN_QOS)=|\"qos\"\s*:\s*\"))"
+            r"(?P<v>[A-Za-z_][\w.-]*)"
+        ),
+    ),
+    (
+        "cluster",
+        re.compile(
+            r"(?P<k>(?:ClusterName=|SLURM_CLUSTER_NAME=|\"cluster_name\"\s*:\s*\"))(?P<v>[A-Za-z_][\w.-]*)"
+        ),
+    ),
+)
+
+
+def _redact(kind: str) -> str:
+    return f"<redacted:{kind}>"
+
+
+def _after_key(replacement: str) -> Callable[[re.Match[str]], str]:
+    """Keep the key part (group "k") of a match and replace its value."""
+
+    def replace(m: re.Match[str]) -> str:
+        return m["k"] + replacement
+
+    return replace
+
+
+class Sanitizer:
+    """Maps identifying values to placeholders, consistently across every text it is given.
+
+    ``hosts``, ``users``, ``paths`` and ``accounts`` are values known to identify the cluster (node names from the
+    run, the submitting user, the shared directory, the Slurm account); they are replaced wherever they appear,
+    even where no pattern would recognise them.
+    """
+
+    def __init__(
+        self,
+        hosts: Iterable[str] = (),
+        users: Iterable[str] = (),
+        paths: Iterable[str | Path] = (),
+        accounts: Iterable[str] = (),
+    ) -> None:
+        self._maps: dict[str, dict[str, str]] = {}
+        self._bare: dict[str, str] = {}  # words replaced wherever they stand alone
+        self._paths: dict[str, str] = {}
+        self._bare_re: re.Pattern[str] | None = None
+        self._bare_dirty = True
+        for host in hosts:
+            if host and host.lower() not in _KEEP_HOSTS:
+                self._bare[host] = self._placeholder("host", host)
+        for user in users:
+            if user and user not in _SYSTEM_USERS:
+                self._bare[user] = self._placeholder("user", user)
+        for path in paths:
+            text = str(path).rstrip("/")
+            if text and text != "/":
+                self._paths[text] = self._placeholder("path", text)
+        for account in accounts:
+            if account:
+                self._bare[account] = self._placeholder("account", account)
+
+    # -- numbering ---------------------------------------------------------------------------------------
+
+    def _placeholder(self, kind: str, value: str) -> str:
+        table = self._maps.setdefault(kind, {})
+        found = table.get(value)
+        if found is None:
+            n = len(table) + 1
+            if kind == "ipv4":
+                pool, index = divmod(n - 1, 254)
+                found = f"{_V4_POOLS[pool]}{index + 1}" if pool < len(_V4_POOLS) else f"ipv4-{n}"
+            elif kind == "ipv6":
+                found = f"2001:db8::{n:x}"
+            elif kind == "mac":
+                found = f"02:00:00:00:{n // 256 % 256:02x}:{n % 256:02x}"
+            elif kind == "path":
+                found = f"/cluster/path-{n}"
+            else:
+                found = f"{kind}-{n}"
+            table[value] = found
+        return found
+
+    def _host(self, value: str, learn: bool) -> str:
+        if value.lower() in _KEEP_HOSTS or _PLACEHOLDER.match(value) or _INTERFACE.match(value):
+            return value
+        lowered = value.lower()
+        if any(lowered == h or lowered.endswith("." + h) for h in _PUBLIC_HOSTS):
+            return value
+        placeholder = self._placeholder("host", value)
+        if learn and value not in self._bare:
+            self._bare[value] = placeholder
+            self._bare_dirty = True
+        return placeholder
+
+    def _user(self, value: str) -> str:
+        if value in _SYSTEM_USERS or _PLACEHOLDER.match(value):
+            return value
+        placeholder = self._placeholder("user", value)
+        if len(value) >= 3 and value not in self._bare:
+            self._bare[value] = placeholder
+            self._bare_dirty = True
+        return placeholder
+
+    def _slurm_replacer(self, kind: str) -> Callable[[re.Match[str]], str]:
+        def replace(m: re.Match[str]) -> str:
+            value = m["v"]
+            return m["k"] + (value if _PLACEHOLDER.match(value) else self._placeholder(kind, value))
+
+        return replace
+
+    # -- the passes ----------------------------------------------------------------------------------------
+
+    def sanitize(self, text: str) -> str:
+        """Return ``text`` with every secret redacted and every identifying value replaced."""
+        text = self._secrets(text)
+        text = self._identities(text)
+        text = self._addresses(text)
+        return self._bare_words(text)
+
+    def sanitize_lines(self, lines: Iterable[str]) -> Iterator[str]:
+        """Sanitize line by line (for large files); values learned on a line apply from that line on."""
+        for line in lines:
+            yield self.sanitize(line)
+
+    def _secrets(self, text: str) -> str:
+        text = _PRIVATE_KEY.sub(_redact("private-key"), text)
+        text = _URL_CREDENTIALS.sub(
+            lambda m: f"{m['scheme']}{self._user(m['user'])}:{_redact('password')}@", text
+        )
+        for kind, pattern in _TOKENS:
+            if "v" in pattern.groupindex:
+                text = pattern.sub(_after_key(_redact(kind)), text)
+            else:
+                text = pattern.sub(_redact(kind), text)
+
+        def assignment(m: re.Match[str]) -> str:
+            value = m["v"].strip("\"'")
+            if (
+                not value
+                or value.isdigit()
+                or value.startswith("<redacted:")
+                or value.lower() in {"none", "null"}
+            ):
+                return m[0]
+            quote = m["v"][0] if m["v"][0] in "\"'" else ""
+            return f"{m['k']}{quote}{_redact('secret')}{quote}"
+
+        text = _SECRET_ASSIGNMENT.sub(assignment, text)
+        return _SECRET_FLAG.sub(
+            lambda m: m[0] if m["v"].startswith("<redacted:") else m["k"] + _redact("secret"), text
+        )
+
+    def _identities(self, text: str) -> str:
+        for original in sorted(self._paths, key=len, reverse=True):
+            text = re.sub(re.escape(original) + r"(?![\w.-])", self._paths[original], text)
+        text = _HOME.sub(lambda m: m["k"] + self._user(m["v"]), text)
+        text = _USER_KEY.sub(lambda m: m["k"] + self._user(m["v"]), text)
+
+        def user_at_host(m: re.Match[str]) -> str:
+            if _NOT_HOST_AFTER_AT.match(m["h"]):
+                return m[0]
+            return f"{self._user(m['u'])}@{self._host(m['h'], learn=True)}"
+
+        text = _USER_AT_HOST.sub(user_at_host, text)
+        for kind, pattern in _SLURM_KEYS:
+            text = pattern.sub(self._slurm_replacer(kind), text)
+
+        def host_list(m: re.Match[str]) -> str:
+            return m["k"] + ",".join(self._host(item, learn=True) for item in m["v"].split(","))
+
+        text = _HOST_KEY.sub(host_list, text)
+        text = _SLURM_ON_HOST.sub(host_list, text)
+        text = _FQDN.sub(lambda m: self._host(m[0], learn=False), text)
+        return _CLUSTER_PATH.sub(lambda m: self._placeholder("path", m[0]), text)
+
+    def _addresses(self, text: str) -> str:
+        def v4(m: re.Match[str]) -> str:
+            if _VERSION_BEFORE.search(m.string, max(0, m.start() - 24), m.start()):
+                return m[0]
+            try:
+                address = ipaddress.IPv4Address(m[0])
+            except ValueError:
+                return m[0]
+            if any(address in net for net in _KEEP_V4):
+                return m[0]
+            return self._placeholder("ipv4", m[0])
+
+        def v6(m: re.Match[str]) -> str:
+            raw = m[0]
+            bare = raw.split("%", 1)[0]
+            groups = [g for g in bare.split(":") if g]
+            if len(groups) < 2 or not any(c.isdigit() for c in bare):
+                return raw
+            try:
+                address = ipaddress.IPv6Address(bare)
+            except ValueError:
+                return raw
+            if (
+                address.is_loopback
+                or address.is_unspecified
+                or address in ipaddress.IPv6Network("2001:db8::/32")
+            ):
+                return raw
+            return self._placeholder("ipv6", str(address))
+
+        text = _IPV4.sub(v4, text)
+        text = _MAC.sub(
+            lambda m: m[0] if m[0].startswith("02:00:00:00:") else self._placeholder("mac", m[0].lower()),
+            text,
+        )
+        return _IPV6.sub(v6, text)
+
+    def _bare_words(self, text: str) -> str:
+        if self._bare_dirty:
+            if self._bare:
+                alternation = "|".join(re.escape(w) for w in sorted(self._bare, key=len, reverse=True))
+                self._bare_re = re.compile(rf"(?<![\w-])(?:{alternation})(?![\w-])")
+            self._bare_dirty = False
+        if self._bare_re is None:
+            return text
+        return self._bare_re.sub(lambda m: self._bare[m[0]], text)
+
+    def learn(self, text: str) -> None:
+        """Discover identifying values in ``text`` without producing output (first pass over a large file)."""
+        self.sanitize(text)
+
+
+def sanitize(text: str) -> str:
+    """Sanitize one text with a fresh :class:`Sanitizer`: deterministic, depends on nothing but ``text``.
+
+    Values are discovered over the whole text first, so a user named once in a home path is also replaced
+    where it appears alone earlier in the text.
+    """
+    sanitizer = Sanitizer()
+    sanitizer.learn(text)
+    return sanitizer.sanitize(text)
+
+
+def sanitize_file(path: Path, out: TextIO, sanitizer: Sanitizer | None = None) -> None:
+    """Write the sanitized text of ``path`` to ``out`` in two streaming passes (learn, then replace).
+
+    Undecodable bytes become U+FFFD rather than an error: logs of crashed processes end in garbage.
+    """
+    sanitizer = sanitizer or Sanitizer()
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        for block in _blocks(handle):
+            sanitizer.learn(block)
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        for block in _blocks(handle):
+            out.write(sanitizer.sanitize(block))
+
+
+def _blocks(handle: TextIO, size: int = 1 << 20) -> Iterator[str]:
+    """Blocks of whole lines of about ``size`` characters (a private key block may straddle two)."""
+    pending: list[str] = []
+    held = 0
+    for line in handle:
+        pending.append(line)
+        held += len(line)
+        if held >= size and "-----BEGIN" not in line:
+            yield "".join(pending)
+            pending, held = [], 0
+    if pending:
+        yield "".join(pending)

@@ -1,0 +1,217 @@
+"""The sanitizer against a corpus of realistic log lines, one for every kind of secret and identity it must hide."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from atomdyn_core.sanitize import Sanitizer, sanitize, sanitize_file
+
+# (line as a cluster would write it, the sanitized line, the substrings that must never survive)
+CORPUS: list[tuple[str, str, list[str]]] = [
+    (
+        "export HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+        "export HF_TOKEN=<redacted:hf-token>",
+        ["hf_AbCd"],
+    ),
+    (
+        "huggingface_hub: using token hf_ZyXwVuTsRqPoNmLkJiHgFeDcBa9876543210 from HF_HOME",
+        "huggingface_hub: using token <redacted:hf-token> from HF_HOME",
+        ["hf_ZyX"],
+    ),
+    (
+        "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "AWS_ACCESS_KEY_ID=<redacted:aws-access-key> AWS_SECRET_ACCESS_KEY=<redacted:secret>",
+        ["AKIAIOSFODNN7", "wJalrXUtnFEMI"],
+    ),
+    (
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "aws_secret_access_key = <redacted:secret>",
+        ["wJalr"],
+    ),
+    (
+        "GOOGLE_API_KEY: AIzaSyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q",
+        "GOOGLE_API_KEY: <redacted:gcp-api-key>",
+        ["AIzaSy"],
+    ),
+    (
+        "DefaultEndpointsProtocol=https;AccountName=acmeml;AccountKey=q1w2e3r4t5y6u7i8o9p0==;EndpointSuffix=core",
+        "DefaultEndpointsProtocol=https;AccountName=acmeml;AccountKey=<redacted:cloud-key>;EndpointSuffix=core",
+        ["q1w2e3"],
+    ),
+    (
+        "NGC_API_KEY=nvapi-Qx7Lw2Vb9Kp4Rt6Ym1Zs3Hd8Jf5Gc0Nn",
+        "NGC_API_KEY=<redacted:api-key>",
+        ["nvapi-Qx7"],
+    ),
+    (
+        "git clone https://ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8@github.com/acme/private.git",
+        "git clone https://<redacted:github-token>@github.com/acme/private.git",
+        ["ghp_A1b2"],
+    ),
+    (
+        'curl -H "Authorization: Bearer 9f8e7d6c5b4a39281706f5e4d3c2b1a0" http://10.42.7.19:8000/v1/models',
+        'curl -H "Authorization: Bearer <redacted:bearer-token>" http://192.0.2.1:8000/v1/models',
+        ["9f8e7d6c", "10.42.7.19"],
+    ),
+    (
+        "Authorization: Basic YWxpY2U6aHVudGVyMlNlY3JldA==",
+        "Authorization: Basic <redacted:basic-auth>",
+        ["YWxpY2U6"],
+    ),
+    (
+        "token=eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.Sf1KxwRJSMeKKF2QT4fwpMeJf36POk6yJV",
+        "token=<redacted:jwt>",
+        ["eyJhbGci"],
+    ),
+    (
+        "ETCD_ENDPOINTS=http://etcdadmin:S3cr3t-Pass@10.42.7.19:2379",
+        "ETCD_ENDPOINTS=http://user-1:<redacted:password>@192.0.2.1:2379",
+        ["S3cr3t", "etcdadmin", "10.42.7.19"],
+    ),
+    (
+        "postgresql://svc_dynamo:pa55w0rd!@db.acme-corp.internal:5432/runs",
+        "postgresql://user-1:<redacted:password>@host-1:5432/runs",
+        ["pa55w0rd", "svc_dynamo", "acme-corp"],
+    ),
+    (
+        'cluster.env: SLURM_PASSWORD="correct horse battery" and "api_key": "abc123def456ghi"',
+        'cluster.env: SLURM_PASSWORD="<redacted:secret>" and "api_key": "<redacted:secret>"',
+        ["correct horse", "abc123def"],
+    ),
+    (
+        "python -m dynamo.frontend --hf-token hf_QwErTyUiOpAsDfGhJkLzXcVbNm123456789",
+        "python -m dynamo.frontend --hf-token <redacted:hf-token>",
+        ["hf_QwE"],
+    ),
+    (
+        "slurmstepd: error: *** JOB 48213 ON gpu-mi355x-017 CANCELLED AT 2026-11-30T00:12:34 DUE TO TIME LIMIT ***",
+        "slurmstepd: error: *** JOB 48213 ON host-1 CANCELLED AT 2026-11-30T00:12:34 DUE TO TIME LIMIT ***",
+        ["gpu-mi355x-017"],
+    ),
+    (
+        "   NodeList=gpu-mi355x-017 BatchHost=gpu-mi355x-017 UserId=jdoe(41027) Account=acme-ml-prj",
+        "   NodeList=host-1 BatchHost=host-1 UserId=user-1(41027) Account=account-1",
+        ["gpu-mi355x", "jdoe", "acme-ml"],
+    ),
+    (
+        "#SBATCH --account=acme-ml-prj --partition=mi355x-prod --qos=high-prio -w gpu-mi355x-018",
+        "#SBATCH --account=account-1 --partition=partition-1 --qos=qos-1 -w host-1",
+        ["acme-ml", "mi355x-prod", "high-prio", "gpu-mi355x-018"],
+    ),
+    (
+        "jdoe@gpu-mi355x-018:~$ ls /home/jdoe/dynamo-atom /lustre/orgs/acme-ml/models/Qwen3-8B",
+        "user-1@host-1:~$ ls /home/user-1/dynamo-atom /cluster/path-1/models/Qwen3-8B",
+        ["jdoe", "gpu-mi355x", "acme-ml"],
+    ),
+    (
+        '{"role": "decode", "node_requested": "gpu-mi355x-018", "node_ran": "gpu-mi355x-018", "exit_code": 0}',
+        '{"role": "decode", "node_requested": "host-1", "node_ran": "host-1", "exit_code": 0}',
+        ["gpu-mi355x"],
+    ),
+    (
+        "(EngineCore_DP0 pid=4242) INFO 11-30 00:12:34 [nixl_connector.py:802] side channel "
+        "VLLM_NIXL_SIDE_CHANNEL_HOST=10.42.7.20 port 20097 on gpu-mi355x-017.cluster.acme.internal",
+        "(EngineCore_DP0 pid=4242) INFO 11-30 00:12:34 [nixl_connector.py:802] side channel "
+        "VLLM_NIXL_SIDE_CHANNEL_HOST=192.0.2.1 port 20097 on host-1",
+        ["10.42.7.20", "cluster.acme.internal"],
+    ),
+    (
+        "ucx rocm GID[1] fe80::690:81ff:fe3f:7e10%ionic_0 and 2603:c020:4005:8a00:9c1b::21 dev ib0 mac 06:90:81:3f:7e:10",
+        "ucx rocm GID[1] 2001:db8::1 and 2001:db8::2 dev ib0 mac 02:00:00:00:00:01",
+        ["fe80::690", "2603:c020", "06:90:81"],
+    ),
+    (
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAq8Lw2y7c3zV0xA9\nbX8s1kQ==\n-----END RSA PRIVATE KEY-----",
+        "<redacted:private-key>",
+        ["MIIEowIBAAKCAQEA"],
+    ),
+    (
+        '"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0B\\n-----END PRIVATE KEY-----\\n"',
+        '"private_key": "<redacted:private-key>\\n"',
+        ["MIIEvQIB"],
+    ),
+]
+
+# Lines with nothing to hide: must come out unchanged (no false positives that would garble the evidence).
+BENIGN = [
+    "2026-11-30T00:12:34.123456Z  INFO dynamo_llm::http::service::openai: http response sent status=200 "
+    "prefill_worker_id=7587888281234 decode_worker_id=7587888281999",
+    '{"index": 3, "status": 200, "ok": true, "completion_tokens": 32, "prompt_tokens": 371, "kv_hit_rate": 0.96}',
+    "(EngineCore_DP0 pid=4242) INFO 11-30 00:12:35 [metrics.py:103] KVConnectorType: NIXL, KV Transfer metrics: "
+    "Num successful transfers=4, Avg xfer time (ms)=1.588, Avg MB per transfer=2.25",
+    "nixlUcxContext::memReg VRAM_SEG on 0x7f3a2c000000 len=2359296; loaded model Qwen/Qwen3-8B from config.json",
+    "AMDSMI Tool: 25.5.1+41065ee | AMDSMI Library version: 25.5.1.0 | ROCm version: 7.0.1 | fw_ver: 1.117.1.63",
+    "frontend listening on 0.0.0.0:8000, metrics on 127.0.0.1:9090 and [::1]:9091",
+    'vllm:nixl_bytes_transferred_sum{engine="0",model_name="Qwen/Qwen3-8B"} 2.359296e+06',
+    "python -m dynamo.vllm --disaggregation-mode prefill --tensor-parallel-size 1 --max-num-seqs 32",
+    "run as root with USER=root; mkdir -p /tmp/atomdyn-x; at 00:33:04 took 12:34.5 minutes; a[::2] std::string",
+]
+
+
+@pytest.mark.parametrize(("raw", "expected", "hidden"), CORPUS, ids=[c[1][:40] for c in CORPUS])
+def test_corpus_line(raw: str, expected: str, hidden: list[str]) -> None:
+    out = sanitize(raw)
+    assert out == expected
+    for secret in hidden:
+        assert secret not in out
+
+
+@pytest.mark.parametrize("line", BENIGN)
+def test_benign_lines_are_unchanged(line: str) -> None:
+    assert sanitize(line) == line
+
+
+def test_whole_corpus_hides_everything_and_is_idempotent_and_deterministic() -> None:
+    text = "\n".join(raw for raw, _, _ in CORPUS) + "\n" + "\n".join(BENIGN)
+    out = sanitize(text)
+    for _, _, hidden in CORPUS:
+        for secret in hidden:
+            assert secret not in out
+    assert sanitize(out) == out
+    assert sanitize(text) == out
+    for line in BENIGN:
+        assert line in out
+
+
+def test_one_sanitizer_keeps_placeholders_stable_across_texts() -> None:
+    s = Sanitizer()
+    first = s.sanitize("prefill on node=gpu-a17 (10.1.2.3), decode on node=gpu-a18 (10.1.2.4)")
+    second = s.sanitize("later: 10.1.2.4 answered, gpu-a17 went away")
+    assert first == "prefill on node=host-1 (192.0.2.1), decode on node=host-2 (192.0.2.2)"
+    assert second == "later: 192.0.2.2 answered, host-1 went away"  # learned names are replaced when bare
+
+
+def test_known_values_are_replaced_where_no_pattern_would_find_them() -> None:
+    s = Sanitizer(hosts=["mi355-a"], users=["jdoe"], paths=["/srv/teams/acme/shared"], accounts=["acme-ml"])
+    out = s.sanitize("mi355-a ready; jdoe owns /srv/teams/acme/shared/runs/x; charged to acme-ml")
+    assert out == "host-1 ready; user-1 owns /cluster/path-1/runs/x; charged to account-1"
+
+
+def test_a_name_first_seen_bare_is_replaced_when_learned_later_in_the_same_text() -> None:
+    text = "started by jdoe\nHOME=/home/jdoe"
+    assert sanitize(text) == "started by user-1\nHOME=/home/user-1"
+
+
+def test_many_addresses_stay_distinct() -> None:
+    text = " ".join(f"10.9.{i // 200}.{i % 200 + 1}" for i in range(600))
+    placeholders = sanitize(text).split()
+    assert len(set(placeholders)) == 600
+    assert placeholders[0] == "192.0.2.1" and placeholders[254] == "198.51.100.1"
+
+
+def test_sanitize_file_streams_and_survives_binary_garbage(tmp_path: Path) -> None:
+    log = tmp_path / "prefill.worker.log"
+    payload = (
+        b"boot on node=gpu-a17 as jdoe\n" + bytes(range(256)) * 64 + b"\nHF_TOKEN=hf_" + b"x" * 34 + b"\n"
+    )
+    log.write_bytes(payload + b"gpu-a17 done, home /home/jdoe\n" * 3000)  # several blocks
+    out = io.StringIO()
+    sanitize_file(log, out)
+    text = out.getvalue()
+    assert "gpu-a17" not in text and "jdoe" not in text and "hf_xxx" not in text
+    assert text.startswith("boot on node=host-1 as user-1\n")
+    assert text.count("host-1 done, home /home/user-1\n") == 3000
+    assert "\ufffd" in text  # undecodable bytes are shown as such, not dropped silently
