@@ -1,0 +1,450 @@
+"""The typed cluster configuration: one loader for ``cluster.env`` files, shared with the local cluster.
+
+A ``cluster.env`` is a list of ``KEY=VALUE`` lines (``#`` comments, blank lines, single or double quotes, an
+optional ``export`` prefix). There is no variable expansion: a ``$`` outside single quotes is an error rather
+than a silently literal value. Unknown keys, duplicate keys and bad values are errors naming the key and line;
+all problems of a file are reported together.
+
+Resolution order for the run-time commands (:func:`resolve_cluster_config`): an explicit ``--config`` path,
+else ``$ATOMDYN_CLUSTER_ENV``, else the local cluster's generated ``cluster.env`` (written by ``cluster.up``
+through :meth:`ClusterConfig.to_env_text`, read back by the same loader).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import shlex
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Literal, cast
+
+from atomdyn_core.atomic import atomic_write_text
+
+CLUSTER_ENV_VAR = "ATOMDYN_CLUSTER_ENV"
+REPO_ENV_VAR = "ATOMDYN_REPO"
+
+EngineProfile = Literal["mocker", "vllm", "atom"]
+Runtime = Literal["venv", "docker"]
+ENGINE_PROFILES: tuple[EngineProfile, ...] = ("mocker", "vllm", "atom")
+RUNTIMES: tuple[Runtime, ...] = ("venv", "docker")
+
+# sbatch options that only the dedicated keys may set: every submission passes them explicitly.
+_RESERVED_SBATCH_OPTIONS = ("-A", "--account", "-p", "--partition", "-q", "--qos")
+
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_IMAGE = re.compile(
+    r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
+)
+
+
+class ClusterConfigError(ValueError):
+    """A cluster configuration could not be loaded; ``problems`` holds one line per bad key."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"invalid cluster configuration {source}:\n  " + "\n  ".join(problems))
+
+
+class PreflightError(RuntimeError):
+    """The cluster cannot run what was asked; raised before anything is submitted."""
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Everything the launchers need to know about a cluster. Field ``x_y`` is key ``X_Y`` in cluster.env."""
+
+    slurm_account: str
+    slurm_partition: str
+    slurm_qos: str
+    primary_node: str
+    prefill_node: str
+    decode_node: str
+    shared_dir: Path
+    model_path: Path
+    engine_profile: EngineProfile
+    runtime: Runtime
+    project_dir: Path
+    python_venv: Path
+    gpus_per_node: int = 8
+    dynamo_atom_image: str | None = None
+    nixl_image: str | None = None
+    etcd_endpoint: str | None = None
+    slurm_conf: Path | None = None
+    slurm_extra_args: tuple[str, ...] = ()
+    node_addrs: tuple[tuple[str, str], ...] = ()
+    # Where the object came from (a file, or the local cluster); not a key.
+    source: str = field(default="<memory>", compare=False)
+
+    @property
+    def runs_dir(self) -> Path:
+        """Run directories live under the shared directory, visible from every node."""
+        return self.shared_dir / "runs"
+
+    def node_address(self, node: str) -> str:
+        """The address to reach ``node`` from the submit host: NODE_ADDRS when given, else the name itself."""
+        return dict(self.node_addrs).get(node, node)
+
+    def require_etcd(self) -> str:
+        if not self.etcd_endpoint:
+            raise PreflightError(
+                f"ETCD_ENDPOINT is not set in {self.source}; the launchers need an etcd server"
+            )
+        return self.etcd_endpoint
+
+    def to_env(self) -> dict[str, str]:
+        """The KEY -> text form, unset optional keys left out."""
+        out: dict[str, str] = {}
+        for spec in _SPECS:
+            value = getattr(self, spec.attr)
+            if value is None or value == ():
+                continue
+            out[spec.key] = spec.render(value)
+        return out
+
+    def to_env_text(self, header: str = "") -> str:
+        lines = [f"# {line}" for line in header.splitlines()]
+        lines += [f"{key}={_quote(value)}" for key, value in self.to_env().items()]
+        return "\n".join(lines) + "\n"
+
+    def write(self, path: Path, header: str = "") -> None:
+        atomic_write_text(path, self.to_env_text(header))
+
+    def redacted(self) -> dict[str, str]:
+        """The resolved configuration for run records. No key holds a secret today; the account is kept."""
+        return self.to_env()
+
+
+# --- keys -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Spec:
+    key: str
+    parse: Callable[[str], object]
+    required: bool = True
+    render: Callable[[object], str] = str
+
+    @property
+    def attr(self) -> str:
+        return self.key.lower()
+
+
+def _slurm_name(value: str) -> str:
+    if not _SLURM_NAME.match(value):
+        raise ValueError(f"{value!r} is not a Slurm name (letters, digits, '_', '.', '-')")
+    return value
+
+
+def _node_name(value: str) -> str:
+    if not _NODE_NAME.match(value):
+        raise ValueError(f"{value!r} is not a single node name (no lists or ranges)")
+    return value
+
+
+def _abs_path(value: str) -> Path:
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} is not an absolute path")
+    return Path(os.path.normpath(value))
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value not in choices:
+            raise ValueError(f"{value!r} is not one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _image(value: str) -> str:
+    if not _IMAGE.match(value):
+        raise ValueError(f"{value!r} is not an image reference (repository[:tag][@sha256:<64 hex>])")
+    return value
+
+
+def _endpoint(value: str) -> str:
+    parsed = urllib.parse.urlsplit(value)
+    try:
+        port = parsed.port
+    except ValueError as exc:
+        raise ValueError(f"{value!r} has a bad port") from exc
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or port is None:
+        raise ValueError(f"{value!r} is not http(s)://HOST:PORT")
+    if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
+        raise ValueError(f"{value!r} must be http(s)://HOST:PORT with no path")
+    return f"{parsed.scheme}://{parsed.netloc}"
+
+
+def _count(value: str) -> int:
+    if not value.isdigit():
+        raise ValueError(f"{value!r} is not a whole number")
+    number = int(value)
+    if not 0 <= number <= 64:
+        raise ValueError(f"{number} is outside 0..64")
+    return number
+
+
+def _extra_args(value: str) -> tuple[str, ...]:
+    try:
+        args = tuple(shlex.split(value))
+    except ValueError as exc:
+        raise ValueError(f"cannot split {value!r}: {exc}") from exc
+    if args and not args[0].startswith("-"):
+        raise ValueError(f"{args[0]!r} is not an sbatch option")
+    for arg in args:
+        name = arg.split("=", 1)[0]
+        if name in _RESERVED_SBATCH_OPTIONS:
+            raise ValueError(f"{name} is set by SLURM_ACCOUNT/SLURM_PARTITION/SLURM_QOS, not here")
+    return args
+
+
+def _node_addrs(value: str) -> tuple[tuple[str, str], ...]:
+    pairs: list[tuple[str, str]] = []
+    for item in value.split(","):
+        name, sep, addr = item.strip().partition("=")
+        if not sep:
+            raise ValueError(f"{item!r} is not NODE=ADDRESS")
+        try:
+            ipaddress.ip_address(addr)
+        except ValueError as exc:
+            raise ValueError(f"{addr!r} is not an IP address") from exc
+        pairs.append((_node_name(name), addr))
+    return tuple(pairs)
+
+
+def _render_args(value: object) -> str:
+    return shlex.join(cast("tuple[str, ...]", value))
+
+
+def _render_addrs(value: object) -> str:
+    return ",".join(f"{n}={a}" for n, a in cast("tuple[tuple[str, str], ...]", value))
+
+
+_SPECS: tuple[_Spec, ...] = (
+    _Spec("SLURM_ACCOUNT", _slurm_name),
+    _Spec("SLURM_PARTITION", _slurm_name),
+    _Spec("SLURM_QOS", _slurm_name),
+    _Spec("PRIMARY_NODE", _node_name),
+    _Spec("PREFILL_NODE", _node_name),
+    _Spec("DECODE_NODE", _node_name),
+    _Spec("SHARED_DIR", _abs_path),
+    _Spec("MODEL_PATH", _abs_path),
+    _Spec("ENGINE_PROFILE", _choice(ENGINE_PROFILES)),
+    _Spec("RUNTIME", _choice(RUNTIMES)),
+    _Spec("PROJECT_DIR", _abs_path, required=False),
+    _Spec("PYTHON_VENV", _abs_path, required=False),
+    _Spec("GPUS_PER_NODE", _count, required=False),
+    _Spec("DYNAMO_ATOM_IMAGE", _image, required=False),
+    _Spec("NIXL_IMAGE", _image, required=False),
+    _Spec("ETCD_ENDPOINT", _endpoint, required=False),
+    _Spec("SLURM_CONF", _abs_path, required=False),
+    _Spec("SLURM_EXTRA_ARGS", _extra_args, required=False, render=_render_args),
+    _Spec("NODE_ADDRS", _node_addrs, required=False, render=_render_addrs),
+)
+KEYS: tuple[str, ...] = tuple(spec.key for spec in _SPECS)
+assert {s.attr for s in _SPECS} | {"source"} == {f.name for f in fields(ClusterConfig)}
+
+
+# --- parsing ----------------------------------------------------------------------------------------------
+
+
+def _unquote(raw: str) -> str:
+    """One value: quoted ('literal' or "with \\ escapes") or bare (a trailing ' #' comment dropped)."""
+    if raw[:1] in ("'", '"'):
+        quote = raw[0]
+        out: list[str] = []
+        i = 1
+        while i < len(raw):
+            char = raw[i]
+            if char == quote:
+                rest = raw[i + 1 :].strip()
+                if rest and not rest.startswith("#"):
+                    raise ValueError(f"unexpected text after the closing quote: {rest!r}")
+                return "".join(out)
+            if quote == '"' and char == "\\" and i + 1 < len(raw) and raw[i + 1] in '"\\$':
+                out.append(raw[i + 1])
+                i += 2
+                continue
+            if quote == '"' and char == "$":
+                raise ValueError("'$' (variable expansion is not supported; escape it or use single quotes)")
+            out.append(char)
+            i += 1
+        raise ValueError(f"missing closing {quote}")
+    value = re.split(r"\s+#", raw, maxsplit=1)[0].strip()
+    if "$" in value:
+        raise ValueError("'$' (variable expansion is not supported; use single quotes for a literal '$')")
+    if any(c in value for c in "'\""):
+        raise ValueError("a quote inside an unquoted value")
+    if re.search(r"\s", value):
+        raise ValueError("whitespace in an unquoted value (quote it)")
+    return value
+
+
+def _scan(text: str) -> tuple[dict[str, tuple[str, int]], set[str], list[str]]:
+    """(KEY -> (value, line), keys whose line was malformed, problems) of cluster.env text."""
+    values: dict[str, tuple[str, int]] = {}
+    broken: set[str] = set()
+    problems: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if stripped.startswith(("export ", "export\t")):
+            stripped = stripped[len("export") :].lstrip()
+        key, sep, raw = stripped.partition("=")
+        key = key.strip()
+        if not sep or not _KEY.match(key):
+            problems.append(f"line {number}: expected KEY=VALUE, got {line.strip()!r}")
+            continue
+        if key in values or key in broken:
+            first = values[key][1] if key in values else "an earlier line"
+            problems.append(f"line {number}: {key}: duplicate key (first set on line {first})")
+            continue
+        try:
+            values[key] = (_unquote(raw.strip()), number)
+        except ValueError as exc:
+            problems.append(f"line {number}: {key}: {exc}")
+            broken.add(key)
+    return values, broken, problems
+
+
+def parse_env_lines(text: str, source: str = "<string>") -> dict[str, tuple[str, int]]:
+    """KEY -> (value, line number); raises ClusterConfigError for syntax problems and duplicate keys."""
+    values, _, problems = _scan(text)
+    if problems:
+        raise ClusterConfigError(source, problems)
+    return values
+
+
+def parse_cluster_env(
+    text: str, source: str = "<string>", *, defaults: Mapping[str, str] | None = None
+) -> ClusterConfig:
+    """Parse cluster.env text; ``defaults`` supplies values for keys the text leaves out."""
+    values, broken, problems = _scan(text)
+    known = set(KEYS)
+    for key, (_, number) in values.items():
+        if key not in known:
+            problems.append(f"line {number}: {key}: unknown key (known keys: {', '.join(KEYS)})")
+    merged: dict[str, tuple[str, int | None]] = {k: (v, None) for k, v in (defaults or {}).items()}
+    merged.update({k: (v, n) for k, (v, n) in values.items() if k in known})
+    kwargs: dict[str, object] = {}
+    for spec in _SPECS:
+        if spec.key in broken:
+            continue
+        if spec.key not in merged or merged[spec.key][0] == "":
+            if spec.required:
+                problems.append(f"{spec.key}: required key is missing")
+            continue
+        value, line_no = merged[spec.key]
+        where = f"line {line_no}: " if line_no is not None else ""
+        try:
+            kwargs[spec.attr] = spec.parse(value)
+        except ValueError as exc:
+            problems.append(f"{where}{spec.key}: {exc}")
+    if problems:
+        raise ClusterConfigError(source, problems)
+    return _finish(kwargs, source)
+
+
+def _finish(kwargs: dict[str, object], source: str) -> ClusterConfig:
+    """Fill derived defaults and check rules that involve several keys."""
+    project_dir = cast("Path | None", kwargs.get("project_dir")) or find_repo_root()
+    kwargs["project_dir"] = project_dir
+    kwargs.setdefault("python_venv", project_dir / ".venv")
+    problems: list[str] = []
+    if kwargs["runtime"] == "docker" and "dynamo_atom_image" not in kwargs:
+        problems.append("DYNAMO_ATOM_IMAGE: required when RUNTIME=docker")
+    if kwargs["engine_profile"] in ("vllm", "atom") and kwargs.get("gpus_per_node") == 0:
+        problems.append(f"GPUS_PER_NODE: must be at least 1 for ENGINE_PROFILE={kwargs['engine_profile']}")
+    if problems:
+        raise ClusterConfigError(source, problems)
+    return ClusterConfig(source=source, **kwargs)  # type: ignore[arg-type]
+
+
+def load_cluster_config(path: Path) -> ClusterConfig:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ClusterConfigError(str(path), [f"cannot read the file: {exc.strerror}"]) from exc
+    return parse_cluster_env(text, str(path))
+
+
+def find_repo_root(start: Path | None = None) -> Path:
+    """$ATOMDYN_REPO, else the nearest directory at or above ``start`` (default: cwd) holding
+    release-lock.json or .git, else ``start`` itself."""
+    if os.environ.get(REPO_ENV_VAR):
+        return Path(os.environ[REPO_ENV_VAR]).resolve()
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "release-lock.json").is_file() or (candidate / ".git").exists():
+            return candidate
+    return here
+
+
+def default_local_state_dir(repo: Path | None = None) -> Path:
+    """The developer's local cluster lives in <repo>/.atomdyn/cluster (gitignored)."""
+    return (repo or find_repo_root()) / ".atomdyn" / "cluster"
+
+
+def resolve_cluster_config(config: Path | None = None, env: Mapping[str, str] | None = None) -> ClusterConfig:
+    """--config, else $ATOMDYN_CLUSTER_ENV, else the running local cluster's generated cluster.env."""
+    env = os.environ if env is None else env
+    if config is not None:
+        return load_cluster_config(config)
+    if env.get(CLUSTER_ENV_VAR):
+        return load_cluster_config(Path(env[CLUSTER_ENV_VAR]))
+    local = default_local_state_dir() / "cluster.env"
+    if not local.is_file():
+        raise ClusterConfigError(
+            str(local),
+            [
+                f"no cluster configured (no --config, no ${CLUSTER_ENV_VAR}) and the local cluster "
+                "is not up: run `invoke cluster.up`"
+            ],
+        )
+    return load_cluster_config(local)
+
+
+# --- preflight checks the launchers run before submitting ---------------------------------------------------
+
+
+def check_model_path(config: ClusterConfig) -> None:
+    if not config.model_path.exists():
+        raise PreflightError(f"MODEL_PATH {config.model_path} does not exist (from {config.source})")
+
+
+def check_etcd(config: ClusterConfig, timeout: float = 3.0) -> None:
+    """GET <endpoint>/health; anything but {"health": "true"} within ``timeout`` is a clear error."""
+    endpoint = config.require_etcd()
+    url = f"{endpoint}/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            body = json.loads(response.read().decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise PreflightError(
+            f"etcd at ETCD_ENDPOINT={endpoint} is unreachable ({reason}); nothing was submitted"
+        ) from None
+    if not isinstance(body, dict) or body.get("health") != "true":
+        raise PreflightError(f"etcd at ETCD_ENDPOINT={endpoint} reports unhealthy: {body!r}")
+
+
+def _quote(value: str) -> str:
+    """Quote a value so that the loader reads it back unchanged."""
+    if value and re.fullmatch(r"[A-Za-z0-9_./:@,=+-]+", value):
+        return value
+    if "'" not in value:
+        return f"'{value}'"
+    return '"' + re.sub(r'(["\\$])', r"\\\1", value) + '"'

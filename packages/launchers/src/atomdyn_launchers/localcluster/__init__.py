@@ -1,0 +1,12 @@
+"""The local two-node Slurm cluster with etcd: the embedded default cluster and the test fixture's cluster."""
+
+from atomdyn_launchers.localcluster.cluster import (
+    ClusterStatus,
+    DownResult,
+    LocalCluster,
+    LocalClusterError,
+    UpResult,
+    missing_tools,
+)
+
+__all__ = ["ClusterStatus", "DownResult", "LocalCluster", "LocalClusterError", "UpResult", "missing_tools"]

@@ -1,0 +1,62 @@
+"""`atomdyn-cluster up|status|down [--state-dir DIR]`: the local cluster without invoke."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from atomdyn_launchers.localcluster.cluster import LocalCluster, LocalClusterError
+
+__all__ = ["LocalClusterError", "down", "main", "status", "up"]
+
+
+def cluster_from(state_dir: str | None, venv: str | None = None) -> LocalCluster:
+    return LocalCluster(Path(state_dir) if state_dir else None, python_venv=Path(venv) if venv else None)
+
+
+def up(cluster: LocalCluster) -> int:
+    result = cluster.up(log=lambda m: print(m, file=sys.stderr))
+    if result.already_up:
+        print(f"local cluster already up and verified in {result.seconds:.2f} s ({cluster.state_dir})")
+    else:
+        print(f"local cluster up in {result.seconds:.2f} s ({cluster.state_dir})")
+    cfg = result.config
+    print(f"  nodes {', '.join(n for n, _ in cfg.node_addrs)}; etcd {cfg.etcd_endpoint}")
+    print(f"  export SLURM_CONF={cfg.slurm_conf}  # for sinfo/sbatch by hand")
+    return 0
+
+
+def status(cluster: LocalCluster) -> int:
+    st = cluster.status()
+    print(st.table())
+    return 0 if st.healthy else 1
+
+
+def down(cluster: LocalCluster) -> int:
+    result = cluster.down()
+    if not result.was_up:
+        print(f"local cluster was not up ({cluster.state_dir}); stray namespaces (if any) removed")
+    else:
+        print(f"local cluster down in {result.seconds:.2f} s")
+    if result.killed:
+        print(f"  had to kill: {', '.join(result.killed)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="atomdyn-cluster", description=__doc__)
+    parser.add_argument("command", choices=("up", "status", "down"))
+    parser.add_argument("--state-dir", help="default: <repo>/.atomdyn/cluster")
+    parser.add_argument("--venv", help="python virtualenv the jobs use (default: <repo>/.venv)")
+    args = parser.parse_args(argv)
+    cluster = cluster_from(args.state_dir, args.venv)
+    try:
+        return {"up": up, "status": status, "down": down}[args.command](cluster)
+    except LocalClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

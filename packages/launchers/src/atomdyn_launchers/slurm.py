@@ -1,0 +1,329 @@
+"""Wrappers over sbatch, scontrol, sacct, squeue, sinfo and scancel for one configured cluster.
+
+Every submission passes ``--account``, ``--partition`` and ``--qos`` from the cluster config explicitly (a
+cluster without accounting accepts and ignores account and QoS; the partition must exist).
+
+Job state comes from ``sacct`` when accounting is on. With ``AccountingStorageType=accounting_storage/none``
+sacct does not work, so state comes from ``scontrol show job``, which keeps a finished job only for
+``MinJobAge`` seconds; every answer is remembered in the :class:`Slurm` object, so a job that has left the
+controller still reports what was last seen (``JobInfo.source == "cache"``). A job's ``ExitCode`` hides a
+failed step: judge success by ``DerivedExitCode`` as well (:attr:`JobInfo.succeeded`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from atomdyn_launchers.config import ClusterConfig, PreflightError, check_etcd, check_model_path
+
+# Base job states after which nothing more happens to the job.
+TERMINAL_STATES = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "REVOKED",
+        "SPECIAL_EXIT",
+        "TIMEOUT",
+    }
+)
+_POLL_S = 0.1
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message carries the command and its stderr."""
+
+
+ExitCode = tuple[int, int]  # (exit status, signal), Slurm's "N:M"
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: int
+    name: str
+    state: str  # base state: PENDING, RUNNING, COMPLETING, COMPLETED, FAILED, CANCELLED, ...
+    reason: str | None
+    nodes: str | None  # the node list the job ran (or runs) on; None while pending
+    exit_code: ExitCode | None
+    derived_exit_code: ExitCode | None  # the highest exit code of any step
+    source: str  # "sacct", "scontrol" or "cache" (the controller forgot the job; this is the last answer)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def succeeded(self) -> bool:
+        """COMPLETED with exit 0:0 and no failed step."""
+        return (
+            self.state == "COMPLETED"
+            and self.exit_code == (0, 0)
+            and self.derived_exit_code in (None, (0, 0))
+        )
+
+
+def parse_exit_code(text: str | None) -> ExitCode | None:
+    if not text:
+        return None
+    match = re.fullmatch(r"(\d+):(\d+)", text.strip())
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def parse_scontrol_record(line: str) -> dict[str, str]:
+    """One ``scontrol show -o`` record into Key -> Value (values may hold spaces, keys never do)."""
+    fields: dict[str, str] = {}
+    for match in re.finditer(
+        r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=(.*?)(?=\s+[A-Za-z][A-Za-z0-9_:/]*=|\s*$)", line
+    ):
+        fields.setdefault(match.group(1), match.group(2))
+    return fields
+
+
+class Slurm:
+    """Slurm commands against the cluster named by ``config`` (``SLURM_CONF`` when the config sets it)."""
+
+    def __init__(self, config: ClusterConfig, *, timeout: float = 30.0) -> None:
+        self.config = config
+        self.timeout = timeout
+        self.env = dict(os.environ)
+        if config.slurm_conf is not None:
+            self.env["SLURM_CONF"] = str(config.slurm_conf)
+        self._accounting: bool | None = None
+        self._seen: dict[int, JobInfo] = {}
+
+    # -- running commands --------------------------------------------------------------------------------
+
+    def run(self, args: Sequence[str], *, env: Mapping[str, str] | None = None) -> str:
+        """Run a Slurm command; return stdout or raise SlurmError naming the command and its stderr."""
+        try:
+            done = subprocess.run(
+                list(args),
+                env={**self.env, **(env or {})},
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            raise SlurmError(f"{args[0]} is not installed (Slurm client tools are needed)") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmError(f"{' '.join(args)} did not answer within {self.timeout:.0f} s") from exc
+        if done.returncode != 0:
+            detail = (done.stderr or done.stdout).strip()
+            raise SlurmError(f"{' '.join(args)} failed (exit {done.returncode}): {detail}")
+        return done.stdout
+
+    # -- submission --------------------------------------------------------------------------------------
+
+    def sbatch_args(
+        self,
+        *,
+        job_name: str | None = None,
+        nodelist: str | None = None,
+        gres: str | None = None,
+        output: Path | None = None,
+        chdir: Path | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> list[str]:
+        """The sbatch command line before the script: account, partition and QoS always explicit."""
+        cfg = self.config
+        args = ["sbatch", "--parsable"]
+        args += [
+            f"--account={cfg.slurm_account}",
+            f"--partition={cfg.slurm_partition}",
+            f"--qos={cfg.slurm_qos}",
+        ]
+        if job_name:
+            args.append(f"--job-name={job_name}")
+        if nodelist:
+            args.append(f"--nodelist={nodelist}")
+        if gres:
+            args.append(f"--gres={gres}")
+        if output is not None:
+            args.append(f"--output={output}")
+        if chdir is not None:
+            args.append(f"--chdir={chdir}")
+        return args + list(cfg.slurm_extra_args) + list(extra_args)
+
+    def submit(
+        self,
+        script: Path,
+        *,
+        job_name: str | None = None,
+        nodelist: str | None = None,
+        gres: str | None = None,
+        output: Path | None = None,
+        chdir: Path | None = None,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> int:
+        """Submit ``script``; ``env`` adds variables to the job's environment (on top of the caller's)."""
+        if not Path(script).is_file():
+            raise SlurmError(f"sbatch script {script} does not exist")
+        args = self.sbatch_args(
+            job_name=job_name, nodelist=nodelist, gres=gres, output=output, chdir=chdir, extra_args=extra_args
+        )
+        out = self.run([*args, str(script)], env=env).strip()
+        match = re.match(r"^(\d+)(;.*)?$", out)
+        if not match:
+            raise SlurmError(f"sbatch printed {out!r}, not a job id")
+        return int(match.group(1))
+
+    def cancel(self, job_ids: Iterable[int], *, signal: str | None = None) -> None:
+        ids = [str(j) for j in job_ids]
+        if ids:
+            self.run(["scancel", *([f"--signal={signal}"] if signal else []), *ids])
+
+    # -- job state ---------------------------------------------------------------------------------------
+
+    def accounting_enabled(self) -> bool:
+        if self._accounting is None:
+            value = self.config_value("AccountingStorageType") or "accounting_storage/none"
+            self._accounting = value != "accounting_storage/none"
+        return self._accounting
+
+    def config_value(self, key: str) -> str | None:
+        for line in self.run(["scontrol", "show", "config"]).splitlines():
+            name, sep, value = line.partition("=")
+            if sep and name.strip() == key:
+                return value.strip()
+        return None
+
+    def job(self, job_id: int) -> JobInfo:
+        """The job's current state: sacct with accounting, else scontrol, else the last answer seen."""
+        info = self._sacct(job_id) if self.accounting_enabled() else self._scontrol(job_id)
+        if info is not None:
+            self._seen[job_id] = info
+            return info
+        if job_id in self._seen:
+            return replace(self._seen[job_id], source="cache")
+        raise SlurmError(
+            f"job {job_id} is unknown to the controller and no earlier state was recorded "
+            "(accounting is off and the job left the controller after MinJobAge)"
+        )
+
+    def _scontrol(self, job_id: int) -> JobInfo | None:
+        try:
+            out = self.run(["scontrol", "-d", "show", "job", "-o", str(job_id)])
+        except SlurmError as exc:
+            if "Invalid job id" in str(exc):
+                return None
+            raise
+        lines = [line for line in out.splitlines() if line.strip()]
+        if not lines:
+            return None
+        rec = parse_scontrol_record(lines[0])  # -d adds DerivedExitCode
+        nodes = rec.get("NodeList")
+        return JobInfo(
+            job_id=job_id,
+            name=rec.get("JobName", ""),
+            state=rec.get("JobState", "UNKNOWN"),
+            reason=None if rec.get("Reason") in (None, "None") else rec.get("Reason"),
+            nodes=None if nodes in (None, "(null)", "") else nodes,
+            exit_code=parse_exit_code(rec.get("ExitCode")),
+            derived_exit_code=parse_exit_code(rec.get("DerivedExitCode")),
+            source="scontrol",
+        )
+
+    def _sacct(self, job_id: int) -> JobInfo | None:
+        fmt = "JobID,JobName,State,Reason,NodeList,ExitCode,DerivedExitCode"
+        out = self.run(["sacct", "-j", str(job_id), "-X", "-n", "-P", f"--format={fmt}"])
+        for line in out.splitlines():
+            parts = line.split("|")
+            if len(parts) != 7 or parts[0] != str(job_id):
+                continue
+            state = parts[2].split()[0] if parts[2] else "UNKNOWN"
+            return JobInfo(
+                job_id=job_id,
+                name=parts[1],
+                state=state.rstrip("+"),
+                reason=None if parts[3] in ("", "None") else parts[3],
+                nodes=None if parts[4] in ("", "None assigned") else parts[4],
+                exit_code=parse_exit_code(parts[5]),
+                derived_exit_code=parse_exit_code(parts[6]),
+                source="sacct",
+            )
+        return None
+
+    def wait_for(
+        self, job_id: int, predicate: Callable[[JobInfo], bool], *, timeout: float, what: str
+    ) -> JobInfo:
+        """Poll the job until ``predicate`` holds; TimeoutError names ``what`` and the last state seen."""
+        deadline = time.monotonic() + timeout
+        while True:
+            info = self.job(job_id)
+            if predicate(info):
+                return info
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"job {job_id} ({info.name}) not {what} after {timeout:.0f} s: "
+                    f"state {info.state}, reason {info.reason}"
+                )
+            time.sleep(_POLL_S)
+
+    def wait_terminal(self, job_id: int, *, timeout: float) -> JobInfo:
+        return self.wait_for(job_id, lambda i: i.terminal, timeout=timeout, what="finished")
+
+    # -- cluster shape -----------------------------------------------------------------------------------
+
+    def partitions(self) -> list[str]:
+        return [p.rstrip("*") for p in self.run(["sinfo", "-h", "-o", "%P"]).split()]
+
+    def node_states(self, partition: str | None = None) -> dict[str, str]:
+        """Node name -> Slurm state (idle, mixed, allocated, down*, drained, ...)."""
+        args = ["sinfo", "-h", "-N", "-o", "%N %T"] + ([f"--partition={partition}"] if partition else [])
+        states: dict[str, str] = {}
+        for line in self.run(args).splitlines():
+            name, _, state = line.strip().partition(" ")
+            if name:
+                states[name] = state.strip()
+        return states
+
+    def check_partition(self) -> None:
+        names = self.partitions()
+        if self.config.slurm_partition not in names:
+            raise PreflightError(
+                f"SLURM_PARTITION {self.config.slurm_partition!r} does not exist "
+                f"(partitions: {', '.join(names)})"
+            )
+
+    def check_nodes(self, nodes: Iterable[str]) -> None:
+        """Every node exists in the configured partition and is not down or drained."""
+        states = self.node_states(self.config.slurm_partition)
+        for node in nodes:
+            if node not in states:
+                raise PreflightError(
+                    f"node {node!r} does not exist in partition {self.config.slurm_partition!r} "
+                    f"(nodes: {', '.join(sorted(states))})"
+                )
+            if re.match(r"(down|drain|fail|inval)", states[node]):
+                raise PreflightError(f"node {node!r} is {states[node]}")
+
+
+def preflight(
+    config: ClusterConfig,
+    nodes: Iterable[str],
+    *,
+    slurm: Slurm | None = None,
+    need_etcd: bool = True,
+    need_model: bool = True,
+) -> None:
+    """The checks to run before submitting anything: partition, nodes, etcd, model path."""
+    slurm = slurm or Slurm(config)
+    slurm.check_partition()
+    slurm.check_nodes(nodes)
+    if need_model:
+        check_model_path(config)
+    if need_etcd:
+        check_etcd(config)
