@@ -1,0 +1,310 @@
+"""Stage verified build contexts, build the base and overlay images, tag only on success, write the record."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
+from atomdyn_core.fetch import FetchError, FetchResult, fetch_wheel
+from atomdyn_core.lock import Lock
+
+from atomdyn_images import patching, render, sources
+from atomdyn_images.engine import BuildResult, Docker, DockerError
+from atomdyn_images.wheelfile import write_wheel
+
+VALIDATOR_SOURCE = Path(__file__).with_name("validator.py")
+VALIDATOR_WRAPPER = '#!/bin/sh\nexec python3 /opt/atomdyn/validator.py "$@"\n'
+COMPAT_PROJECTS = ("nixl_compat", "dmabuf_shim")
+
+
+class BuildError(RuntimeError):
+    """Bad build input (missing wheel, unusable option); nothing was tagged."""
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    workdir: Path
+    atom_variant: str = ""
+    base: str = ""  # override of the lock's ATOM base image
+    mirror: str = ""  # override of the wheel source: a local directory
+    source_mirror: str = ""  # directory holding <name>-<commit>.tar.gz source archives
+    patches: Path = Path("patches")
+    compat_wheels: Path | None = None  # directory with the nixl-compat and dmabuf-shim wheels (overlay)
+    allow_unrecorded: bool = False
+    native: str = "source"
+    network: str = "none"
+    targets: tuple[str, ...] = ("base", "overlay")
+
+    def overrides(self, target: str = "overlay") -> list[str]:
+        found = []
+        if self.base:
+            found.append(f"base={self.base}")
+        if self.mirror:
+            found.append(f"wheel-source=mirror:{self.mirror}")
+        if self.native != "source" and target == "overlay":
+            found.append(f"native-stage={self.native}")
+        if self.allow_unrecorded:
+            found.append("allow-unrecorded")
+        return found
+
+    def render_options(self, target: str) -> render.RenderOptions:
+        overrides = tuple(self.overrides(target))
+        return render.RenderOptions(
+            self.atom_variant, self.base, self.native, overrides, self.allow_unrecorded
+        )
+
+
+@dataclass
+class Input:
+    kind: str
+    name: str
+    sha256: str
+    origin: str
+    detail: str = ""
+
+
+@dataclass
+class ImageRecord:
+    target: str
+    image_id: str
+    tags: list[str]
+    dockerfile_sha256: str
+    seconds: float
+    steps: dict[str, str]
+    all_cached: bool
+
+
+@dataclass
+class BuildRecord:
+    lock_digest: str
+    lock_path: str
+    created: str
+    docker_server: str
+    overrides: list[str]
+    inputs: list[Input] = field(default_factory=list)
+    images: list[ImageRecord] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """Keep mtimes stable for unchanged files (the context transfer is then near-instant)."""
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        atomic_write_text(path, text)
+
+
+def _sync_dir(directory: Path, keep: set[str]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for entry in directory.iterdir():
+        if entry.name not in keep:
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+
+def _place(result_path: Path, directory: Path) -> None:
+    target = directory / result_path.name
+    same_size = target.is_file() and target.stat().st_size == result_path.stat().st_size
+    if same_size and _sha256_bytes(target.read_bytes()) == _sha256_bytes(result_path.read_bytes()):
+        return
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.copyfile(result_path, tmp)
+    tmp.replace(target)
+
+
+def stage_base(lock: Lock, options: BuildOptions, record: BuildRecord) -> Path:
+    """The base context: verified wheels, their hashed requirements, the validator; returns the Dockerfile."""
+    context = options.workdir / "base"
+    wheels_dir = context / "wheels"
+    ropts = options.render_options("base")
+    wheels = render.base_wheels(lock, ropts)
+    dockerfile_text = render.render_base(lock, ropts)
+    cache = options.workdir / "cache" / "wheels"
+    entries = []
+    for wheel in wheels:
+        try:
+            fetched: FetchResult = fetch_wheel(
+                wheel, cache, mirror=options.mirror or None, allow_unrecorded=options.allow_unrecorded
+            )
+        except FetchError as exc:
+            raise BuildError(f"wheel {wheel.name}: {exc}") from exc
+        record.overrides.extend(o for o in fetched.overrides if o not in record.overrides)
+        entries.append((fetched.path, fetched.sha256))
+        record.inputs.append(
+            Input("wheel", wheel.filename, fetched.sha256, fetched.origin, wheel.requirement)
+        )
+    _sync_dir(wheels_dir, {path.name for path, _ in entries})
+    for path, _ in entries:
+        _place(path, wheels_dir)
+    requirements = render.requirements_text([(p.name, sha) for p, sha in entries], "/tmp/atomdyn/wheels")
+    _write_if_changed(context / "requirements-base.txt", requirements)
+    validator = context / "validator"
+    validator.mkdir(parents=True, exist_ok=True)
+    _write_if_changed(validator / "validator.py", VALIDATOR_SOURCE.read_text(encoding="utf-8"))
+    _write_if_changed(validator / "expected.json", render.expected_versions(lock, ropts))
+    wrapper = validator / "atomdyn-validate"
+    if not wrapper.is_file() or wrapper.read_text() != VALIDATOR_WRAPPER:
+        atomic_write_text(wrapper, VALIDATOR_WRAPPER, mode=0o755)
+    dockerfile = context / "Dockerfile"
+    _write_if_changed(dockerfile, dockerfile_text)
+    return dockerfile
+
+
+def _compat_wheels(options: BuildOptions) -> list[Path]:
+    if options.compat_wheels is None:
+        raise BuildError(
+            "the overlay needs --compat-wheels DIR holding the nixl-compat and dmabuf-shim wheels"
+        )
+    found = []
+    for project in COMPAT_PROJECTS:
+        matches = sorted(options.compat_wheels.glob(f"{project}-*.whl"))
+        if len(matches) != 1:
+            raise BuildError(
+                f"expected exactly one {project}-*.whl in {options.compat_wheels}, found {len(matches)} "
+                f"(build it with `pip wheel --no-deps packages/{project.replace('_', '-')} -w DIR`)"
+            )
+        found.append(matches[0])
+    return found
+
+
+def _stand_in_native(context: Path, nixl_version: str) -> None:
+    stand_in = context / "stand-in"
+    (stand_in / "ucx" / "lib").mkdir(parents=True, exist_ok=True)
+    _write_if_changed(stand_in / "ucx" / "lib" / "STAND_IN", "UCX was not compiled: stand-in native stage\n")
+    wheels = stand_in / "nixl-wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    files = {
+        "nixl_rocm/__init__.py": "STAND_IN = True  # the real package is built from the patched source\n"
+    }
+    path = write_wheel(wheels, "nixl-rocm", nixl_version, files)
+    _sync_dir(wheels, {path.name})
+
+
+def _stage_source(
+    lock: Lock, name: str, options: BuildOptions, record: BuildRecord, patches: list[patching.Patch]
+) -> None:
+    source = lock.sources.get(name)
+    if source is None:
+        raise BuildError(f"release-lock.json has no source {name!r}")
+    try:
+        archive = sources.fetch_source(
+            source,
+            options.workdir / "cache" / "sources",
+            mirror=options.source_mirror,
+            allow_unrecorded=options.allow_unrecorded,
+        )
+    except FetchError as exc:
+        raise BuildError(str(exc)) from exc
+    record.overrides.extend(o for o in archive.overrides if o not in record.overrides)
+    record.inputs.append(Input("source", name, archive.sha256, archive.origin, source.commit))
+    tree = options.workdir / "overlay" / "sources" / name
+    stamp = options.workdir / "overlay" / "sources" / f".{name}.stamp"
+    wanted = f"{archive.sha256} {patching.series_digest(patches)}\n"
+    if tree.is_dir() and stamp.is_file() and stamp.read_text() == wanted:
+        return  # unchanged archive and series: keep the tree (and the build cache) as it is
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)
+    patching.extract_archive(archive.path, tree)
+    patching.apply_series(tree, patches)
+    atomic_write_text(stamp, wanted)
+
+
+def stage_overlay(lock: Lock, options: BuildOptions, record: BuildRecord) -> Path:
+    context = options.workdir / "overlay"
+    patches = patching.read_series(options.patches)
+    for patch in patches:
+        record.inputs.append(Input("patch", patch.name, patch.sha256, str(patch.path)))
+    ropts = options.render_options("overlay")
+    dockerfile_text = render.render_overlay(lock, ropts, [p.name for p in patches])
+    _stage_source(lock, "nixl", options, record, patches)
+    if options.native == "source":
+        _stage_source(lock, "ucx", options, record, [])
+    else:
+        _stand_in_native(context, lock.sources["nixl"].version or "0.0.0")
+    wheels_dir = context / "wheels-overlay"
+    compat = _compat_wheels(options)
+    _sync_dir(wheels_dir, {p.name for p in compat})
+    entries = []
+    for path in compat:
+        _place(path, wheels_dir)
+        sha = _sha256_bytes(path.read_bytes())
+        entries.append((path.name, sha))
+        record.inputs.append(Input("wheel", path.name, sha, f"local:{path}", "built from packages/"))
+    _write_if_changed(
+        context / "requirements-overlay.txt", render.requirements_text(entries, "/tmp/atomdyn/wheels")
+    )
+    dockerfile = context / "Dockerfile"
+    _write_if_changed(dockerfile, dockerfile_text)
+    return dockerfile
+
+
+def build_staged(
+    docker: Docker, dockerfile: Path, target: str, tag: str, lock: Lock, network: str
+) -> ImageRecord:
+    """Build, check the labels carry this lock, then tag; a failure leaves no tag behind."""
+    result: BuildResult = docker.build(dockerfile.parent, dockerfile, network=network)
+    labels = docker.labels(result.image_id)
+    if labels.get("io.atomdyn.lock.digest") != lock.digest:
+        raise DockerError(f"{target} image {result.image_id} lacks the lock digest label; not tagging it")
+    docker.tag(result.image_id, tag)
+    return ImageRecord(
+        target=target,
+        image_id=result.image_id,
+        tags=[tag],
+        dockerfile_sha256=_sha256_bytes(dockerfile.read_bytes()),
+        seconds=round(result.seconds, 3),
+        steps=result.steps,
+        all_cached=result.all_cached,
+    )
+
+
+def build(lock: Lock, options: BuildOptions, docker: Docker) -> BuildRecord:
+    unknown = set(options.targets) - {"base", "overlay"}
+    if unknown or not options.targets:
+        raise BuildError(f"targets must be base and/or overlay (got {', '.join(options.targets) or 'none'})")
+    server = docker.ping()
+    record = BuildRecord(
+        lock_digest=lock.digest,
+        lock_path=str(lock.path or ""),
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        docker_server=server,
+        overrides=sorted({o for target in options.targets for o in options.overrides(target)}),
+    )
+    record_path = options.workdir / "build-record.json"
+    if "base" in options.targets:
+        dockerfile = stage_base(lock, options, record)
+        record.images.append(
+            build_staged(docker, dockerfile, "base", render.release_tag(lock), lock, options.network)
+        )
+    if "overlay" in options.targets:
+        if docker.image_id(render.release_tag(lock)) is None:
+            raise BuildError(
+                f"the overlay builds on {render.release_tag(lock)}, which does not exist: build the base first"
+            )
+        dockerfile = stage_overlay(lock, options, record)
+        tag = render.release_tag(lock, "-nixl-rocm")
+        record.images.append(build_staged(docker, dockerfile, "overlay", tag, lock, options.network))
+    atomic_write_json(record_path, record.to_json())
+    return record
+
+
+def write_rendered(lock: Lock, options: BuildOptions, out_dir: Path) -> list[Path]:
+    """Render both Dockerfiles (no fetching, no daemon) for review and linting."""
+    patches = [p.name for p in patching.read_series(options.patches)]
+    written = []
+    for name, text in (
+        ("Dockerfile.base", render.render_base(lock, options.render_options("base"))),
+        ("Dockerfile.overlay", render.render_overlay(lock, options.render_options("overlay"), patches)),
+    ):
+        path = out_dir / name
+        atomic_write_bytes(path, text.encode("utf-8"))
+        written.append(path)
+    return written

@@ -1,0 +1,205 @@
+"""``atomdyn-images``: render, build, patch, bench, and make the stand-in base."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from atomdyn_core.fetch import FetchError
+from atomdyn_core.lock import LockError, UnrecordedHashError, load_lock
+
+from atomdyn_images import build, patching, render, sources, standin
+from atomdyn_images.engine import Docker, DockerError, echo_progress
+
+ERRORS = (
+    LockError,
+    UnrecordedHashError,
+    FetchError,
+    DockerError,
+    build.BuildError,
+    render.RenderError,
+    patching.PatchError,
+    standin.StandInError,
+    FileNotFoundError,
+)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lock", type=Path, default=None, help="release-lock.json (default: found upward, or $ATOMDYN_LOCK)"
+    )
+    parser.add_argument(
+        "--atom-variant", default="", help="which ATOM wheel (e.g. rocm7.1): must match the base's ROCm"
+    )
+    parser.add_argument(
+        "--base", default="", help="OVERRIDE: build on this image instead of the lock's ATOM base"
+    )
+    parser.add_argument(
+        "--patches", type=Path, default=Path("patches"), help="directory holding series and patches"
+    )
+    parser.add_argument(
+        "--allow-unrecorded", action="store_true", help="OVERRIDE: accept inputs without recorded hash"
+    )
+    parser.add_argument(
+        "--stand-in-native",
+        action="store_true",
+        help="TESTS ONLY: replace the overlay's UCX/NIXL compile by a stand-in stage (recorded as an override)",
+    )
+
+
+def _build_args(parser: argparse.ArgumentParser) -> None:
+    _common(parser)
+    parser.add_argument(
+        "--workdir", type=Path, default=Path("build/images"), help="contexts, caches, build record"
+    )
+    parser.add_argument("--target", action="append", choices=("base", "overlay"), help="default: both")
+    parser.add_argument("--mirror", default="", help="OVERRIDE: take wheels from this local directory")
+    parser.add_argument(
+        "--source-mirror", default="", help="directory with <name>-<commit>.tar.gz source archives"
+    )
+    parser.add_argument(
+        "--compat-wheels", type=Path, default=None, help="directory with nixl-compat, dmabuf-shim wheels"
+    )
+    parser.add_argument(
+        "--network", default="none", choices=("none", "host", "default"), help="build network"
+    )
+    parser.add_argument("--docker-host", default="", help="daemon address (default: $DOCKER_HOST)")
+    parser.add_argument("--quiet", action="store_true", help="do not stream build progress")
+
+
+def _options(args: argparse.Namespace) -> build.BuildOptions:
+    return build.BuildOptions(
+        workdir=getattr(args, "workdir", Path("build/images")),
+        atom_variant=args.atom_variant,
+        base=args.base,
+        mirror=getattr(args, "mirror", ""),
+        source_mirror=getattr(args, "source_mirror", ""),
+        patches=args.patches,
+        compat_wheels=getattr(args, "compat_wheels", None),
+        allow_unrecorded=getattr(args, "allow_unrecorded", False),
+        native="stand-in" if args.stand_in_native else "source",
+        network=getattr(args, "network", "none"),
+        targets=tuple(getattr(args, "target", None) or ("base", "overlay")),
+    )
+
+
+def _docker(args: argparse.Namespace) -> Docker:
+    return Docker(host=args.docker_host, stream=None if args.quiet else echo_progress)
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    for path in build.write_rendered(load_lock(args.lock), _options(args), args.out):
+        print(path)
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    record = build.build(load_lock(args.lock), _options(args), _docker(args))
+    for image in record.images:
+        cached = (
+            "every layer cached"
+            if image.all_cached
+            else f"{sum(s == 'RAN' for s in image.steps.values())} steps ran"
+        )
+        print(f"{image.target}: {image.tags[0]} {image.image_id} in {image.seconds:.2f} s ({cached})")
+    if record.overrides:
+        print("overrides: " + ", ".join(record.overrides))
+    print(f"record: {args.workdir / 'build-record.json'}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    lock, options, docker = load_lock(args.lock), _options(args), _docker(args)
+    docker.ping()
+    if args.cold:
+        docker.run("builder", "prune", "--all", "--force")
+    timings = []
+    for label in ("first", "unchanged"):
+        started = time.monotonic()
+        record = build.build(lock, options, docker)
+        total = time.monotonic() - started
+        cached = all(image.all_cached for image in record.images)
+        timings.append((label, total, cached))
+    for label, total, cached in timings:
+        print(f"bench {label:9} build: {total:6.2f} s total, every layer cached: {'yes' if cached else 'no'}")
+    return 0
+
+
+def cmd_patch(args: argparse.Namespace) -> int:
+    patches = patching.read_series(args.patches)
+    tree: Path = args.src
+    if args.from_lock:
+        lock = load_lock(args.lock)
+        source = lock.sources.get(args.from_lock)
+        if source is None:
+            raise build.BuildError(f"release-lock.json has no source {args.from_lock!r}")
+        with tempfile.TemporaryDirectory(prefix="atomdyn-src-") as cache:
+            archive = sources.fetch_source(
+                source, Path(cache), mirror=args.source_mirror, allow_unrecorded=args.allow_unrecorded
+            )
+            tree.parent.mkdir(parents=True, exist_ok=True)
+            patching.extract_archive(archive.path, tree)
+        for override in archive.overrides:
+            print(f"override: {override}")
+    patching.apply_series(tree, patches)
+    for patch in patches:
+        print(f"applied {patch.name} (sha256 {patch.sha256[:12]}) to {tree}")
+    return 0
+
+
+def cmd_standin(args: argparse.Namespace) -> int:
+    print(standin.make_standin(Docker(host=args.docker_host), args.tag))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="atomdyn-images", description="Pinned ATOM + Dynamo images from the release lock"
+    )
+    sub = top.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("render", help="write Dockerfile.base and Dockerfile.overlay (no daemon, no fetching)")
+    _common(p)
+    p.add_argument("--out", type=Path, default=Path("build/images/rendered"))
+    p.set_defaults(func=cmd_render)
+    p = sub.add_parser("build", help="build the base and/or overlay image and write the build record")
+    _build_args(p)
+    p.set_defaults(func=cmd_build)
+    p = sub.add_parser("bench", help="build twice and print the first and the unchanged (cached) build times")
+    _build_args(p)
+    p.add_argument("--cold", action="store_true", help="prune the daemon's build cache first (all of it)")
+    p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("patch", help="apply patches/series to a source tree")
+    p.add_argument(
+        "src", type=Path, help="source tree (with --from-lock: where to unpack the fetched source)"
+    )
+    p.add_argument(
+        "--from-lock", default="", metavar="SOURCE", help="fetch this lock source (e.g. nixl) into SRC first"
+    )
+    p.add_argument("--lock", type=Path, default=None)
+    p.add_argument("--patches", type=Path, default=Path("patches"))
+    p.add_argument("--source-mirror", default="")
+    p.add_argument(
+        "--allow-unrecorded", action="store_true", help="OVERRIDE: accept an archive without recorded hash"
+    )
+    p.set_defaults(func=cmd_patch)
+    p = sub.add_parser("standin", help="docker-import a minimal stand-in base image made from this host")
+    p.add_argument("tag")
+    p.add_argument("--docker-host", default="")
+    p.set_defaults(func=cmd_standin)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ERRORS as exc:
+        print(f"atomdyn-images: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

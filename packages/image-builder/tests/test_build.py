@@ -1,0 +1,163 @@
+"""Real builds through a Docker daemon the tests start, on a stand-in base made from this host."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from atomdyn_core.lock import load_lock
+from conftest import PATCHES, Daemon, Fixture
+
+from atomdyn_images import render
+from atomdyn_images.build import BuildError, BuildOptions, BuildRecord, build, build_staged, stage_base
+from atomdyn_images.cli import main
+from atomdyn_images.engine import DaemonUnreachable, Docker, DockerError
+
+pytestmark = pytest.mark.integration
+
+
+def options(fx: Fixture, daemon: Daemon, **extra: object) -> BuildOptions:
+    values: dict[str, object] = {
+        "workdir": fx.workdir, "base": daemon.standin, "mirror": str(fx.mirror), "source_mirror": str(fx.source_mirror),
+        "patches": PATCHES, "compat_wheels": fx.compat, "native": "stand-in", "targets": ("base",),
+    }  # fmt: skip
+    values.update(extra)
+    return BuildOptions(**values)  # type: ignore[arg-type]
+
+
+def test_base_build_labels_record_validator_and_cache(fixture: Fixture, daemon: Daemon) -> None:
+    lock = load_lock(fixture.lock_path)
+    record = build(lock, options(fixture, daemon), daemon.docker)
+    (image,) = record.images
+    tag = render.release_tag(lock)
+    assert image.tags == [tag]
+    assert daemon.docker.image_id(tag) == image.image_id
+    labels = daemon.docker.labels(tag)
+    assert labels["io.atomdyn.lock.digest"] == lock.digest
+    assert labels["io.atomdyn.overrides"] == f"base={daemon.standin},wheel-source=mirror:{fixture.mirror}"
+    assert labels["org.opencontainers.image.version"] == "1.3.0-0.1.6rc0"
+    assert labels["io.atomdyn.atom.commit"] == "f9017b58b8369a55d14e153b51cadd81ab2ba65a"
+    assert not image.all_cached
+
+    saved = json.loads((fixture.workdir / "build-record.json").read_text())
+    assert saved["lock_digest"] == lock.digest
+    assert saved["images"][0]["image_id"] == image.image_id
+    wheels = {i["name"]: i["sha256"] for i in saved["inputs"] if i["kind"] == "wheel"}
+    assert wheels == {w.filename: w.sha256 for w in lock.wheels.values()}
+    assert f"base={daemon.standin}" in saved["overrides"]
+
+
+def test_validator_in_stand_in_image_reports_each_check(fixture: Fixture, daemon: Daemon) -> None:
+    lock = load_lock(fixture.lock_path)
+    build(lock, options(fixture, daemon), daemon.docker)
+    with pytest.raises(DockerError):
+        daemon.docker.run("run", "--rm", "--network", "none", render.release_tag(lock), "atomdyn-validate")
+    # The same run without the exit-status check, to read every line.
+    shell = "atomdyn-validate --json; echo exit=$?"
+    out = daemon.docker.run(
+        "run", "--rm", "--network", "none", render.release_tag(lock), "/bin/sh", "-c", shell
+    )
+    body, status = out.rsplit("\n", 1)
+    assert status == "exit=1"
+    found = {c["name"]: c["ok"] for c in json.loads(body)["checks"]}
+    assert found == {
+        "dynamo-version": True, "atom-version": True, "torch-rocm": False,
+        "atom-platform": True, "atom-qwen3": False, "dynamo-imports": True,
+    }  # fmt: skip
+
+
+def test_unchanged_rebuild_hits_the_cache_in_every_layer(fixture: Fixture, daemon: Daemon) -> None:
+    lock = load_lock(fixture.lock_path)
+    first = build(lock, options(fixture, daemon, targets=("base", "overlay")), daemon.docker)
+    again = build(lock, options(fixture, daemon, targets=("base", "overlay")), daemon.docker)
+    assert [i.image_id for i in again.images] == [i.image_id for i in first.images]
+    for image in again.images:
+        assert image.steps, f"{image.target}: no layer steps parsed"
+        assert image.all_cached, f"{image.target}: {image.steps}"
+
+
+def test_overlay_with_stand_in_native_stage(fixture: Fixture, daemon: Daemon) -> None:
+    lock = load_lock(fixture.lock_path)
+    record = build(lock, options(fixture, daemon, targets=("base", "overlay")), daemon.docker)
+    overlay = record.images[1]
+    assert overlay.tags == [render.release_tag(lock, "-nixl-rocm")]
+    labels = daemon.docker.labels(overlay.image_id)
+    assert labels["io.atomdyn.native-stage"] == "stand-in"
+    assert "native-stage=stand-in" in labels["io.atomdyn.overrides"]
+    assert labels["io.atomdyn.patches"] == "0001-ucx-opt-in-host-classified-vram.patch"
+    assert "native-stage=stand-in" in record.overrides
+    kinds = {(i.kind, i.name) for i in record.inputs}
+    assert ("patch", "0001-ucx-opt-in-host-classified-vram.patch") in kinds
+    assert ("source", "nixl") in kinds
+    script = (
+        "import importlib.metadata as m, nixl_rocm, rixl, dmabuf_shim; "
+        "print(m.version('nixl-rocm'), m.version('nixl-compat'), m.version('dmabuf-shim'))"
+    )
+    out = daemon.docker.run("run", "--rm", "--network", "none", overlay.image_id, "python3", "-c", script)
+    assert out == "0.0.0 0.1.0 0.1.0"
+    patched = fixture.workdir / "overlay" / "sources" / "nixl" / "src" / "plugins" / "ucx" / "ucx_utils.cpp"
+    assert "NIXL_COMPAT_HOST_VRAM: VRAM classified as HOST by UCX" in patched.read_text()
+
+
+def test_tampered_wheel_fails_inside_the_build_and_nothing_is_tagged(
+    fixture: Fixture, daemon: Daemon
+) -> None:
+    lock = load_lock(fixture.lock_path)
+    opts = options(fixture, daemon)
+    record = BuildRecord(lock.digest, "", "", "", [])
+    dockerfile = stage_base(lock, opts, record)
+    # Past the host's check: the build context itself is altered, so only the in-build hash check can catch it.
+    wheel = next((dockerfile.parent / "wheels").glob("ai_dynamo-*.whl"))
+    wheel.write_bytes(wheel.read_bytes() + b"tampered")
+    tag = render.release_tag(lock)
+    with pytest.raises(DockerError, match="THESE PACKAGES DO NOT MATCH THE HASHES"):
+        build_staged(daemon.docker, dockerfile, "base", tag, lock, "none")
+    assert daemon.docker.image_id(tag) is None
+
+
+def test_tampered_mirror_wheel_is_refused_before_the_build(fixture: Fixture, daemon: Daemon) -> None:
+    lock = load_lock(fixture.lock_path)
+    wheel = next(fixture.mirror.glob("atom-*.whl"))
+    wheel.write_bytes(wheel.read_bytes()[:-1] + b"X")
+    with pytest.raises(BuildError, match=r"atom-rocm7.1: .*sha256 mismatch"):
+        build(lock, options(fixture, daemon), daemon.docker)
+    assert daemon.docker.image_id(render.release_tag(lock)) is None
+
+
+def test_wheel_missing_from_the_mirror(
+    fixture: Fixture, daemon: Daemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    next(fixture.mirror.glob("ai_dynamo_runtime-*.whl")).unlink()
+    rc = main(["build", "--lock", str(fixture.lock_path), "--workdir", str(fixture.workdir), "--base", daemon.standin,
+               "--mirror", str(fixture.mirror), "--patches", str(PATCHES), "--target", "base",
+               "--docker-host", daemon.docker.host, "--quiet"])  # fmt: skip
+    assert rc == 2
+    assert "is missing from the mirror" in capsys.readouterr().err
+    assert daemon.docker.image_id(render.release_tag(load_lock(fixture.lock_path))) is None
+
+
+def test_missing_base_digest_without_override(fixture: Fixture, daemon: Daemon) -> None:
+    lock = load_lock(fixture.lock_path)
+    with pytest.raises(Exception, match="has no recorded digest"):
+        build(lock, options(fixture, daemon, base=""), daemon.docker)
+    assert daemon.docker.image_id(render.release_tag(lock)) is None
+
+
+def test_unreachable_daemon_says_how_to_start_one(fixture: Fixture, tmp_path: Path) -> None:
+    docker = Docker(host=f"unix://{tmp_path}/no-such.sock")
+    with pytest.raises(
+        DaemonUnreachable, match=r"cannot reach a Docker daemon .*start one, e\.g\. `dockerd --data-root"
+    ):
+        build(load_lock(fixture.lock_path), BuildOptions(workdir=fixture.workdir, base="x:1"), docker)
+
+
+def test_cli_build_then_bench(fixture: Fixture, daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--lock", str(fixture.lock_path), "--workdir", str(fixture.workdir), "--base", daemon.standin,
+            "--mirror", str(fixture.mirror), "--source-mirror", str(fixture.source_mirror), "--patches", str(PATCHES),
+            "--compat-wheels", str(fixture.compat), "--stand-in-native", "--docker-host", daemon.docker.host]  # fmt: skip
+    assert main(["bench", *args, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "bench first     build:" in out
+    assert "bench unchanged build:" in out
+    assert out.splitlines()[-1].endswith("every layer cached: yes")

