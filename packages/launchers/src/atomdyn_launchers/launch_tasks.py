@@ -1,0 +1,151 @@
+"""Invoke collections ``agg`` (run) and ``disagg`` (run, bench): the launchers' run-time entry points."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from invoke.collection import Collection
+from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
+
+from atomdyn_launchers.config import ClusterConfigError, PreflightError
+from atomdyn_launchers.launch import Outcome, run
+from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ProfileError
+from atomdyn_launchers.readiness import ReadinessError
+from atomdyn_launchers.slurm import SlurmError
+
+_HELP = {
+    "config": "cluster.env to use (default: $ATOMDYN_CLUSTER_ENV, else the local cluster)",
+    "engine": "engine profile: mocker | vllm | atom (default: the config's ENGINE_PROFILE)",
+    "model": f"model profile (default {DEFAULT_MODEL})",
+    "requests": "smoke requests to send (default: 8 single-node, 32 two-node and disaggregated)",
+    "concurrency": "requests in flight at once (default 8)",
+    "ready_timeout": "seconds to wait for every role to be ready (default: 120 mocker, 3600 GPU engines)",
+}
+
+
+def _launch(kind: str, config: str | None, **options: Any) -> Outcome:
+    clean = {k: v for k, v in options.items() if v is not None}
+    try:
+        return run(kind, config_path=Path(config) if config else None, **clean)
+    except (ClusterConfigError, PreflightError, ProfileError, ReadinessError, SlurmError) as exc:
+        # Preflight: nothing was submitted.
+        raise Exit(f"error: {exc}", code=2) from exc
+
+
+def _finish(outcome: Outcome) -> None:
+    print(f"run directory: {outcome.run_dir}")
+    if not outcome.passed:
+        raise Exit(f"FAIL: {outcome.failure}", code=1)
+    print("PASS")
+
+
+@task(help={**_HELP, "nodes": "1: one node, frontend and worker; 2: one worker job per node (default 1)"})
+def agg_run(
+    c: Context,
+    nodes: int = 1,
+    config: str | None = None,
+    engine: str | None = None,
+    model: str = DEFAULT_MODEL,
+    requests: int | None = None,
+    concurrency: int = 8,
+    ready_timeout: float | None = None,
+) -> None:
+    """Aggregated smoke run: one node (prefix caching on), or two separately pinned worker jobs."""
+    if nodes not in (1, 2):
+        raise Exit("error: --nodes must be 1 or 2", code=2)
+    kind = "agg-single" if nodes == 1 else "agg-two"
+    _finish(
+        _launch(
+            kind,
+            config,
+            engine=engine,
+            model=model,
+            requests=requests,
+            concurrency=concurrency,
+            ready_timeout_s=ready_timeout,
+        )
+    )
+
+
+@task(help=_HELP)
+def disagg_run(
+    c: Context,
+    config: str | None = None,
+    engine: str | None = None,
+    model: str = DEFAULT_MODEL,
+    requests: int | None = None,
+    concurrency: int = 8,
+    ready_timeout: float | None = None,
+) -> None:
+    """Disaggregated run: a prefill job on PREFILL_NODE, a decode job with the frontend on DECODE_NODE."""
+    _finish(
+        _launch(
+            "disagg",
+            config,
+            engine=engine,
+            model=model,
+            requests=requests,
+            concurrency=concurrency,
+            ready_timeout_s=ready_timeout,
+        )
+    )
+
+
+_MILESTONES = (
+    "submitted",
+    "running",
+    "registered",
+    "healthy",
+    "first_good_response",
+    "requests_done",
+    "done",
+)
+
+
+def timeline_figures(timeline: list[dict[str, Any]]) -> dict[str, float]:
+    """Seconds from the first submission to the last occurrence of each milestone before the first good
+    response (both roles must be running and registered), and to the later milestones."""
+    start = min(float(e["t"]) for e in timeline if e["event"] == "submitted")
+    out: dict[str, float] = {}
+    for name in _MILESTONES:
+        times = [float(e["t"]) for e in timeline if e["event"] == name]
+        if times:
+            out[name] = max(times) - start
+    return out
+
+
+@task(
+    help={
+        "runs": "number of disaggregated runs (default 3)",
+        "requests": "smoke requests per run (default 8)",
+        "config": _HELP["config"],
+    }
+)
+def disagg_bench(c: Context, runs: int = 3, requests: int = 8, config: str | None = None) -> None:
+    """Time `disagg.run` from submission to the first verified P/D response (target <= 10 s)."""
+    firsts: list[float] = []
+    for i in range(runs):
+        outcome = _launch("disagg", config, requests=requests)
+        figures = timeline_figures(outcome.timeline)
+        verdict = "PASS" if outcome.passed else f"FAIL {outcome.failure}"
+        print(f"run {i + 1}/{runs}: {outcome.run_id} {verdict}")
+        for name, seconds in figures.items():
+            print(f"  {name:<20} +{seconds:6.2f} s")
+        if not outcome.passed or "first_good_response" not in figures:
+            raise Exit(f"FAIL: run {outcome.run_id} did not reach a verified response", code=1)
+        firsts.append(figures["first_good_response"])
+    print(
+        f"submission -> first verified P/D response: median {statistics.median(firsts):.2f} s "
+        f"(min {min(firsts):.2f}, max {max(firsts):.2f}, n={runs}); target <= 10 s"
+    )
+
+
+agg_ns = Collection("agg")
+agg_ns.add_task(agg_run, name="run")
+disagg_ns = Collection("disagg")
+disagg_ns.add_task(disagg_run, name="run")
+disagg_ns.add_task(disagg_bench, name="bench")

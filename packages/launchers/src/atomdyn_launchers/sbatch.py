@@ -1,0 +1,183 @@
+"""Render Slurm batch scripts that start a role's processes and shut them all down together.
+
+The script starts every process in the background, then waits for the first one to exit. If that happens
+on its own (a crash), it stops the rest and exits non-zero so Slurm records the failure at once. If the
+job is cancelled, it forwards SIGTERM to every process and waits until all have exited: otherwise
+slurmstepd kills them mid-shutdown and their etcd registrations outlive them (FIELD_NOTES §6b).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Shell:
+    """A fragment written into the script as is (already quoted), e.g. ``"$MGMT_ADDR"``."""
+
+    text: str
+
+
+Arg = str | Shell
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PROCESS = re.compile(r"^[a-z][a-z0-9_-]*$")
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One long-running process of a role; ``name`` names its log (frontend, prefill, decode, worker)."""
+
+    name: str
+    argv: Sequence[Arg]
+    env: Mapping[str, Arg] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    role: str
+    job_name: str
+    node: str
+    account: str
+    partition: str
+    qos: str
+    output: str
+    log_dir: str
+    processes: Sequence[ProcessSpec]
+    env: Mapping[str, Arg] = field(default_factory=dict)
+    # Shell lines run before any process starts (probes); they may set variables the processes use.
+    prelude: Sequence[str] = ()
+    gpus: int = 0
+    time_limit: str = "00:30:00"
+    # The registration helper starts last and receives every process id through $PID_<name>.
+    register: Sequence[Arg] | None = None
+    header_comment: str = ""
+
+
+def render_arg(arg: Arg) -> str:
+    return arg.text if isinstance(arg, Shell) else shlex.quote(arg)
+
+
+def render_assignment(name: str, value: Arg) -> str:
+    if not _NAME.match(name):
+        raise ValueError(f"invalid environment variable name {name!r}")
+    return f"{name}={render_arg(value)}"
+
+
+def _sbatch_value(key: str, value: str) -> str:
+    if not value or any(c.isspace() for c in value) or "#" in value:
+        raise ValueError(f"sbatch option --{key} has an unusable value {value!r}")
+    return f"#SBATCH --{key}={value}"
+
+
+def pid_var(process: str) -> str:
+    return "PID_" + process.upper().replace("-", "_")
+
+
+def render(job: JobSpec) -> str:
+    """Return the text of the batch script for ``job``."""
+    if not job.processes:
+        raise ValueError(f"role {job.role!r} has no processes to start")
+    names = [p.name for p in job.processes]
+    if len(set(names)) != len(names):
+        raise ValueError(f"role {job.role!r} starts two processes with the same name")
+    for name in [*names, job.role]:
+        if not _PROCESS.match(name):
+            raise ValueError(f"invalid role or process name {name!r}")
+    lines = ["#!/bin/bash"]
+    if job.header_comment:
+        lines += [f"# {line}" for line in job.header_comment.splitlines()]
+    lines += [
+        _sbatch_value("job-name", job.job_name),
+        _sbatch_value("account", job.account),
+        _sbatch_value("partition", job.partition),
+        _sbatch_value("qos", job.qos),
+        _sbatch_value("nodelist", job.node),
+        "#SBATCH --nodes=1",
+        "#SBATCH --ntasks=1",
+        _sbatch_value("time", job.time_limit),
+        _sbatch_value("output", job.output),
+    ]
+    if job.gpus:
+        lines.append(f"#SBATCH --gres=gpu:{int(job.gpus)}")
+    lines += [
+        "set -u",
+        "",
+        f"LOG_DIR={shlex.quote(job.log_dir)}",
+        f"ROLE={shlex.quote(job.role)}",
+        "PIDS=()",
+        "NAMES=()",
+        "STOPPING=0",
+        "",
+        'log() { echo "[$(date -u +%H:%M:%S.%3N)] $ROLE: $*"; }',
+        "",
+        "stop_all() {",
+        '  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done',
+        "}",
+        "",
+        "# shellcheck disable=SC2317  # called from the traps below",
+        "on_signal() {",
+        '  log "$1 received: stopping ${#PIDS[@]} processes"',
+        "  STOPPING=1",
+        "  stop_all",
+        "}",
+        "trap 'on_signal TERM' TERM",
+        "trap 'on_signal INT' INT",
+        "",
+        "# start NAME COMMAND...: run in the background, output to LOG_DIR/ROLE.NAME.log",
+        "start() {",
+        "  local name=$1",
+        "  shift",
+        '  if [ "$STOPPING" = 1 ]; then return 0; fi',
+        '  "$@" >"$LOG_DIR/$ROLE.$name.log" 2>&1 &',
+        '  PIDS+=("$!")',
+        '  NAMES+=("$name")',
+        '  log "started $name (pid $!)"',
+        "}",
+        "",
+        'log "job ${SLURM_JOB_ID:-?} on $(hostname)"',
+        'mkdir -p "$LOG_DIR"',
+    ]
+    for key, value in sorted(job.env.items()):
+        lines.append(f"export {render_assignment(key, value)}")
+    if job.prelude:
+        lines += ["", *job.prelude]
+    lines.append("")
+    for proc in job.processes:
+        env = [render_assignment(k, v) for k, v in sorted(proc.env.items())]
+        command = " ".join([*(["env", *env] if env else []), *(render_arg(a) for a in proc.argv)])
+        lines.append(f"start {proc.name} {command}")
+        lines.append(f"{pid_var(proc.name)}=$!")
+    if job.register is not None:
+        lines.append("start register " + " ".join(render_arg(a) for a in job.register))
+    lines += [
+        "",
+        "# Wait for the first process to exit, or for a signal.",
+        "wait -n",
+        "first_status=$?",
+        "failed=''",
+        'for i in "${!PIDS[@]}"; do',
+        '  if ! kill -0 "${PIDS[$i]}" 2>/dev/null; then failed="$failed ${NAMES[$i]}"; fi',
+        "done",
+        'if [ "$STOPPING" = 0 ]; then',
+        '  log "process(es)${failed} exited (status $first_status) on their own: stopping the others"',
+        "  stop_all",
+        "fi",
+        "",
+        "# Reap every process; a second signal interrupts wait, so loop until each is gone.",
+        'for pid in "${PIDS[@]}"; do',
+        '  while kill -0 "$pid" 2>/dev/null; do wait "$pid" 2>/dev/null || true; done',
+        "done",
+        'if [ "$STOPPING" = 1 ]; then',
+        '  log "all processes stopped"',
+        "  exit 0",
+        "fi",
+        'if [ "$first_status" = 0 ]; then first_status=1; fi',
+        'log "failed: exit $first_status"',
+        'exit "$first_status"',
+        "",
+    ]
+    return "\n".join(lines)
