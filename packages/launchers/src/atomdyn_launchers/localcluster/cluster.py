@@ -167,7 +167,9 @@ class LocalCluster:
             if self._read_record() is not None:
                 status = self.status()
                 if status.healthy:
-                    return UpResult(True, time.monotonic() - start, self.config())
+                    config = self.config()
+                    self._ensure_model(config, log)
+                    return UpResult(True, time.monotonic() - start, config)
                 log(f"cluster was partly up ({'; '.join(status.problems)}): restarting it")
                 self._teardown()
             self._teardown_strays()
@@ -181,6 +183,7 @@ class LocalCluster:
             except BaseException:
                 self._teardown()
                 raise
+        self._ensure_model(config, log)
         return UpResult(False, time.monotonic() - start, config)
 
     def status(self) -> ClusterStatus:
@@ -344,7 +347,7 @@ class LocalCluster:
             prefill_node=layout.nodes[0],
             decode_node=layout.nodes[-1],
             shared_dir=self.shared_dir,
-            model_path=self.shared_dir / "models" / "mocker",
+            model_path=self.shared_dir / "models" / "atomdyn-mock",
             engine_profile="mocker",
             runtime="venv",
             project_dir=self.project_dir,
@@ -361,6 +364,16 @@ class LocalCluster:
         if loaded != config:
             raise LocalClusterError(f"{layout.env_file} does not read back as written: {loaded} != {config}")
         return loaded
+
+    def _ensure_model(self, config: ClusterConfig, log: Callable[[str], None]) -> None:
+        """MODEL_PATH of the local cluster is the mock engine's generated model directory (no downloads)."""
+        try:
+            from atomdyn_launchers import mockmodel
+
+            if not mockmodel.is_complete(config.model_path):
+                mockmodel.generate(config.model_path)
+        except (ImportError, RuntimeError) as exc:
+            log(f"MODEL_PATH {config.model_path} not generated ({exc}); the launchers will refuse to run")
 
     # -- waiting and probing -------------------------------------------------------------------------------
 
@@ -409,7 +422,10 @@ class LocalCluster:
             }
             if ctld:
                 self._save_next_job_id(layout)
-                self._cancel_jobs(layout, inodes, started)
+                node_inodes = {
+                    i for i in (procs.netns_inode(layout.netns_path(n)) for n in layout.nodes) if i
+                }
+                self._cancel_jobs(layout, node_inodes, started)
             # Nodes first so that slurmctld does not see them vanish mid-job; munged last (the others use it).
             order = sorted(started, key=lambda p: (p.name == "munged", p.name == "slurmctld"))
             killed += [f"{p.name}[{p.pid}]" for p in procs.stop(order)]
@@ -424,7 +440,7 @@ class LocalCluster:
         return killed
 
     def _cancel_jobs(self, layout: Layout, inodes: set[int], daemons: list[Proc]) -> None:
-        """scancel every job and wait (bounded) for the nodes to hold nothing but slurmd."""
+        """scancel every job and wait (bounded) until the nodes hold nothing but their slurmd."""
         done = self._slurm(layout, "squeue", "-h", "-o", "%i")
         ids = done.stdout.split() if done.returncode == 0 else []
         if not ids:

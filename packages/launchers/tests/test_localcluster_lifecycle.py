@@ -1,0 +1,95 @@
+"""A second cluster beside the session's: restart after a crash, down with a job running, nothing left."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from atomdyn_launchers.localcluster import LocalCluster, LocalClusterError
+from atomdyn_launchers.localcluster.procs import Proc, alive, procs_in_netns, wait_gone
+from atomdyn_launchers.slurm import Slurm
+
+pytestmark = pytest.mark.integration
+
+
+def test_lifecycle_crash_restart_and_clean_down(local_cluster: LocalCluster, tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path / "state", shared_dir=tmp_path / "shared", python_venv=Path(sys.prefix))
+    first = cluster.up()
+    print(f"private cluster up in {first.seconds:.2f} s")
+    try:
+        assert not first.already_up
+        layout, session = cluster.layout(), local_cluster.layout()
+        # Two clusters side by side: different tags (namespaces, host veth) and different subnets.
+        assert layout.tag != session.tag and not layout.subnet.overlaps(session.subnet)
+        assert cluster.status().healthy
+
+        # A crashed node: status names it, up restarts the cluster (new daemons), which is healthy again.
+        crashed = next(d for d in cluster.status().daemons if d.name == "slurmd-node2")
+        os.kill(crashed.pid, signal.SIGKILL)
+        proc = next(p for p in _recorded(cluster) if p.pid == crashed.pid)
+        wait_gone([proc], timeout=10, what="the killed slurmd")
+        status = cluster.status()
+        assert not status.healthy
+        assert f"slurmd-node2 (pid {crashed.pid}) is not running" in status.problems
+        messages: list[str] = []
+        again = cluster.up(log=messages.append)
+        assert not again.already_up and any("partly up" in m for m in messages)
+        assert cluster.status().healthy
+        assert crashed.pid not in [d.pid for d in cluster.status().daemons]
+
+        # A job still running at down: its processes go too.
+        layout = cluster.layout()
+        slurm = Slurm(cluster.config())
+        script = tmp_path / "sleep.sh"
+        script.write_text("#!/bin/bash\nsleep 300\n")
+        job_id = slurm.submit(script, nodelist="node1", output=tmp_path / "sleep.out")
+        slurm.wait_for(job_id, lambda i: i.state == "RUNNING", timeout=30, what="running")
+        inodes = {layout.netns_path(h).stat().st_ino for h in ("head", *layout.nodes)}
+        in_namespaces = _wait_for_process(inodes, "sleep")
+        recorded = _recorded(cluster)
+    except BaseException:
+        cluster.down()
+        raise
+    result = cluster.down()
+    print(f"private cluster down in {result.seconds:.2f} s (killed: {result.killed})")
+    assert result.was_up
+
+    # Nothing left behind: processes, namespaces, the host veth, mounts, the generated config.
+    assert not [p for p in [*recorded, *in_namespaces] if alive(p)]
+    assert procs_in_netns(inodes) == []
+    netns_list = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert layout.tag not in netns_list
+    assert not Path("/sys/class/net", layout.host_if).exists()
+    mounts = Path("/proc/self/mounts").read_text()
+    assert layout.tag not in mounts and str(cluster.state_dir) not in mounts
+    assert not layout.env_file.exists() and not layout.record.exists()
+    assert not cluster.status().recorded
+    with pytest.raises(LocalClusterError, match="is not up"):
+        cluster.config()
+    assert cluster.down().was_up is False
+    # The session's cluster did not notice.
+    assert local_cluster.status().healthy
+
+
+def _wait_for_process(inodes: set[int], name: str, timeout: float = 15.0) -> list[Proc]:
+    """All processes in the namespaces, once one named ``name`` is among them (RUNNING precedes the exec)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = procs_in_netns(inodes)
+        if name in [p.name for p in found]:
+            return found
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"no process {name!r} in the node namespaces after {timeout:.0f} s: {found}")
+        time.sleep(0.05)
+
+
+def _recorded(cluster: LocalCluster) -> list[Proc]:
+    raw = json.loads((cluster.state_dir / "cluster.json").read_text())
+    return [Proc.from_json(p) for p in raw["procs"]]
