@@ -32,7 +32,9 @@ def _verify(args: argparse.Namespace) -> int:
     lock = load_lock(args.lock)
     unrecorded = [w.name for w in lock.wheels.values() if not w.recorded]
     unrecorded += [f"image {i.name}" for i in lock.images.values() if i.digest is None]
-    unrecorded += [f"source {s.name} archive" for s in lock.sources.values() if s.archive and s.archive.sha256 is None]
+    unrecorded += [
+        f"source {s.name} archive" for s in lock.sources.values() if s.archive and s.archive.sha256 is None
+    ]
     print(f"lock: {lock.path} (schema {lock.schema_version}, {lock.release_name} {lock.release_version})")
     print(f"images {len(lock.images)}, sources {len(lock.sources)}, wheels {len(lock.wheels)}")
     if unrecorded:
@@ -76,7 +78,9 @@ def _fetch(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="atomdyn-lock", description=__doc__)
-    parser.add_argument("--lock", type=Path, default=None, help="path of release-lock.json (default: found upward)")
+    parser.add_argument(
+        "--lock", type=Path, default=None, help="path of release-lock.json (default: found upward)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("verify", help="validate the lock and print its digest")
     sub.add_parser("table", help="print the pinned-stack table (Markdown)")
@@ -86,7 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     fetch.add_argument("--only", nargs="+", metavar="NAME", help="only these lock entries")
     fetch.add_argument("--role", help="only wheels with this role (e.g. rehearsal, image-base)")
     fetch.add_argument(
-        "--allow-unrecorded", action="append", metavar="NAME", help="accept an entry with no recorded hash ('all' for every one)"
+        "--allow-unrecorded",
+        action="append",
+        metavar="NAME",
+        help="accept an entry with no recorded hash ('all' for every one)",
     )
     fetch.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)

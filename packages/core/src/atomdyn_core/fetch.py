@@ -67,8 +67,12 @@ def fetch_wheel(
 ) -> FetchResult:
     """Bring ``wheel`` into ``cache_dir`` verified; a verified copy already there is reused."""
     overrides: list[str] = []
-    require_recorded(f"wheel {wheel.name} sha256", wheel.sha256, override=allow_unrecorded, overrides_used=overrides)
-    require_recorded(f"wheel {wheel.name} size", wheel.size, override=allow_unrecorded, overrides_used=overrides)
+    require_recorded(
+        f"wheel {wheel.name} sha256", wheel.sha256, override=allow_unrecorded, overrides_used=overrides
+    )
+    require_recorded(
+        f"wheel {wheel.name} size", wheel.size, override=allow_unrecorded, overrides_used=overrides
+    )
     cache_dir.mkdir(parents=True, exist_ok=True)
     final = cache_dir / wheel.filename
     if final.is_file() and wheel.sha256 is not None and _matches(final, wheel):
@@ -76,7 +80,7 @@ def fetch_wheel(
 
     with tempfile.TemporaryDirectory(prefix=".fetch-", dir=cache_dir) as tmp:
         staged = Path(tmp) / wheel.filename
-        origin = _obtain(wheel, staged, mirror, progress)
+        origin = obtain(wheel, staged, mirror, progress)
         actual_size = staged.stat().st_size
         actual_sha = sha256_file(staged)
         if wheel.size is not None and actual_size != wheel.size:
@@ -94,7 +98,13 @@ def fetch_wheel(
         # The override travels with the artifact: whoever uses this file can see it was not verified.
         atomic_write_json(
             cache_dir / f"{wheel.filename}.provenance.json",
-            {"filename": wheel.filename, "sha256": actual_sha, "size": actual_size, "origin": origin, "overrides": overrides},
+            {
+                "filename": wheel.filename,
+                "sha256": actual_sha,
+                "size": actual_size,
+                "origin": origin,
+                "overrides": overrides,
+            },
         )
     return FetchResult(final, actual_sha, actual_size, origin, False, overrides)
 
@@ -103,7 +113,8 @@ def _matches(path: Path, wheel: Wheel) -> bool:
     return path.stat().st_size == wheel.size and sha256_file(path) == wheel.sha256
 
 
-def _obtain(wheel: Wheel, dest: Path, mirror: str | None, progress: Progress | None) -> str:
+def obtain(wheel: Wheel, dest: Path, mirror: str | None = None, progress: Progress | None = None) -> str:
+    """Download ``wheel`` to ``dest`` WITHOUT verifying it; returns where it came from. Callers verify."""
     if mirror:
         return _from_mirror(wheel, dest, mirror, progress)
     if wheel.source == "url":
@@ -143,7 +154,17 @@ def _from_url(url: str, dest: Path, expected_size: int | None, progress: Progres
 
 def _from_pip(wheel: Wheel, dest: Path) -> str:
     """``pip download`` the exact file through pip's configured index, for the interpreter its tags name."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--dest", str(dest.parent)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--dest",
+        str(dest.parent),
+    ]
     command += _platform_args(wheel.filename)
     command.append(wheel.requirement)
     completed = subprocess.run(command, capture_output=True, text=True, check=False)

@@ -116,7 +116,9 @@ class Lock:
         return [w for w in self.wheels.values() if role in w.roles]
 
 
-def require_recorded(what: str, value: str | int | None, *, override: bool, overrides_used: list[str]) -> None:
+def require_recorded(
+    what: str, value: str | int | None, *, override: bool, overrides_used: list[str]
+) -> None:
     """Refuse an unrecorded hash unless ``override``; an accepted override is appended to ``overrides_used``."""
     if value is not None:
         return
@@ -166,7 +168,9 @@ def parse_lock(text: str, path: Path | None = None) -> Lock:
     root.keys(required={"schema_version", "release", "images", "sources", "wheels"})
     version = root.integer("schema_version")
     if version != SCHEMA_VERSION:
-        raise LockError("$.schema_version", f"unsupported schema version {version} (this tool reads {SCHEMA_VERSION})")
+        raise LockError(
+            "$.schema_version", f"unsupported schema version {version} (this tool reads {SCHEMA_VERSION})"
+        )
     release = root.obj("release")
     release.keys(required={"name", "version"})
     return Lock(
@@ -236,7 +240,9 @@ def _wheel(name: str, entry: _Obj) -> Wheel:
     roles = entry.str_list("roles")
     for index, role in enumerate(roles):
         if role not in _WHEEL_ROLES:
-            raise LockError(f"{entry.path('roles')}[{index}]", f"unknown role {role!r} (known: {sorted(_WHEEL_ROLES)})")
+            raise LockError(
+                f"{entry.path('roles')}[{index}]", f"unknown role {role!r} (known: {sorted(_WHEEL_ROLES)})"
+            )
     return Wheel(
         name=name,
         filename=filename,

@@ -1,0 +1,129 @@
+"""The project's checks, builds and releases. `nox -l` lists them; `nox` alone runs lint and tests.
+
+Sessions run in the project environment (.venv, made by scripts/bootstrap.sh from hash-pinned requirements),
+so every session sees the same verified inputs; `release` builds each package in isolation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+PACKAGES = sorted(p.parent for p in ROOT.glob("packages/*/pyproject.toml"))
+DIST = ROOT / "dist"
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["lint", "tests"]
+nox.options.error_on_missing_interpreters = True
+
+
+def python(session: nox.Session, *args: str, **kwargs: object) -> None:
+    """Run the project environment's interpreter (the one running nox)."""
+    session.run(sys.executable, *args, **kwargs)  # type: ignore[arg-type]
+
+
+def shell_scripts() -> list[str]:
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.sh", ".ci/run"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return [line for line in tracked.stdout.splitlines() if (ROOT / line).is_file()]
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff, ruff format, mypy --strict on every package's sources, shellcheck, hadolint on rendered Dockerfiles."""
+    python(session, "-m", "ruff", "check", ".")
+    python(session, "-m", "ruff", "format", "--check", ".")
+    for package in PACKAGES:
+        python(session, "-m", "mypy", "--strict", str(package / "src"))
+    session.run("shellcheck", *shell_scripts(), external=True)
+    render = shutil.which("atomdyn-images", path=str(Path(sys.executable).parent))
+    if render:
+        rendered = Path(session.create_tmp()) / "dockerfiles"
+        session.run(render, "render", "--out", str(rendered), "--allow-unrecorded", external=True)
+        dockerfiles = sorted(str(p) for p in rendered.glob("Dockerfile*"))
+        session.run("hadolint", *dockerfiles, external=True)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Every package's tests, then the repository-level tests (README and lock agreement, release reproducibility)."""
+    extra = list(session.posargs)
+    for package in PACKAGES:
+        if (package / "tests").is_dir():
+            session.log(f"== {package.name}")
+            python(session, "-m", "pytest", *extra, cwd=str(package))  # type: ignore[arg-type]
+    python(session, "-m", "pytest", *extra, "tests")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The local rehearsal end to end: cluster up, disaggregated run with the mock engine, evidence verified, cluster down."""
+    session.run("invoke", "demo", external=True)
+
+
+@nox.session
+def build_images(session: nox.Session) -> None:
+    """Build the pinned base image and the NIXL/ROCm overlay from release-lock.json (arguments go to the builder)."""
+    session.run("atomdyn-images", "build", *session.posargs, external=True)
+
+
+@nox.session
+def patch(session: nox.Session) -> None:
+    """Apply patches/series to a NIXL source tree: `nox -s patch -- PATH` (or a tarball URL verified by the lock)."""
+    session.run("atomdyn-images", "patch", *session.posargs, external=True)
+
+
+def source_date_epoch() -> str:
+    return subprocess.run(
+        ["git", "log", "-1", "--format=%ct"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+@nox.session
+def release(session: nox.Session) -> None:
+    """Wheels and sdists of every package into dist/ with dist/SHA256SUMS; byte-identical from the same commit."""
+    shutil.rmtree(DIST, ignore_errors=True)
+    DIST.mkdir()
+    env = {"SOURCE_DATE_EPOCH": source_date_epoch(), "PYTHONHASHSEED": "0"}
+    for package in PACKAGES:
+        python(session, "-m", "build", "--sdist", "--wheel", "--outdir", str(DIST), str(package), env=env)
+    sums = []
+    for artifact in sorted(DIST.iterdir()):
+        if artifact.is_file():
+            sums.append(f"{hashlib.sha256(artifact.read_bytes()).hexdigest()}  {artifact.name}\n")
+    (DIST / "SHA256SUMS").write_text("".join(sums))
+    session.log(f"{len(sums)} artifacts, SOURCE_DATE_EPOCH={env['SOURCE_DATE_EPOCH']}")
+
+
+@nox.session
+def update_lock(session: nox.Session) -> None:
+    """Refresh what can be fetched from here: sizes and sha256 of the lock's pip-sourced wheels (not a default session)."""
+    python(session, str(ROOT / "scripts" / "update_lock.py"), *session.posargs)
+
+
+@nox.session
+def update_requirements(session: nox.Session) -> None:
+    """Recompile requirements/dev.txt with hashes from requirements/dev.in (not a default session)."""
+    python(
+        session,
+        "-m",
+        "piptools",
+        "compile",
+        "--quiet",
+        "--generate-hashes",
+        "--allow-unsafe",
+        "--strip-extras",
+        "--no-emit-index-url",
+        "--no-emit-find-links",
+        "--output-file",
+        "requirements/dev.txt",
+        "requirements/dev.in",
+        env={"CUSTOM_COMPILE_COMMAND": "nox -s update_requirements"},
+    )

@@ -1,0 +1,155 @@
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from atomdyn_core.fetch import FetchError, VerificationError, fetch_wheel
+from atomdyn_core.lock import UnrecordedHashError, Wheel
+
+PAYLOAD = b"PK\x03\x04 not really a wheel, but bytes with a known hash" * 100
+
+
+def wheel_for(payload: bytes, **changes: object) -> Wheel:
+    base = Wheel(
+        name="demo",
+        filename="demo-1.0-py3-none-any.whl",
+        source="url",
+        project="demo",
+        version="1.0",
+        sha256=hashlib.sha256(payload).hexdigest(),
+        size=len(payload),
+        url="https://example.invalid/demo-1.0-py3-none-any.whl",
+        roles=("rehearsal",),
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def mirror(tmp_path: Path) -> Path:
+    root = tmp_path / "mirror"
+    root.mkdir()
+    (root / "demo-1.0-py3-none-any.whl").write_bytes(PAYLOAD)
+    return root
+
+
+def test_mirror_fetch_verifies_and_reuses_cache(tmp_path: Path, mirror: Path) -> None:
+    cache = tmp_path / "cache"
+    first = fetch_wheel(wheel_for(PAYLOAD), cache, mirror=f"file://{mirror}")
+    assert first.path.read_bytes() == PAYLOAD and not first.cached
+    second = fetch_wheel(wheel_for(PAYLOAD), cache, mirror=str(mirror))
+    assert second.cached and second.origin == "cache"
+
+
+def test_wrong_hash_is_refused_and_removed(tmp_path: Path, mirror: Path) -> None:
+    cache = tmp_path / "cache"
+    tampered = PAYLOAD[:-1] + b"X"
+    (mirror / "demo-1.0-py3-none-any.whl").write_bytes(tampered)
+    with pytest.raises(VerificationError) as caught:
+        fetch_wheel(wheel_for(PAYLOAD), cache, mirror=str(mirror))
+    message = str(caught.value)
+    assert "demo-1.0-py3-none-any.whl" in message
+    assert hashlib.sha256(PAYLOAD).hexdigest() in message
+    assert hashlib.sha256(tampered).hexdigest() in message
+    assert list(cache.rglob("*.whl")) == []  # nothing left for anyone to install
+
+
+def test_wrong_size_is_refused(tmp_path: Path, mirror: Path) -> None:
+    with pytest.raises(VerificationError, match="size mismatch"):
+        fetch_wheel(wheel_for(PAYLOAD, size=len(PAYLOAD) + 1), tmp_path / "cache", mirror=str(mirror))
+
+
+def test_missing_from_mirror_names_the_file(tmp_path: Path, mirror: Path) -> None:
+    with pytest.raises(FetchError, match=re.escape("other-1.0-py3-none-any.whl is missing from the mirror")):
+        fetch_wheel(
+            wheel_for(PAYLOAD, filename="other-1.0-py3-none-any.whl"), tmp_path / "c", mirror=str(mirror)
+        )
+
+
+def test_unrecorded_needs_override_and_override_is_recorded(tmp_path: Path, mirror: Path) -> None:
+    unrecorded = wheel_for(PAYLOAD, sha256=None, size=None)
+    with pytest.raises(UnrecordedHashError):
+        fetch_wheel(unrecorded, tmp_path / "cache", mirror=str(mirror))
+    assert not (tmp_path / "cache" / "demo-1.0-py3-none-any.whl").exists()
+    result = fetch_wheel(unrecorded, tmp_path / "cache", mirror=str(mirror), allow_unrecorded=True)
+    provenance = json.loads((tmp_path / "cache" / "demo-1.0-py3-none-any.whl.provenance.json").read_text())
+    assert provenance["sha256"] == hashlib.sha256(PAYLOAD).hexdigest()
+    assert provenance["overrides"] == result.overrides and result.overrides
+
+
+@pytest.fixture
+def http_root(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    root = tmp_path / "www"
+    root.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)  # type: ignore[arg-type]
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", root
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_url_fetch_over_http(tmp_path: Path, http_root: tuple[str, Path]) -> None:
+    base, root = http_root
+    (root / "demo-1.0-py3-none-any.whl").write_bytes(PAYLOAD)
+    wheel = wheel_for(PAYLOAD, url=f"{base}/demo-1.0-py3-none-any.whl")
+    result = fetch_wheel(wheel, tmp_path / "cache")
+    assert result.path.read_bytes() == PAYLOAD and result.origin == wheel.url
+
+
+def test_url_404_is_one_clear_error(tmp_path: Path, http_root: tuple[str, Path]) -> None:
+    base, _ = http_root
+    wheel = wheel_for(PAYLOAD, url=f"{base}/absent.whl")
+    with pytest.raises(FetchError, match=f"cannot download {base}/absent.whl"):
+        fetch_wheel(wheel, tmp_path / "cache")
+    assert list((tmp_path / "cache").rglob("*.whl")) == []
+
+
+def test_unreachable_url_is_one_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a loopback port with nothing listening
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    wheel = wheel_for(PAYLOAD, url=f"http://127.0.0.1:{port}/demo.whl")
+    with pytest.raises(FetchError, match=f"cannot download http://127.0.0.1:{port}/demo.whl"):
+        fetch_wheel(wheel, tmp_path / "cache")
+
+
+def test_fetch_cli_refuses_unrecorded_and_exits_nonzero(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "atomdyn_core.cli",
+            "fetch",
+            "--cache",
+            str(tmp_path),
+            "--only",
+            "atom-rocm7.2",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[3],
+    )
+    assert result.returncode == 1
+    assert "atom-rocm7.2" in result.stderr and "not yet recorded" in result.stderr

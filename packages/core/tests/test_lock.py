@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from atomdyn_core.lock import LockError, UnrecordedHashError, load_lock, parse_lock, require_recorded
+
+REPO = Path(__file__).resolve().parents[3]
+LOCK_PATH = REPO / "release-lock.json"
+
+
+def committed() -> dict[str, Any]:
+    raw: dict[str, Any] = json.loads(LOCK_PATH.read_text())
+    return raw
+
+
+def run_verify(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "atomdyn_core.cli", "--lock", str(path), "verify"],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_committed_lock_loads_and_digest_is_canonical() -> None:
+    lock = load_lock(LOCK_PATH)
+    assert lock.digest.startswith("sha256:") and len(lock.digest) == 71
+    # Reformatting the file does not change the digest; changing a pin does.
+    reformatted = parse_lock(json.dumps(committed(), indent=7, sort_keys=False))
+    assert reformatted.digest == lock.digest
+    changed = committed()
+    changed["sources"]["nixl"]["commit"] = "0" * 40
+    assert parse_lock(json.dumps(changed)).digest != lock.digest
+
+
+def test_committed_lock_pins_the_stack() -> None:
+    lock = load_lock(LOCK_PATH)
+    assert lock.sources["dynamo"].commit == "8ce9e22f11576402102ea9d8b8e46233f5430a0d"
+    assert lock.sources["atom"].commit == "f9017b58b8369a55d14e153b51cadd81ab2ba65a"
+    assert lock.sources["ucx"].commit == "b56982d8076ac54eb9a0d4a7dbea7852ede75508"
+    assert lock.sources["nixl"].commit == "53be1d43a415ff3a14b8bc942ca7242307adb70d"
+    assert lock.wheels["ai-dynamo"].requirement == "ai-dynamo==1.3.0.post1"
+    assert lock.wheels["ai-dynamo"].recorded and lock.wheels["nixl-cu13-cp311"].recorded
+    # What could not be obtained here is explicitly unrecorded, never invented.
+    assert lock.images["atom_base"].digest is None
+    assert not lock.wheels["atom-rocm7.2"].recorded
+
+
+def test_verify_cli_prints_digest() -> None:
+    result = run_verify(LOCK_PATH)
+    assert result.returncode == 0, result.stderr
+    assert f"digest: {load_lock(LOCK_PATH).digest}" in result.stdout
+
+
+def _mutate(path: list[str], value: Any) -> dict[str, Any]:
+    raw = copy.deepcopy(committed())
+    target = raw
+    for key in path[:-1]:
+        target = target[key]
+    if value is _DELETE:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return raw
+
+
+_DELETE = object()
+
+BAD_INPUTS = [
+    pytest.param(["wheels", "ai-dynamo", "sha256"], "abc123", "$.wheels.ai-dynamo.sha256", id="short-sha256"),
+    pytest.param(
+        ["wheels", "ai-dynamo", "sha256"], "z" * 64, "$.wheels.ai-dynamo.sha256", id="non-hex-sha256"
+    ),
+    pytest.param(
+        ["images", "atom_base", "digest"], "f" * 64, "$.images.atom_base.digest", id="digest-without-prefix"
+    ),
+    pytest.param(["sources", "nixl", "commit"], "53be1d43", "$.sources.nixl.commit", id="short-commit"),
+    pytest.param(["sources", "ucx", "surprise"], 1, "$.sources.ucx.surprise", id="unknown-key"),
+    pytest.param(["wheels", "nixl", "filename"], _DELETE, "$.wheels.nixl.filename", id="missing-field"),
+    pytest.param(["wheels", "nixl", "size"], -1, "$.wheels.nixl.size", id="negative-size"),
+    pytest.param(["wheels", "nixl", "roles"], ["nonsense"], "$.wheels.nixl.roles[0]", id="unknown-role"),
+    pytest.param(["schema_version"], 99, "$.schema_version", id="future-schema"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "json_path"), BAD_INPUTS)
+def test_malformed_lock_names_the_json_path(
+    tmp_path: Path, path: list[str], value: Any, json_path: str
+) -> None:
+    bad = tmp_path / "release-lock.json"
+    bad.write_text(json.dumps(_mutate(path, value)))
+    with pytest.raises(LockError) as caught:
+        load_lock(bad)
+    assert caught.value.json_path == json_path
+    result = run_verify(bad)
+    assert result.returncode != 0
+    assert json_path in result.stderr
+
+
+def test_not_json_is_an_error(tmp_path: Path) -> None:
+    bad = tmp_path / "release-lock.json"
+    bad.write_text('{"schema_version": 1,')
+    result = run_verify(bad)
+    assert result.returncode == 2
+    assert "$: not valid JSON" in result.stderr
+
+
+def test_unrecorded_is_refused_without_override() -> None:
+    lock = load_lock(LOCK_PATH)
+    used: list[str] = []
+    with pytest.raises(UnrecordedHashError, match="not yet recorded"):
+        require_recorded(
+            "wheel atom-rocm7.2", lock.wheels["atom-rocm7.2"].sha256, override=False, overrides_used=used
+        )
+    require_recorded(
+        "wheel atom-rocm7.2", lock.wheels["atom-rocm7.2"].sha256, override=True, overrides_used=used
+    )
+    assert used == ["allow-unrecorded:wheel atom-rocm7.2"]
+    with pytest.raises(UnrecordedHashError, match="no recorded digest"):
+        _ = lock.images["atom_base"].reference
