@@ -1,0 +1,124 @@
+"""``invoke validate.gpu``: the in-image validator as one Slurm job on one node, through the launchers.
+
+The job runs ``atomdyn-validate --json`` in the built image with the launchers' docker runtime (the same
+``docker run`` flags, devices and GPU binding the engines get), writes the report into a run directory under
+the cluster's shared directory, and exits with the validator's status. The submit side waits for the job
+to finish and reports every check.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from atomdyn_core.atomic import atomic_write_text
+from atomdyn_launchers.config import ClusterConfig, PreflightError
+from atomdyn_launchers.profiles.engines import DockerRuntime
+from atomdyn_launchers.slurm import JobInfo, Slurm
+
+from atomdyn_images.engine import find_client
+
+VENDORS = {"atom": "amd", "vllm": "nvidia"}
+
+
+@dataclass(frozen=True)
+class GpuValidation:
+    job: JobInfo
+    run_dir: Path
+    report: dict[str, Any] | None  # the validator's JSON, None when it produced none
+
+    @property
+    def ok(self) -> bool:
+        return self.job.succeeded and self.report is not None and bool(self.report.get("ok"))
+
+    def lines(self) -> list[str]:
+        out = [
+            f"job {self.job.job_id} on {self.job.nodes or '?'}: {self.job.state} exit {self.job.exit_code}"
+        ]
+        if self.report is None:
+            out.append(f"FAIL no validator report (see {self.run_dir})")
+            return out
+        for check in self.report.get("checks", []):
+            out.append(f"{'PASS' if check.get('ok') else 'FAIL'} {check.get('name')}: {check.get('reason')}")
+        out.append("RESULT " + ("PASS" if self.ok else "FAIL"))
+        return out
+
+
+def _without_memlock(argv: list[str]) -> list[str]:
+    """Without GPUs nothing is pinned for RDMA, and an unprivileged host may refuse to raise the limit."""
+    out: list[str] = []
+    skip = False
+    for index, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg == "--ulimit" and index + 1 < len(argv) and argv[index + 1].startswith("memlock="):
+            skip = True
+            continue
+        out.append(arg)
+    return out
+
+
+def job_script(config: ClusterConfig, image: str, run_dir: Path, docker: str) -> str:
+    vendor = VENDORS.get(config.engine_profile, "none")
+    runtime = DockerRuntime(image, f"atomdyn-validate-{run_dir.name}", [], vendor, docker=docker)
+    argv = runtime.tool(["atomdyn-validate", "--json"])
+    if vendor == "none":
+        argv = _without_memlock(argv)
+    command = " ".join(shlex.quote(a) for a in argv)
+    report = shlex.quote(str(run_dir / "validate.json"))
+    return (
+        "#!/bin/bash\n"
+        "set -u\n"
+        f"{command} >{report}.tmp\n"
+        "status=$?\n"
+        f"mv {report}.tmp {report}\n"
+        'echo "atomdyn-validate exited with $status on $(hostname)"\n'
+        'exit "$status"\n'
+    )
+
+
+def run_gpu_validation(
+    config: ClusterConfig,
+    *,
+    image: str = "",
+    node: str = "",
+    docker_host: str = "",
+    timeout_s: float = 900.0,
+) -> GpuValidation:
+    image = image or config.dynamo_atom_image or ""
+    if not image:
+        raise PreflightError(f"no image: set DYNAMO_ATOM_IMAGE in {config.source} or pass --image")
+    node = node or config.primary_node
+    slurm = Slurm(config)
+    slurm.check_partition()
+    slurm.check_nodes([node])
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    run_dir = config.runs_dir / f"validate-{stamp}"
+    run_dir.mkdir(parents=True)
+    script = run_dir / "validate.sbatch"
+    atomic_write_text(script, job_script(config, image, run_dir, find_client()), mode=0o755)
+    vendor = VENDORS.get(config.engine_profile, "none")
+    job_id = slurm.submit(
+        script,
+        job_name="atomdyn-validate",
+        nodelist=node,
+        gres="gpu:1" if vendor != "none" else None,
+        output=run_dir / "slurm-%j.out",
+        chdir=run_dir,
+        env={"DOCKER_HOST": docker_host} if docker_host else None,
+    )
+    job = slurm.wait_terminal(job_id, timeout=timeout_s)
+    report_path = run_dir / "validate.json"
+    report: dict[str, Any] | None = None
+    if report_path.is_file():
+        try:
+            loaded = json.loads(report_path.read_text(encoding="utf-8"))
+            report = loaded if isinstance(loaded, dict) else None
+        except json.JSONDecodeError:
+            report = None
+    return GpuValidation(job, run_dir, report)
