@@ -1,0 +1,127 @@
+"""`mori-repro run` and `mori-repro report`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mori_repro import __version__
+from mori_repro.exitcodes import ExitCode
+from mori_repro.native import NativeError, binary_path, run_loopback
+from mori_repro.report import write_bundle
+from mori_repro.system import collect
+
+EXIT_CODE_HELP = "\n".join(f"  {int(c):>2}  {c.verdict}" for c in ExitCode)
+
+
+def _add_loopback_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("loopback")
+    g.add_argument(
+        "--backend", choices=("auto", "hsa", "cuda"), default="auto", help="GPU runtime (default: auto)"
+    )
+    g.add_argument("--gpu", type=int, default=0, help="GPU index (default: 0)")
+    g.add_argument("--device", default="", help="RDMA device name, e.g. ionic_0 (default: the first)")
+    g.add_argument("--port", type=int, default=1, help="RDMA port (default: 1)")
+    g.add_argument(
+        "--gid-index", type=int, default=1, help="GID index; 1 is ionic's IPv4 RoCEv2 GID (default: 1)"
+    )
+    g.add_argument("--alloc-size", default="64MiB", help="GPU allocation (default: 64MiB)")
+    g.add_argument("--sub-offset", default="32MiB", help="sub-allocation offset in it (default: 32MiB)")
+    g.add_argument("--sub-size", default="1MiB", help="sub-allocation size (default: 1MiB)")
+    g.add_argument("--mode", choices=("both", "bug", "fix"), default="both", help="registrations to run")
+    g.add_argument(
+        "--cuda-export",
+        choices=("allocation", "range"),
+        default="allocation",
+        help="CUDA: export the whole allocation (pool semantics, as HSA) or only the page range",
+    )
+    g.add_argument(
+        "--timeout-ms", type=int, default=10000, help="deadline per RDMA completion (default: 10000)"
+    )
+
+
+def _native_args(ns: argparse.Namespace) -> list[str]:
+    args = [
+        f"--backend={ns.backend}",
+        f"--gpu={ns.gpu}",
+        f"--port={ns.port}",
+        f"--gid-index={ns.gid_index}",
+        f"--alloc-size={ns.alloc_size}",
+        f"--sub-offset={ns.sub_offset}",
+        f"--sub-size={ns.sub_size}",
+        f"--mode={ns.mode}",
+        f"--cuda-export={ns.cuda_export}",
+        f"--timeout-ms={ns.timeout_ms}",
+    ]
+    if ns.device:
+        args.append(f"--device={ns.device}")
+    return args
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mori-repro",
+        description="Loopback reproducer of the sub-allocated dma-buf offset bug (see docs/mori-path.md).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit codes:\n" + EXIT_CODE_HELP,
+    )
+    parser.add_argument("--version", action="version", version=f"mori-repro {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser(
+        "run", help="register both ways, WRITE and READ over an RC loopback, check the bytes"
+    )
+    run.add_argument("--json", action="store_true", help="print the JSON report instead of text")
+    _add_loopback_options(run)
+    report = sub.add_parser("report", help="run (or reuse a --json result) and write a sanitized bundle")
+    report.add_argument("--out", type=Path, help="bundle directory (default: ./mori-repro-report-<UTC time>)")
+    report.add_argument(
+        "--result", type=Path, help="reuse this `mori-repro run --json` output instead of running"
+    )
+    _add_loopback_options(report)
+    return parser
+
+
+def _cmd_run(ns: argparse.Namespace) -> int:
+    cmd = [str(binary_path()), *(["--json"] if ns.json else []), *_native_args(ns)]
+    return subprocess.run(cmd, check=False).returncode
+
+
+def _load_result(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise NativeError(f"--result {path}: not a readable `mori-repro run --json` output: {exc}") from exc
+    if not isinstance(data, dict) or data.get("tool") != "mori-repro-loopback" or "exit_code" not in data:
+        raise NativeError(f"--result {path}: not a `mori-repro run --json` output (no tool/exit_code fields)")
+    return data
+
+
+def _cmd_report(ns: argparse.Namespace) -> int:
+    result = _load_result(ns.result) if ns.result else run_loopback(_native_args(ns)).report
+    out = ns.out or Path(f"mori-repro-report-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    system = collect(os.environ, (result.get("rdma") or {}).get("device") or ns.device or None)
+    written = write_bundle(out, result, system)
+    print(f"mori-repro: {result.get('verdict')} (exit {result.get('exit_code')}); bundle written to {out}/")
+    for path in written:
+        print(f"  {path}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = _parser().parse_args(argv)
+    try:
+        return _cmd_run(ns) if ns.command == "run" else _cmd_report(ns)
+    except NativeError as exc:
+        print(f"mori-repro: {exc}", file=sys.stderr)
+        return int(ExitCode.INTERNAL_ERROR)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
