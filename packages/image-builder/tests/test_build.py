@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from atomdyn_core.lock import load_lock
 from conftest import PATCHES, Daemon, Fixture
 
+from atomdyn_core.lock import load_lock
 from atomdyn_images import render
 from atomdyn_images.build import BuildError, BuildOptions, BuildRecord, build, build_staged, stage_base
 from atomdyn_images.cli import main

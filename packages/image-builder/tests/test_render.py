@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from atomdyn_core.lock import LockError, load_lock
 from conftest import PATCHES, REPO, make_fixture, need
 
+from atomdyn_core.lock import LockError, load_lock
 from atomdyn_images import render
 from atomdyn_images.build import BuildOptions, write_rendered
 from atomdyn_images.cli import main

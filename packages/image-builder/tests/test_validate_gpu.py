@@ -9,13 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from atomdyn_core.lock import load_lock
-from atomdyn_launchers.localcluster import LocalCluster, missing_tools
 from conftest import PATCHES, Daemon, Fixture, need
 
+from atomdyn_core.lock import load_lock
 from atomdyn_images import render
 from atomdyn_images.build import BuildOptions, build
 from atomdyn_images.gpu_validate import run_gpu_validation
+from atomdyn_launchers.localcluster import LocalCluster, missing_tools
 
 pytestmark = pytest.mark.integration
 
@@ -66,9 +66,8 @@ def test_validate_gpu_submits_one_job_and_reports_each_check(
 
 
 def test_job_script_for_an_atom_cluster_passes_the_gpu_devices(tmp_path: Path) -> None:
-    from atomdyn_launchers.config import load_cluster_config
-
     from atomdyn_images.gpu_validate import job_script
+    from atomdyn_launchers.config import load_cluster_config
 
     env = tmp_path / "cluster.env"
     env.write_text(
@@ -91,5 +90,5 @@ def test_invoke_task_reports_a_bad_cluster_config(tmp_path: Path) -> None:
     from atomdyn_images.invoke_tasks import gpu, ns
 
     assert ns.name == "validate" and "gpu" in ns.task_names
-    with pytest.raises(Exit, match="no-such.env"):
+    with pytest.raises(Exit, match=r"no-such\.env"):
         gpu(Context(), config=str(tmp_path / "no-such.env"))

@@ -12,7 +12,6 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from atomdyn_core.fetch import FetchError, FetchResult, fetch_wheel
 from atomdyn_core.lock import Lock
-
 from atomdyn_images import patching, render, sources
 from atomdyn_images.engine import BuildResult, Docker, DockerError
 from atomdyn_images.wheelfile import write_wheel

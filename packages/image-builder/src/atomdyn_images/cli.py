@@ -10,7 +10,6 @@ from pathlib import Path
 
 from atomdyn_core.fetch import FetchError
 from atomdyn_core.lock import LockError, UnrecordedHashError, load_lock
-
 from atomdyn_images import build, patching, render, sources, standin
 from atomdyn_images.engine import Docker, DockerError, echo_progress
 

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
+from atomdyn_images.engine import find_client
 from atomdyn_launchers.config import ClusterConfig, PreflightError
 from atomdyn_launchers.profiles.engines import DockerRuntime
 from atomdyn_launchers.slurm import JobInfo, Slurm
-
-from atomdyn_images.engine import find_client
 
 VENDORS = {"atom": "amd", "vllm": "nvidia"}
 

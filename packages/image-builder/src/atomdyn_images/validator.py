@@ -83,7 +83,7 @@ def check_versions(name: str, projects: list[str], expected: dict[str, str]) -> 
 def check_torch_rocm() -> Check:
     try:
         torch = importlib.import_module("torch")
-    except Exception as exc:  # noqa: BLE001 - any import failure is the finding
+    except Exception as exc:
         return Check("torch-rocm", False, f"torch does not import: {type(exc).__name__}: {exc}")
     version = getattr(torch, "version", None)
     hip = getattr(version, "hip", None)
@@ -128,7 +128,7 @@ def check_atom_platform() -> Check:
             continue
         try:
             qualname = ep.load()()
-        except Exception as exc:  # noqa: BLE001 - a plugin that raises is reported, as vLLM would fail
+        except Exception as exc:
             return Check("atom-platform", False, f"platform plugin {ep.name} ({ep.value}) failed: {exc}")
         if qualname:
             activated.append(f"{ep.name}={qualname}")
@@ -156,14 +156,14 @@ def check_atom_qwen3() -> Check:
     try:
         vllm = importlib.import_module("vllm")
         registry = vllm.ModelRegistry
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return Check(
             "atom-qwen3", False, f"vllm's ModelRegistry does not import: {type(exc).__name__}: {exc}"
         )
     for ep in plugins:
         try:
             ep.load()()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return Check("atom-qwen3", False, f"general plugin {ep.name} ({ep.value}) failed: {exc}")
     entry = getattr(registry, "models", {}).get(QWEN3_ARCH)
     if entry is None:
@@ -179,7 +179,7 @@ def check_dynamo_imports() -> Check:
     for module in ("dynamo.frontend", "dynamo.vllm"):
         try:
             importlib.import_module(module)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return Check("dynamo-imports", False, f"{module} does not import: {type(exc).__name__}: {exc}")
         imported.append(module)
     return Check("dynamo-imports", True, "imported " + ", ".join(imported))
