@@ -13,6 +13,7 @@ from atomdyn_images import render
 from atomdyn_images.build import BuildError, BuildOptions, BuildRecord, build, build_staged, stage_base
 from atomdyn_images.cli import main
 from atomdyn_images.engine import DaemonUnreachable, Docker, DockerError
+from atomdyn_images.patching import PatchError
 
 pytestmark = pytest.mark.integration
 
@@ -161,3 +162,23 @@ def test_cli_build_then_bench(fixture: Fixture, daemon: Daemon, capsys: pytest.C
     assert "bench first     build:" in out
     assert "bench unchanged build:" in out
     assert out.splitlines()[-1].endswith("every layer cached: yes")
+
+
+def test_patch_that_does_not_apply_stops_the_overlay(
+    fixture: Fixture, daemon: Daemon, tmp_path: Path
+) -> None:
+    lock = load_lock(fixture.lock_path)
+    patches = tmp_path / "bad-patches"
+    patches.mkdir()
+    (patches / "0001-nope.patch").write_text(
+        "diff --git a/src/plugins/ucx/ucx_utils.cpp b/src/plugins/ucx/ucx_utils.cpp\n"
+        "--- a/src/plugins/ucx/ucx_utils.cpp\n+++ b/src/plugins/ucx/ucx_utils.cpp\n"
+        "@@ -1,2 +1,2 @@\n-no such line\n+replacement\n context that is not there\n"
+    )
+    (patches / "series").write_text("0001-nope.patch\n")
+    with pytest.raises(PatchError, match=r"patch 0001-nope.patch does not apply"):
+        build(lock, options(fixture, daemon, targets=("base", "overlay"), patches=patches), daemon.docker)
+    assert daemon.docker.image_id(render.release_tag(lock, "-nixl-rocm")) is None
+    saved = json.loads((fixture.workdir / "build-record.json").read_text())
+    assert saved["error"].startswith("PatchError: patch 0001-nope.patch does not apply")
+    assert [image["target"] for image in saved["images"]] == ["base"]

@@ -87,6 +87,7 @@ class BuildRecord:
     overrides: list[str]
     inputs: list[Input] = field(default_factory=list)
     images: list[ImageRecord] = field(default_factory=list)
+    error: str = ""  # set when the build failed: what is recorded is what happened before the failure
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -278,6 +279,18 @@ def build(lock: Lock, options: BuildOptions, docker: Docker) -> BuildRecord:
         overrides=sorted({o for target in options.targets for o in options.overrides(target)}),
     )
     record_path = options.workdir / "build-record.json"
+    try:
+        _build_targets(lock, options, docker, record)
+    except Exception as exc:
+        # A failed build replaces the previous record, so no stale success is left to be read.
+        record.error = f"{type(exc).__name__}: {exc}"
+        atomic_write_json(record_path, record.to_json())
+        raise
+    atomic_write_json(record_path, record.to_json())
+    return record
+
+
+def _build_targets(lock: Lock, options: BuildOptions, docker: Docker, record: BuildRecord) -> None:
     if "base" in options.targets:
         dockerfile = stage_base(lock, options, record)
         record.images.append(
@@ -291,8 +304,6 @@ def build(lock: Lock, options: BuildOptions, docker: Docker) -> BuildRecord:
         dockerfile = stage_overlay(lock, options, record)
         tag = render.release_tag(lock, "-nixl-rocm")
         record.images.append(build_staged(docker, dockerfile, "overlay", tag, lock, options.network))
-    atomic_write_json(record_path, record.to_json())
-    return record
 
 
 def write_rendered(lock: Lock, options: BuildOptions, out_dir: Path) -> list[Path]:
