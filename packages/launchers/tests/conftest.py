@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from atomdyn_launchers.config import ClusterConfig
-from atomdyn_launchers.localcluster import LocalCluster, missing_tools
+from atomdyn_launchers.localcluster import LocalCluster, missing_tools, prune_orphans
 
 IN_CI = os.environ.get("CI") == "true"
 
@@ -40,7 +40,10 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     """A running local cluster (``.config()`` is its ClusterConfig), brought down at session end."""
     require_cluster_infrastructure()
     base = tmp_path_factory.mktemp("lc")
-    cluster = LocalCluster(base / "state", shared_dir=base / "shared", python_venv=Path(sys.prefix))
+    prune_orphans(log=lambda message: print(message, file=sys.stderr))  # clusters of killed sessions
+    cluster = LocalCluster(
+        base / "state", shared_dir=base / "shared", python_venv=Path(sys.prefix), owner_pid=os.getpid()
+    )
     cluster.up(log=lambda message: print(message, file=sys.stderr))
     try:
         yield cluster

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers.localcluster import LocalCluster, LocalClusterError
+from atomdyn_launchers.localcluster import LocalCluster, LocalClusterError, prune_orphans
 from atomdyn_launchers.localcluster.procs import Proc, alive, procs_in_netns, wait_gone
 from atomdyn_launchers.slurm import Slurm
 
@@ -93,3 +94,25 @@ def _wait_for_process(inodes: set[int], name: str, timeout: float = 15.0) -> lis
 def _recorded(cluster: LocalCluster) -> list[Proc]:
     raw = json.loads((cluster.state_dir / "cluster.json").read_text())
     return [Proc.from_json(p) for p in raw["procs"]]
+
+
+def test_orphaned_cluster_is_pruned_even_without_its_state_dir(tmp_path: Path) -> None:
+    owner = subprocess.Popen(["sleep", "120"])
+    try:
+        cluster = LocalCluster(tmp_path / "state", shared_dir=tmp_path / "shared", owner_pid=owner.pid)
+        cluster.up()
+    finally:
+        owner.kill()
+        owner.wait()
+    layout = cluster.layout()
+    recorded = _recorded(cluster)
+    inodes = {layout.netns_path(h).stat().st_ino for h in ("head", *layout.nodes)}
+    assert all(alive(p) for p in recorded)
+    shutil.rmtree(cluster.state_dir)  # as pytest does with old temporary directories
+
+    assert str(cluster.state_dir) in prune_orphans()
+    assert not [p for p in recorded if alive(p)]
+    assert procs_in_netns(inodes) == []
+    assert not Path("/sys/class/net", layout.host_if).exists()
+    assert not list(Path("/run/netns").glob(f"{layout.tag}-*"))
+    assert str(cluster.state_dir) not in prune_orphans()

@@ -7,6 +7,15 @@ from atomdyn_launchers.localcluster.cluster import (
     LocalClusterError,
     UpResult,
     missing_tools,
+    prune_orphans,
 )
 
-__all__ = ["ClusterStatus", "DownResult", "LocalCluster", "LocalClusterError", "UpResult", "missing_tools"]
+__all__ = [
+    "ClusterStatus",
+    "DownResult",
+    "LocalCluster",
+    "LocalClusterError",
+    "UpResult",
+    "missing_tools",
+    "prune_orphans",
+]

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
-
 from atomdyn_launchers.config import (
     ClusterConfig,
     default_local_state_dir,
@@ -69,6 +68,9 @@ REQUIRED_TOOLS = (
     "unshare",
 )
 UP_TIMEOUT_S = 30.0
+# One file per running cluster (tag.json): lets a later test session remove a cluster whose owning
+# process died without `down` (a killed pytest), even after its state directory was deleted.
+REGISTRY = Path("/run/atomdyn-clusters")
 _POLL_S = 0.05
 
 # Run inside a fresh mount + UTS namespace before exec'ing the daemon: hostname, /etc/hosts, /etc/resolv.conf,
@@ -148,7 +150,10 @@ class LocalCluster:
         python_venv: Path | None = None,
         gpus_per_node: int = 2,
         nodes: tuple[str, ...] = ("node1", "node2"),
+        owner_pid: int | None = None,
     ) -> None:
+        """``owner_pid``: the cluster belongs to that process (a test session); once it is gone,
+        :func:`prune_orphans` may take the cluster down. Without an owner a cluster is never pruned."""
         self.state_dir = (state_dir or default_local_state_dir()).resolve()
         self.shared_dir = (shared_dir or self.state_dir.parent).resolve()
         self.project_dir = (project_dir or find_repo_root()).resolve()
@@ -156,6 +161,7 @@ class LocalCluster:
         self.gpus_per_node = gpus_per_node
         self.nodes = nodes
         self.tag = tag_for(self.state_dir)
+        self.owner = procs.identify("owner", owner_pid) if owner_pid is not None else None
 
     # -- public API --------------------------------------------------------------------------------------
 
@@ -437,6 +443,7 @@ class LocalCluster:
             layout.record.unlink()
             layout.env_file.unlink(missing_ok=True)
         self._teardown_strays()
+        (REGISTRY / f"{self.tag}.json").unlink(missing_ok=True)
         return killed
 
     def _cancel_jobs(self, layout: Layout, inodes: set[int], daemons: list[Proc]) -> None:
@@ -478,16 +485,18 @@ class LocalCluster:
             yield
 
     def _write_record(self, layout: Layout, started: list[Proc]) -> None:
+        record = {
+            "schema_version": 1,
+            "tag": layout.tag,
+            "subnet": str(layout.subnet),
+            "nodes": list(layout.nodes),
+            "gpus_per_node": self.gpus_per_node,
+            "procs": [p.to_json() for p in started],
+        }
+        atomic_write_json(layout.record, record)
+        owner = self.owner.to_json() if self.owner else None
         atomic_write_json(
-            layout.record,
-            {
-                "schema_version": 1,
-                "tag": layout.tag,
-                "subnet": str(layout.subnet),
-                "nodes": list(layout.nodes),
-                "gpus_per_node": self.gpus_per_node,
-                "procs": [p.to_json() for p in started],
-            },
+            REGISTRY / f"{layout.tag}.json", {**record, "state_dir": str(self.state_dir), "owner": owner}
         )
 
     def _read_record(self) -> tuple[Layout, list[Proc]] | None:
@@ -508,6 +517,31 @@ class LocalCluster:
         if record is None:
             raise LocalClusterError(f"the local cluster at {self.state_dir} is not up")
         return record
+
+
+def prune_orphans(log: Callable[[str], None] = lambda _m: None) -> list[str]:
+    """Take down every registered cluster whose owner process has exited; return their state directories."""
+    pruned: list[str] = []
+    for entry in sorted(REGISTRY.glob("*.json")) if REGISTRY.is_dir() else []:
+        try:
+            raw = json.loads(entry.read_text())
+        except (OSError, ValueError):
+            continue
+        if not raw.get("owner") or procs.alive(Proc.from_json(raw["owner"])):
+            continue
+        state_dir = Path(raw["state_dir"])
+        log(f"taking down the local cluster of exited process {raw['owner']['pid']}: {state_dir}")
+        if (state_dir / "cluster.json").is_file():
+            LocalCluster(state_dir).down()
+        else:  # its state directory is gone: stop what the registry names, then the namespaces
+            layout = Layout(state_dir, raw["tag"], ipaddress.IPv4Network(raw["subnet"]), tuple(raw["nodes"]))
+            inodes = {i for i in (procs.netns_inode(Path("/run/netns", n)) for n in layout.all_netns) if i}
+            procs.stop([Proc.from_json(p) for p in raw["procs"]])
+            procs.stop(procs.procs_in_netns(inodes))
+            netns.destroy(layout.tag, layout.host_if)
+        entry.unlink(missing_ok=True)
+        pruned.append(str(state_dir))
+    return pruned
 
 
 def _etcd_health(endpoint: str) -> str:

@@ -51,6 +51,14 @@ def alive(proc: Proc) -> bool:
     return stat is not None and stat[0] not in ("Z", "X") and stat[1] == proc.start_time
 
 
+def identify(name: str, pid: int) -> Proc:
+    """The running process ``pid`` as a Proc (start time read now)."""
+    stat = _stat(pid)
+    if stat is None:
+        raise ProcessLookupError(f"no process {pid}")
+    return Proc(name=name, pid=pid, start_time=stat[1])
+
+
 def spawn(name: str, argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None) -> Proc:
     """Start ``argv`` in a new session with output appended to ``log``; return it as a Proc."""
     log.parent.mkdir(parents=True, exist_ok=True)
