@@ -115,3 +115,17 @@ def test_allow_unrecorded_renders_the_tag_and_says_so(tmp_path: Path) -> None:
     base = (tmp_path / "Dockerfile.base").read_text()
     assert "FROM rocm/atom-dev:v0.1.6-rc0\n" in base
     assert 'io.atomdyn.overrides="allow-unrecorded"' in base
+
+
+def test_render_without_variant_writes_one_base_per_atom_variant(tmp_path: Path) -> None:
+    rc = main(["render", "--lock", str(REPO / "release-lock.json"), "--out", str(tmp_path), "--patches", str(PATCHES),
+               "--allow-unrecorded"])  # fmt: skip
+    assert rc == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [
+        "Dockerfile.base-rocm7.0",
+        "Dockerfile.base-rocm7.1",
+        "Dockerfile.base-rocm7.2",
+        "Dockerfile.overlay",
+    ]
+    assert "atom-0.1.6rc0+rocm7.2-py3-none-any.whl" in (tmp_path / "Dockerfile.base-rocm7.2").read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import shutil
@@ -307,13 +308,24 @@ def _build_targets(lock: Lock, options: BuildOptions, docker: Docker, record: Bu
 
 
 def write_rendered(lock: Lock, options: BuildOptions, out_dir: Path) -> list[Path]:
-    """Render both Dockerfiles (no fetching, no daemon) for review and linting."""
+    """Render the Dockerfiles (no fetching, no daemon) for review and linting.
+
+    Without --atom-variant and with several ATOM wheels in the lock, one base Dockerfile per variant.
+    """
     patches = [p.name for p in patching.read_series(options.patches)]
+    variants = [options.atom_variant]
+    if not options.atom_variant:
+        variants = sorted(w.variant or w.name for w in lock.wheels.values() if w.project == "atom") or [""]
+    rendered = []
+    for variant in variants:
+        base_options = dataclasses.replace(options, atom_variant=variant).render_options("base")
+        name = "Dockerfile.base" if len(variants) == 1 else f"Dockerfile.base-{variant}"
+        rendered.append((name, render.render_base(lock, base_options)))
+    rendered.append(
+        ("Dockerfile.overlay", render.render_overlay(lock, options.render_options("overlay"), patches))
+    )
     written = []
-    for name, text in (
-        ("Dockerfile.base", render.render_base(lock, options.render_options("base"))),
-        ("Dockerfile.overlay", render.render_overlay(lock, options.render_options("overlay"), patches)),
-    ):
+    for name, text in rendered:
         path = out_dir / name
         atomic_write_bytes(path, text.encode("utf-8"))
         written.append(path)
