@@ -51,6 +51,52 @@ def fetch(
     _lock_cli(c, *args)
 
 
-ns = Collection()
+@task(
+    help={
+        "requests": "smoke requests (default: the launcher's default for a disaggregated run)",
+        "evidence": "where the run's evidence goes (default: evidence/)",
+        "keep_cluster": "leave the local cluster up afterwards",
+    }
+)
+def demo(
+    c: Context, requests: int | None = None, evidence: str = "evidence", keep_cluster: bool = False
+) -> None:
+    """The local rehearsal end to end: cluster up, disagg.run (mock engine), evidence collected and verified, cluster down."""
+    from invoke.exceptions import Exit
+
+    from atomdyn_launchers.evidence import cli as evidence_cli
+    from atomdyn_launchers.launch import run
+    from atomdyn_launchers.localcluster.cluster import LocalCluster
+
+    cluster = LocalCluster(None)
+    started = not cluster.up(log=lambda m: print(m, file=sys.stderr)).already_up
+    try:
+        options: dict[str, object] = {"engine": "mocker"}
+        if requests is not None:
+            options["requests"] = requests
+        outcome = run("disagg", **options)
+        print(f"run directory: {outcome.run_dir}")
+        collected = evidence_cli.collect(outcome.run_dir, Path(evidence))
+        verified = evidence_cli.verify([outcome.run_dir])
+    finally:
+        if started and not keep_cluster:
+            cluster.down()
+    if not outcome.passed or collected or verified:
+        raise Exit(f"demo FAILED: {outcome.failure or 'evidence gates failed (see above)'}", code=1)
+    print("demo PASSED: disaggregated prefill/decode rehearsal verified (CPU, mock engine)")
+
+
+def _package_collections() -> list[Collection]:
+    from atomdyn_images.invoke_tasks import ns as validate
+    from atomdyn_launchers.cluster_tasks import ns as cluster
+    from atomdyn_launchers.evidence.invoke_tasks import ns as evidence_ns
+    from atomdyn_launchers.launch_tasks import agg_ns, disagg_ns
+
+    return [cluster, agg_ns, disagg_ns, evidence_ns, validate]
+
+
+ns = Collection(demo)
 ns.add_collection(Collection("lock", verify))
 ns.add_collection(Collection("wheels", fetch))
+for _collection in _package_collections():
+    ns.add_collection(_collection)
