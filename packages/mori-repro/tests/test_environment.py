@@ -11,6 +11,7 @@ import pytest
 from conftest import clean_env, run_program
 
 from mori_repro.exitcodes import ExitCode
+from mori_repro.native import binary_path
 
 NO_SUCH_FILE = "cannot open shared object file: No such file or directory"
 HSA_MISSING = f"libhsa-runtime64.so.1: {NO_SUCH_FILE}"
@@ -109,3 +110,15 @@ def test_bad_arguments_are_named(args: list[str], message: str) -> None:
     assert result.returncode == ExitCode.USAGE
     assert message in result.stderr
     assert result.stdout == ""
+
+
+def test_program_has_no_link_time_dependency_on_vendor_libraries() -> None:
+    """The point of dlopen: the binary must start where libibverbs, HSA or CUDA are absent."""
+    dynamic = subprocess.run(
+        ["readelf", "--dynamic", str(binary_path())], capture_output=True, text=True, check=True
+    ).stdout
+    needed = {line.split("[", 1)[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line}
+    assert needed, "readelf listed no NEEDED entries: not a dynamically linked program?"
+    assert needed <= {"libc.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libm.so.6", "ld-linux-x86-64.so.2"}, (
+        needed
+    )
