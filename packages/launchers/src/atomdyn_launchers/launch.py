@@ -43,7 +43,14 @@ from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.rundir import KINDS, JobRecord, RunDir
 from atomdyn_launchers.sbatch import Arg, JobSpec, Shell, pid_var, render
 from atomdyn_launchers.slurm import JobInfo, Slurm, SlurmError, preflight
-from atomdyn_launchers.smoke import SmokeClient, SmokeRequest, SmokeResult, build_requests, run_smoke
+from atomdyn_launchers.smoke import (
+    ABORTED,
+    SmokeClient,
+    SmokeRequest,
+    SmokeResult,
+    build_requests,
+    run_smoke,
+)
 
 DEFAULT_REQUESTS = {"agg-single": 8, "agg-two": 32, "disagg": 32}
 _POLL_S = 0.2  # how often job states are read while waiting on etcd events
@@ -482,6 +489,8 @@ class Launch:
         lock = threading.Lock()
 
         def on_result(result: SmokeResult) -> None:
+            if result.error == ABORTED:
+                return  # never sent: not a smoke request of this run
             with lock:
                 self.results.append(result)
                 self._done_count += 1
@@ -507,6 +516,8 @@ class Launch:
                 worker.join(timeout=0)
         except BaseException:
             stop.set()
+            # Requests in flight end quickly once the jobs stop; do not let one hold up the shutdown.
+            worker.join(timeout=5)
             raise
         bad = [r for r in self.results if not r.ok]
         ok = total - len(bad)

@@ -111,6 +111,7 @@ def render(job: JobSpec) -> str:
         "PIDS=()",
         "NAMES=()",
         "STOPPING=0",
+        "FAILING=0",
         "",
         'log() { echo "[$(date -u +%H:%M:%S.%3N)] $ROLE: $*"; }',
         "",
@@ -120,6 +121,8 @@ def render(job: JobSpec) -> str:
         "",
         "# shellcheck disable=SC2317  # called from the traps below",
         "on_signal() {",
+        "  # Already failing (a process exited on its own): keep that status, the others are being stopped.",
+        '  if [ "$FAILING" = 1 ]; then log "$1 received while failing"; return 0; fi',
         '  log "$1 received: stopping ${#PIDS[@]} processes"',
         "  STOPPING=1",
         "  stop_all",
@@ -146,11 +149,13 @@ def render(job: JobSpec) -> str:
     if job.prelude:
         lines += ["", *job.prelude]
     lines.append("")
+    registered = " ".join(render_arg(a) for a in job.register or ())
     for proc in job.processes:
         env = [render_assignment(k, v) for k, v in sorted(proc.env.items())]
         command = " ".join([*(["env", *env] if env else []), *(render_arg(a) for a in proc.argv)])
         lines.append(f"start {proc.name} {command}")
-        lines.append(f"{pid_var(proc.name)}=$!")
+        if pid_var(proc.name) in registered:
+            lines.append(f"{pid_var(proc.name)}=$!")
     if job.register is not None:
         lines.append("start register " + " ".join(render_arg(a) for a in job.register))
     lines += [
@@ -163,6 +168,7 @@ def render(job: JobSpec) -> str:
         '  if ! kill -0 "${PIDS[$i]}" 2>/dev/null; then failed="$failed ${NAMES[$i]}"; fi',
         "done",
         'if [ "$STOPPING" = 0 ]; then',
+        "  FAILING=1",
         '  log "process(es)${failed} exited (status $first_status) on their own: stopping the others"',
         "  stop_all",
         "fi",

@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
+ABORTED = "run aborted"
+
 
 @dataclass(frozen=True)
 class SmokeRequest:
@@ -245,7 +247,7 @@ def run_smoke(
                 None,
                 None,
                 None,
-                "run aborted",
+                ABORTED,
             )
         else:
             result = client.send(request, require_pd)

@@ -1,0 +1,212 @@
+"""Model and engine profiles: the data, and the exact command lines each engine gets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from atomdyn_launchers.profiles.engines import (
+    ATOM_UCX_ENV,
+    KV_TRANSFER_CONFIG,
+    DockerRuntime,
+    Ports,
+    RoleContext,
+    RolePlan,
+    VenvRuntime,
+    plan_role,
+)
+from atomdyn_launchers.profiles.models import ProfileError, get_model, load_models, parse_models
+from atomdyn_launchers.sbatch import Shell, render_arg
+
+
+def test_default_model_is_qwen3_8b_as_the_poc_ran_it() -> None:
+    model = get_model("qwen3-8b-bf16")
+    assert model.enable_prefix_caching is True
+    assert model.max_num_seqs == 32
+    assert model.gpus_per_worker == 1 and model.tensor_parallel_size == 1
+    args = model.vllm_args()
+    assert "--enable-prefix-caching" in args and "--no-enable-prefix-caching" not in args
+    assert args[args.index("--max-num-seqs") + 1] == "32"
+
+
+def test_large_model_carries_atom_recipe_settings() -> None:
+    model = get_model("qwen3.5-397b-mxfp4")
+    assert model.tensor_parallel_size == 4 and model.gpus_per_worker == 4
+    assert model.kv_cache_dtype == "fp8" and model.enable_prefix_caching is False
+    assert model.atom_env["ATOM_USE_CUSTOM_ALL_GATHER"] == "0"
+    assert model.atom_env["ATOM_ENABLE_QK_NORM_ROPE_CACHE_QUANT_FUSION"] == "1"
+    assert "--async-scheduling" in model.atom_args
+    config = model.atom_args[model.atom_args.index("--compilation-config") + 1]
+    assert json.loads(config) == {"cudagraph_mode": "FULL_AND_PIECEWISE"}
+    assert "--quantization" not in model.vllm_args() + list(model.atom_args)
+
+
+def test_unknown_model_profile_is_named() -> None:
+    with pytest.raises(ProfileError, match=r"unknown model profile 'nope'.*qwen3-8b-bf16"):
+        get_model("nope")
+
+
+def _models_text(**changes: object) -> str:
+    raw = json.loads(json.dumps({"schema_version": 1, "models": {"m": _entry()}}))
+    raw["models"]["m"].update(changes)
+    return json.dumps(raw)
+
+
+def _entry() -> dict[str, object]:
+    return {
+        "description": "d",
+        "hf_id": "x/y",
+        "served_model_name": "x/y",
+        "gpus_per_worker": 1,
+        "tensor_parallel_size": 1,
+        "max_num_seqs": None,
+        "enable_prefix_caching": True,
+        "kv_cache_dtype": None,
+        "engine_args": [],
+        "atom_env": {},
+        "atom_args": [],
+    }
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"colour": "red"}, "unknown field 'colour'"),
+        ({"gpus_per_worker": "1"}, "field 'gpus_per_worker' has the wrong type"),
+        ({"gpus_per_worker": True}, "field 'gpus_per_worker' has the wrong type"),
+        ({"engine_args": ["--a", 3]}, "'engine_args' must be a list of strings"),
+        ({"tensor_parallel_size": 2}, "gpus_per_worker must be >= tensor_parallel_size"),
+    ],
+)
+def test_bad_model_profiles_name_the_field(changes: dict[str, object], message: str) -> None:
+    with pytest.raises(ProfileError, match=message):
+        parse_models(_models_text(**changes))
+
+
+def test_models_json_parses_and_rejects_garbage() -> None:
+    assert set(load_models()) == {"qwen3-8b-bf16", "qwen3.5-397b-mxfp4"}
+    with pytest.raises(ProfileError, match="not valid JSON"):
+        parse_models("{")
+    with pytest.raises(ProfileError, match="schema_version 1"):
+        parse_models('{"models": {}}')
+
+
+def _ctx(
+    mode: str, runtime: VenvRuntime | DockerRuntime, frontend: bool = False, index: int = 0
+) -> RoleContext:
+    return RoleContext(
+        run_id="20260101T000000Z-disagg-x",
+        role=mode,
+        mode=mode,
+        with_frontend=frontend,
+        index=index,
+        model=get_model("qwen3-8b-bf16"),
+        model_path="/shared/models/qwen3-8b",
+        etcd_endpoint="http://10.1.2.3:2379",
+        namespace="atomdyn-test",
+        home_dir="/shared/runs/r/home/x",
+        ports=Ports.for_role(index),
+        runtime=runtime,
+    )
+
+
+def _flat(plan: RolePlan, process: str) -> list[str]:
+    proc = next(p for p in plan.processes if p.name == process)
+    return [a.text if isinstance(a, Shell) else a for a in proc.argv]
+
+
+VENV = VenvRuntime(Path("/opt/venv"))
+
+
+def test_mocker_roles_follow_the_rehearsal_recipe() -> None:
+    prefill = plan_role("mocker", _ctx("prefill", VENV, index=1))
+    decode = plan_role("mocker", _ctx("decode", VENV, frontend=True))
+    assert [p.name for p in prefill.processes] == ["prefill"]
+    assert [p.name for p in decode.processes] == ["frontend", "decode"]
+    env = decode.env
+    assert env["DYN_DISCOVERY_BACKEND"] == "etcd" and env["ETCD_ENDPOINTS"] == "http://10.1.2.3:2379"
+    assert (
+        env["DYN_REQUEST_PLANE"] == "tcp" and env["DYN_EVENT_PLANE"] == "zmq" and env["HF_HUB_OFFLINE"] == "1"
+    )
+    # Setting it breaks model registration in Dynamo 1.3 (FIELD_NOTES §6b).
+    assert "DYN_TCP_RESPONSE_STREAM_HOST" not in env
+    worker = next(p for p in prefill.processes if p.name == "prefill")
+    assert worker.env["DYN_SELF_HOST_METADATA"] == "1" and worker.env["DYN_SYSTEM_PORT"] == "8082"
+    argv = _flat(prefill, "prefill")
+    assert argv[:3] == ["/opt/venv/bin/python", "-m", "dynamo.mocker"]
+    assert argv[argv.index("--disaggregation-mode") + 1] == "prefill"
+    assert argv[argv.index("--speedup-ratio") + 1] == "10"
+    assert "--bootstrap-ports" in argv and "--enable-prefix-caching" in argv
+    front = _flat(decode, "frontend")
+    assert front[front.index("--router-mode") + 1] == "kv"
+    assert front[front.index("--namespace") + 1] == "atomdyn-test"
+    # Caches live under the run directory, not the user's HOME.
+    assert all(str(p.env["HOME"]).startswith("/shared/runs/r/home/x") for p in decode.processes)
+
+
+def test_atom_worker_command_line_and_environment() -> None:
+    plan = plan_role("atom", _ctx("prefill", VENV, index=1))
+    argv = _flat(plan, "prefill")
+    assert argv[:3] == ["/opt/venv/bin/python", "-m", "dynamo.vllm"]
+    assert argv[argv.index("--kv-transfer-config") + 1] == KV_TRANSFER_CONFIG
+    assert json.loads(KV_TRANSFER_CONFIG) == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    assert '"${DISAGG_ARGS[@]}"' in argv  # probed from --help in the job script
+    assert argv[argv.index("--served-model-name") + 1] == "Qwen/Qwen3-8B"
+    assert plan.gpus == 1
+    env = plan.processes[0].env
+    for key, value in ATOM_UCX_ENV.items():
+        assert env[key] == value
+    assert env["NIXL_COMPAT_ALLOW_HOST_VRAM"] == "1"
+    assert "ib" not in str(env["UCX_TLS"]).split(",") and "ud" not in str(env["UCX_TLS"])
+    assert render_arg(env["LD_PRELOAD"]) == '"$SHIM_PRELOAD"'
+    assert render_arg(env["VLLM_NIXL_SIDE_CHANNEL_HOST"]) == '"$MGMT_ADDR"'
+    prelude = "\n".join(plan.prelude)
+    assert "dmabuf-shim env" in prelude.replace("' '", " ").replace("'", "")
+    assert "dynamo.vllm --help" in prelude.replace("' '", " ").replace("'", "")
+
+
+def test_side_channel_ports_are_unique_per_worker() -> None:
+    ports = {
+        plan_role("vllm", _ctx(mode, VENV, index=i)).processes[0].env["VLLM_NIXL_SIDE_CHANNEL_PORT"]
+        for i, mode in enumerate(["decode", "prefill"])
+    }
+    assert len(ports) == 2
+
+
+def test_vllm_profile_keeps_atom_out() -> None:
+    plan = plan_role("vllm", _ctx("decode", VENV, frontend=True))
+    env = next(p for p in plan.processes if p.name == "decode").env
+    assert "LD_PRELOAD" not in env and "NIXL_COMPAT_ALLOW_HOST_VRAM" not in env
+    assert env["ATOM_DISABLE_VLLM_PLUGIN"] == "1"
+    assert "dmabuf-shim" not in "\n".join(plan.prelude)
+
+
+def test_docker_runtime_passes_devices_network_and_shared_dir() -> None:
+    runtime = DockerRuntime("registry.local/atom-dynamo:1", "atomdyn-r", ["/shared"], "amd")
+    plan = plan_role("atom", _ctx("decode", runtime, frontend=True))
+    argv = [render_arg(a) for a in next(p for p in plan.processes if p.name == "decode").argv]
+    assert argv[:3] == ["docker", "run", "--rm"]
+    joined = " ".join(argv)
+    for piece in (
+        "--network host",
+        "--ipc host",
+        "--device /dev/kfd",
+        "--device /dev/dri",
+        "--device /dev/infiniband",
+        "-v /shared:/shared",
+        "--ulimit memlock=-1",
+        "-e NIXL_COMPAT_ALLOW_HOST_VRAM=1",
+        '-e LD_PRELOAD="$SHIM_PRELOAD"',
+    ):
+        assert piece in joined
+    image_at = argv.index("registry.local/atom-dynamo:1")
+    assert argv[image_at + 1 : image_at + 4] == ["python3", "-m", "dynamo.vllm"]
+    # The probes run inside the image too.
+    assert "registry.local/atom-dynamo:1 dmabuf-shim env" in "\n".join(plan.prelude)
+
+
+def test_unknown_engine_is_refused() -> None:
+    with pytest.raises(ProfileError, match="unknown engine profile 'sglang'"):
+        plan_role("sglang", _ctx("agg", VENV))

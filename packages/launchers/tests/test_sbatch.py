@@ -1,0 +1,279 @@
+"""Generated job scripts: shellcheck-clean, and they really forward SIGTERM, wait, and fail fast.
+
+The scripts are run with bash directly here (Slurm runs them the same way); the end-to-end tests submit them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from atomdyn_launchers.profiles.engines import DockerRuntime, Ports, RoleContext, VenvRuntime, plan_role
+from atomdyn_launchers.profiles.models import get_model
+from atomdyn_launchers.sbatch import JobSpec, ProcessSpec, Shell, render
+
+IN_CI = os.environ.get("CI") == "true"
+
+# A process that records its start, and on SIGTERM takes a moment to shut down before recording its stop:
+# the script must not exit before it has.
+SLOW_STOPPER = """
+import pathlib, signal, sys, time
+d = pathlib.Path(sys.argv[1]); name = sys.argv[2]
+def stop(*_):
+    time.sleep(0.5)  # models a server draining its requests
+    (d / f"{name}.stopped").write_text("ok")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+(d / f"{name}.started").write_text("ok")
+while True:
+    signal.pause()
+"""
+# Crashes once its sibling is up (a crash after startup, not a race with the sibling's own start).
+CRASHER = """
+import pathlib, sys, time
+d = pathlib.Path(sys.argv[1])
+deadline = time.monotonic() + 15
+while not (d / "frontend.started").exists() and time.monotonic() < deadline:
+    time.sleep(0.01)
+sys.exit(3)
+"""
+
+
+def _shellcheck(path: Path) -> None:
+    exe = shutil.which("shellcheck")
+    if exe is None:
+        if IN_CI:
+            pytest.fail("shellcheck is not installed (.ci/run must install it)")
+        pytest.skip("shellcheck is not installed")
+    done = subprocess.run([exe, "--severity=info", str(path)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout
+
+
+def _job(tmp: Path, processes: list[ProcessSpec], **kw: object) -> JobSpec:
+    fields: dict[str, object] = {
+        "role": "decode",
+        "job_name": "atomdyn-decode",
+        "node": "node2",
+        "account": "acct",
+        "partition": "part",
+        "qos": "normal",
+        "output": str(tmp / "logs" / "decode.slurm.out"),
+        "log_dir": str(tmp / "logs"),
+        "processes": processes,
+    }
+    fields.update(kw)
+    return JobSpec(**fields)  # type: ignore[arg-type]
+
+
+def _python(name: str, code: str, tmp: Path) -> ProcessSpec:
+    return ProcessSpec(name, [sys.executable, "-c", code, str(tmp), name])
+
+
+def _wait_for(what: str, condition: Callable[[], bool], timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def _start(script: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        ["bash", str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def test_header_carries_placement_and_explicit_slurm_options(tmp_path: Path) -> None:
+    text = render(_job(tmp_path, [ProcessSpec("worker", ["true"])], gpus=2, time_limit="00:10:00"))
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    for expected in (
+        "#SBATCH --nodelist=node2",
+        "#SBATCH --account=acct",
+        "#SBATCH --partition=part",
+        "#SBATCH --qos=normal",
+        "#SBATCH --gres=gpu:2",
+        "#SBATCH --time=00:10:00",
+        f"#SBATCH --output={tmp_path}/logs/decode.slurm.out",
+    ):
+        assert expected in lines
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"processes": []}, "no processes"),
+        ({"node": "node1 node2"}, "--nodelist has an unusable value"),
+        ({"processes": [ProcessSpec("Bad Name", ["true"])]}, "invalid role or process name"),
+        ({"processes": [ProcessSpec("w", ["true"]), ProcessSpec("w", ["true"])]}, "same name"),
+        ({"env": {"1BAD": "x"}}, "invalid environment variable name"),
+    ],
+)
+def test_bad_job_specs_are_refused(tmp_path: Path, changes: dict[str, object], message: str) -> None:
+    base = {"processes": [ProcessSpec("worker", ["true"])]}
+    base.update(changes)
+    processes = base.pop("processes")
+    job = _job(tmp_path, processes, **base)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        render(job)
+
+
+def test_sigterm_is_forwarded_and_the_script_waits_for_every_process(tmp_path: Path) -> None:
+    job = _job(
+        tmp_path, [_python("frontend", SLOW_STOPPER, tmp_path), _python("decode", SLOW_STOPPER, tmp_path)]
+    )
+    script = tmp_path / "decode.sbatch"
+    script.write_text(render(job))
+    _shellcheck(script)
+    proc = _start(script)
+    try:
+        _wait_for(
+            "both processes to start",
+            lambda: all((tmp_path / f"{n}.started").exists() for n in ("frontend", "decode")),
+        )
+        os.kill(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    # Both had finished their (slow) shutdown before the script exited, and the script reports success.
+    assert (tmp_path / "frontend.stopped").exists() and (tmp_path / "decode.stopped").exists()
+    assert proc.returncode == 0, out
+    assert "TERM received: stopping 2 processes" in out and "all processes stopped" in out
+    assert (tmp_path / "logs" / "decode.frontend.log").exists()
+
+
+def test_first_process_to_fail_stops_the_others_and_fails_the_job(tmp_path: Path) -> None:
+    job = _job(tmp_path, [_python("frontend", SLOW_STOPPER, tmp_path), _python("decode", CRASHER, tmp_path)])
+    script = tmp_path / "decode.sbatch"
+    script.write_text(render(job))
+    proc = _start(script)
+    try:
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 3, out
+    assert (tmp_path / "frontend.stopped").exists()
+    assert "decode exited (status 3) on their own: stopping the others" in out.replace("process(es) ", "")
+
+
+def _fake_venv(tmp: Path, help_text: str) -> Path:
+    """A stand-in for a GPU node's venv whose `python -m dynamo.vllm --help` prints ``help_text``.
+
+    dynamo.vllm needs vLLM and a GPU; only its --help output matters to the probe.
+    """
+    venv = tmp / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text(f"#!/bin/sh\ncat <<'EOF'\n{help_text}\nEOF\n")
+    python.chmod(0o755)
+    return venv
+
+
+def _probe(tmp: Path, help_text: str, mode: str) -> subprocess.CompletedProcess[str]:
+    ctx = RoleContext(
+        run_id="r",
+        role=mode,
+        mode=mode,
+        with_frontend=False,
+        index=0,
+        model=get_model("qwen3-8b-bf16"),
+        model_path="/m",
+        etcd_endpoint="http://127.0.0.1:2379",
+        namespace="ns",
+        home_dir=str(tmp / "home"),
+        ports=Ports(),
+        runtime=VenvRuntime(_fake_venv(tmp, help_text)),
+    )
+    plan = plan_role("vllm", ctx)
+    script = tmp / "probe.sh"
+    script.write_text(
+        "\n".join(["#!/bin/bash", 'log() { echo "$*"; }', *plan.prelude, 'echo "ARGS=${DISAGG_ARGS[*]}"', ""])
+    )
+    return subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize(
+    ("help_text", "mode", "expected"),
+    [
+        (
+            "  --disaggregation-mode {agg,prefill,decode}\n  --is-prefill-worker",
+            "prefill",
+            "ARGS=--disaggregation-mode prefill",
+        ),
+        ("  --is-prefill-worker\n  --is-decode-worker", "decode", "ARGS=--is-decode-worker"),
+        ("  --is-prefill-worker\n  --is-decode-worker", "agg", "ARGS="),
+    ],
+)
+def test_disaggregation_flag_is_probed_from_help(
+    tmp_path: Path, help_text: str, mode: str, expected: str
+) -> None:
+    done = _probe(tmp_path, help_text, mode)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert expected in done.stdout.splitlines()
+    assert "management address 127.0.0.1" in done.stdout
+
+
+def test_probe_fails_when_help_shows_neither_flag(tmp_path: Path) -> None:
+    done = _probe(tmp_path, "usage: something else", "prefill")
+    assert done.returncode == 2
+    assert "shows neither --disaggregation-mode nor --is-prefill-worker" in done.stdout
+
+
+@pytest.mark.parametrize("engine", ["mocker", "vllm", "atom"])
+@pytest.mark.parametrize("runtime_kind", ["venv", "docker"])
+def test_every_engine_and_runtime_renders_shellcheck_clean(
+    tmp_path: Path, engine: str, runtime_kind: str
+) -> None:
+    runtime: VenvRuntime | DockerRuntime
+    if runtime_kind == "venv":
+        runtime = VenvRuntime(Path("/opt/venv"))
+    else:
+        runtime = DockerRuntime("img:1", "atomdyn-r", ["/shared"], "amd")
+    for mode, frontend in (("prefill", False), ("decode", True), ("agg", True)):
+        ctx = RoleContext(
+            run_id="r",
+            role=mode,
+            mode=mode,
+            with_frontend=frontend,
+            index=0,
+            model=get_model("qwen3.5-397b-mxfp4"),
+            model_path="/models/q",
+            etcd_endpoint="http://head:2379",
+            namespace="ns",
+            home_dir="/shared/home",
+            ports=Ports(),
+            runtime=runtime,
+        )
+        plan = plan_role(engine, ctx)
+        job = _job(
+            tmp_path,
+            plan.processes,
+            env=plan.env,
+            prelude=plan.prelude,
+            gpus=plan.gpus,
+            register=[
+                "/opt/venv/bin/python",
+                "-m",
+                "atomdyn_launchers.readiness",
+                "register",
+                "--pid",
+                Shell('decode="$PID_DECODE"'),
+            ],
+        )
+        script = tmp_path / f"{engine}-{runtime_kind}-{mode}.sbatch"
+        script.write_text(render(job))
+        _shellcheck(script)
