@@ -15,7 +15,7 @@ import pytest
 
 from atomdyn_launchers.localcluster import LocalCluster, LocalClusterError, prune_orphans
 from atomdyn_launchers.localcluster.procs import Proc, alive, procs_in_netns, wait_gone
-from atomdyn_launchers.slurm import Slurm
+from atomdyn_launchers.slurm import Slurm, SlurmError
 
 pytestmark = pytest.mark.integration
 
@@ -31,6 +31,13 @@ def test_lifecycle_crash_restart_and_clean_down(local_cluster: LocalCluster, tmp
         assert layout.tag != session.tag and not layout.subnet.overlaps(session.subnet)
         assert cluster.status().healthy
 
+        # A job that finished before the restart below; the controller will forget it.
+        slurm_before = Slurm(cluster.config())
+        quick = tmp_path / "quick.sh"
+        quick.write_text("#!/bin/bash\ntrue\n")
+        old_job = slurm_before.submit(quick, nodelist="node2", output=tmp_path / "quick.out")
+        assert slurm_before.wait_terminal(old_job, timeout=30).succeeded
+
         # A crashed node: status names it, up restarts the cluster (new daemons), which is healthy again.
         crashed = next(d for d in cluster.status().daemons if d.name == "slurmd-node2")
         os.kill(crashed.pid, signal.SIGKILL)
@@ -45,12 +52,19 @@ def test_lifecycle_crash_restart_and_clean_down(local_cluster: LocalCluster, tmp
         assert cluster.status().healthy
         assert crashed.pid not in [d.pid for d in cluster.status().daemons]
 
+        # The new controller does not know the old job: the Slurm object that saw it answers from memory.
+        remembered = slurm_before.job(old_job)
+        assert (remembered.source, remembered.state, remembered.succeeded) == ("cache", "COMPLETED", True)
+        slurm = Slurm(cluster.config())
+        with pytest.raises(SlurmError, match=f"job {old_job} is unknown to the controller"):
+            slurm.job(old_job)
+
         # A job still running at down: its processes go too.
         layout = cluster.layout()
-        slurm = Slurm(cluster.config())
         script = tmp_path / "sleep.sh"
         script.write_text("#!/bin/bash\nsleep 300\n")
         job_id = slurm.submit(script, nodelist="node1", output=tmp_path / "sleep.out")
+        assert job_id > old_job  # job ids continue across restarts
         slurm.wait_for(job_id, lambda i: i.state == "RUNNING", timeout=30, what="running")
         inodes = {layout.netns_path(h).stat().st_ino for h in ("head", *layout.nodes)}
         in_namespaces = _wait_for_process(inodes, "sleep")

@@ -90,6 +90,30 @@ def parse_scontrol_record(line: str) -> dict[str, str]:
     return fields
 
 
+SACCT_FORMAT = "JobID,JobName,State,Reason,NodeList,ExitCode,DerivedExitCode"
+
+
+def parse_sacct(out: str, job_id: int) -> JobInfo | None:
+    """The allocation line of ``sacct -X -n -P --format=SACCT_FORMAT`` for ``job_id`` (states like
+    "CANCELLED by 0" are reduced to their first word)."""
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) != 7 or parts[0] != str(job_id):
+            continue
+        state = parts[2].split()[0] if parts[2].strip() else "UNKNOWN"
+        return JobInfo(
+            job_id=job_id,
+            name=parts[1],
+            state=state.rstrip("+"),
+            reason=None if parts[3] in ("", "None") else parts[3],
+            nodes=None if parts[4] in ("", "None assigned") else parts[4],
+            exit_code=parse_exit_code(parts[5]),
+            derived_exit_code=parse_exit_code(parts[6]),
+            source="sacct",
+        )
+    return None
+
+
 class Slurm:
     """Slurm commands against the cluster named by ``config`` (``SLURM_CONF`` when the config sets it)."""
 
@@ -237,24 +261,8 @@ class Slurm:
         )
 
     def _sacct(self, job_id: int) -> JobInfo | None:
-        fmt = "JobID,JobName,State,Reason,NodeList,ExitCode,DerivedExitCode"
-        out = self.run(["sacct", "-j", str(job_id), "-X", "-n", "-P", f"--format={fmt}"])
-        for line in out.splitlines():
-            parts = line.split("|")
-            if len(parts) != 7 or parts[0] != str(job_id):
-                continue
-            state = parts[2].split()[0] if parts[2] else "UNKNOWN"
-            return JobInfo(
-                job_id=job_id,
-                name=parts[1],
-                state=state.rstrip("+"),
-                reason=None if parts[3] in ("", "None") else parts[3],
-                nodes=None if parts[4] in ("", "None assigned") else parts[4],
-                exit_code=parse_exit_code(parts[5]),
-                derived_exit_code=parse_exit_code(parts[6]),
-                source="sacct",
-            )
-        return None
+        out = self.run(["sacct", "-j", str(job_id), "-X", "-n", "-P", f"--format={SACCT_FORMAT}"])
+        return parse_sacct(out, job_id)
 
     def wait_for(
         self, job_id: int, predicate: Callable[[JobInfo], bool], *, timeout: float, what: str

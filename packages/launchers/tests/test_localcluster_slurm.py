@@ -1,0 +1,53 @@
+"""Parsing what the Slurm tools print: sacct lines (accounting is off here) and scontrol records."""
+
+from __future__ import annotations
+
+from atomdyn_launchers.slurm import parse_exit_code, parse_sacct, parse_scontrol_record
+
+# `scontrol -d show job -o` as Slurm 22.05 prints it (values may contain spaces; -d adds DerivedExitCode).
+SCONTROL = (
+    "JobId=42 JobName=decode job UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=1 Nice=0 "
+    "Account=rehearsal QOS=(null) JobState=CANCELLED Reason=Job's cancelled by user Dependency=(null) "
+    "Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:15 DerivedExitCode=3:0 RunTime=00:00:04 "
+    "NodeList=node2 BatchHost=node2 Command=/runs/my run/decode.sbatch WorkDir=/runs/my run "
+    "TresPerNode=gres:gpu:1"
+)
+
+
+def test_scontrol_record_keeps_values_with_spaces() -> None:
+    rec = parse_scontrol_record(SCONTROL)
+    assert rec["JobName"] == "decode job"
+    assert rec["Reason"] == "Job's cancelled by user"
+    assert rec["Command"] == "/runs/my run/decode.sbatch"
+    assert rec["WorkDir"] == "/runs/my run"
+    assert (rec["ExitCode"], rec["DerivedExitCode"], rec["NodeList"]) == ("0:15", "3:0", "node2")
+    assert rec["TresPerNode"] == "gres:gpu:1"
+
+
+def test_exit_codes() -> None:
+    assert parse_exit_code("0:15") == (0, 15)
+    assert parse_exit_code("137:0") == (137, 0)
+    assert parse_exit_code("") is None and parse_exit_code("n/a") is None
+
+
+def test_sacct_allocation_line() -> None:
+    out = "\n".join(
+        [
+            "41|other|COMPLETED|None|node1|0:0|0:0",
+            "42|decode|CANCELLED by 0|None|node2|0:15|3:0",
+            "43|pending|PENDING|Resources|None assigned|0:0|0:0",
+        ]
+    )
+    cancelled = parse_sacct(out, 42)
+    assert cancelled is not None
+    assert (cancelled.state, cancelled.nodes, cancelled.exit_code, cancelled.derived_exit_code) == (
+        "CANCELLED",
+        "node2",
+        (0, 15),
+        (3, 0),
+    )
+    assert cancelled.terminal and not cancelled.succeeded and cancelled.source == "sacct"
+    pending = parse_sacct(out, 43)
+    assert pending is not None and pending.nodes is None and pending.reason == "Resources"
+    assert not pending.terminal
+    assert parse_sacct(out, 44) is None
