@@ -1,0 +1,59 @@
+"""The invoke collection ``mori``: ``invoke mori.run`` and ``invoke mori.report`` (the CLI's exit codes)."""
+
+from __future__ import annotations
+
+from invoke.collection import Collection
+from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
+
+from mori_repro.cli import main
+
+_HELP = {
+    "backend": "auto | hsa | cuda",
+    "device": "RDMA device, e.g. ionic_0 (default: the first)",
+    "gid_index": "GID index (ionic: 1 is the IPv4 RoCEv2 GID)",
+    "mode": "both | bug | fix",
+}
+
+
+def _options(backend: str, device: str, gid_index: int, mode: str) -> list[str]:
+    args = [f"--backend={backend}", f"--gid-index={gid_index}", f"--mode={mode}"]
+    return args + ([f"--device={device}"] if device else [])
+
+
+@task(help={**_HELP, "json": "print the JSON report"})
+def run(
+    c: Context,
+    backend: str = "auto",
+    device: str = "",
+    gid_index: int = 1,
+    mode: str = "both",
+    json: bool = False,
+) -> None:
+    """Register a sub-allocation with offset 0 and with the exporter's offset; check where the bytes land."""
+    code = main(["run", *(["--json"] if json else []), *_options(backend, device, gid_index, mode)])
+    if code != 0:
+        raise Exit(code=code)
+
+
+@task(help={**_HELP, "out": "bundle directory", "result": "reuse a `mori-repro run --json` output"})
+def report(
+    c: Context,
+    backend: str = "auto",
+    device: str = "",
+    gid_index: int = 1,
+    mode: str = "both",
+    out: str = "",
+    result: str = "",
+) -> None:
+    """Write the sanitized bug-report bundle (report.md, result.json, system.json)."""
+    extra = [*(["--out", out] if out else []), *(["--result", result] if result else [])]
+    code = main(["report", *extra, *_options(backend, device, gid_index, mode)])
+    if code != 0:
+        raise Exit(code=code)
+
+
+ns = Collection("mori")
+ns.add_task(run)
+ns.add_task(report)
