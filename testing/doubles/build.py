@@ -21,7 +21,17 @@ SRC = HERE / "src"
 INCLUDE = HERE / "include"
 VERBS_HEADER = Path("/usr/include/infiniband/verbs.h")
 
-CFLAGS = ("-std=gnu11", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-fPIC", "-fvisibility=hidden", "-pthread")
+CFLAGS = (
+    "-std=gnu11",
+    "-O2",
+    "-g",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-fPIC",
+    "-fvisibility=hidden",
+    "-pthread",
+)
 
 # key -> (soname, sources, extra link flags)
 LIBRARIES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {

@@ -1,0 +1,5 @@
+import sys
+
+from dmabuf_shim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,188 @@
+"""`dmabuf-shim env [--check]` and `dmabuf-shim bench`."""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from dmabuf_shim import _native
+
+BENCH_LIB = "libdmabuf_shim_benchverbs.so"
+CHILD_TIMEOUT_S = 120
+
+
+def preload_value(library: str, existing: str | None) -> str:
+    """LD_PRELOAD with the shim first, keeping whatever was already preloaded."""
+    entries = [e for e in (existing or "").replace(" ", ":").split(":") if e and e != library]
+    return ":".join([library, *entries])
+
+
+def _library() -> Path:
+    path = Path(_native.library_path())
+    if not path.is_file():
+        raise SystemExit(f"dmabuf-shim: {path} is missing: the installation is broken, reinstall dmabuf-shim")
+    return path
+
+
+def _child(args: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dmabuf_shim", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT_S,
+        check=False,
+    )
+
+
+def parse_probe(text: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in text.split() if "=" in item)
+
+
+def cmd_env(check: bool) -> int:
+    library = str(_library())
+    line = f"LD_PRELOAD={preload_value(library, os.environ.get('LD_PRELOAD'))}"
+    if not check:
+        print(line)
+        return 0
+    env = dict(os.environ, LD_PRELOAD=preload_value(library, os.environ.get("LD_PRELOAD")))
+    result = _child(["_probe"], env)
+    if result.returncode != 0:
+        print(
+            f"dmabuf-shim: check FAILED: the child process exited {result.returncode}: {result.stderr.strip()}"
+        )
+        return 1
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    print(line)
+    if report["probe"] is None:
+        print(
+            f"dmabuf-shim: check FAILED: {library} was not loaded by the dynamic loader (LD_PRELOAD ignored?)"
+        )
+        return 1
+    found = parse_probe(report["probe"])
+    problems = []
+    if found.get("interposes") != "1":
+        problems.append("another library's ibv_reg_mr wins symbol resolution")
+    if found.get("version") != _native.version():
+        problems.append(f"loaded version {found.get('version')} differs from installed {_native.version()}")
+    notes = []
+    if not report["libibverbs"]:
+        notes.append(
+            "libibverbs.so.1 not loadable here: every registration passes through (install rdma-core)"
+        )
+    elif found.get("reg_dmabuf") != "1":
+        notes.append(
+            "libibverbs has no ibv_reg_dmabuf_mr (rdma-core < 34): GPU memory falls back to plain ibv_reg_mr"
+        )
+    if found.get("backends") == "none":
+        notes.append("no GPU runtime found (libhsa-runtime64.so.1, libcuda.so.1): pure passthrough")
+    print(f"dmabuf-shim: loaded {library}")
+    print(
+        "dmabuf-shim: version={version} interposes={interposes} ibverbs={ibverbs} reg_dmabuf={reg_dmabuf} "
+        "backends={backends} hsa_export_v2={hsa_export_v2} strip={strip}".format(**found)
+    )
+    for note in notes:
+        print(f"dmabuf-shim: note: {note}")
+    if problems:
+        print(f"dmabuf-shim: check FAILED: {'; '.join(problems)}")
+        return 1
+    print("dmabuf-shim: check ok")
+    return 0
+
+
+def cmd_probe_child() -> int:
+    """Runs under LD_PRELOAD: load libibverbs as a verbs program would, then ask the shim what it sees."""
+    try:
+        ctypes.CDLL("libibverbs.so.1", mode=ctypes.RTLD_GLOBAL)
+        libibverbs = True
+    except OSError:
+        libibverbs = False
+    print(json.dumps({"probe": _native.probe(), "libibverbs": libibverbs}))
+    return 0
+
+
+def _init_runtimes() -> list[str]:
+    """Initialise the GPU runtimes present, so the bench sees what a GPU process registering host memory sees."""
+    started = []
+    for name, init, args in (("libhsa-runtime64.so.1", "hsa_init", ()), ("libcuda.so.1", "cuInit", (0,))):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        if getattr(lib, init)(*args) == 0:
+            started.append(name)
+    return started
+
+
+def cmd_bench_child(iterations: int, rounds: int, init_runtimes: bool) -> int:
+    started = _init_runtimes() if init_runtimes else []
+    lib = str(Path(_native.library_path()).with_name(BENCH_LIB))
+    figures = _native.bench(lib, iterations, rounds)
+    probe = parse_probe(_native.probe() or "")
+    print(json.dumps({**figures, "backends": probe.get("backends", "not-loaded"), "runtimes": started}))
+    return 0
+
+
+def cmd_bench(iterations: int, rounds: int) -> int:
+    library = str(_library())
+    bench_lib = str(Path(library).with_name(BENCH_LIB))
+    print(
+        f"dmabuf-shim bench: ibv_reg_mr on host memory, shim entry vs the function behind it, "
+        f"{iterations} calls x {rounds} rounds, best round"
+    )
+    for label, backend, init in (
+        ("no GPU runtime", "none", False),
+        ("GPU runtimes initialised", "auto", True),
+    ):
+        env = dict(
+            os.environ,
+            LD_PRELOAD=f"{library}:{bench_lib}",
+            DMABUF_SHIM_BACKEND=backend,
+            DMABUF_SHIM_LOG="off",
+        )
+        args = ["_bench", str(iterations), str(rounds), "1" if init else "0"]
+        result = _child(args, env)
+        if result.returncode != 0:
+            print(f"dmabuf-shim bench: child failed ({result.returncode}): {result.stderr.strip()}")
+            return 1
+        f = json.loads(result.stdout.strip().splitlines()[-1])
+        if not f["shim_is_bound"]:
+            print("dmabuf-shim bench: the shim did not interpose ibv_reg_mr in the child; no figures")
+            return 1
+        added = f["shim_ns"] - f["direct_ns"]
+        print(
+            f"  {label} (backends={f['backends']}): direct {f['direct_ns']:.1f} ns/call, "
+            f"through shim {f['shim_ns']:.1f} ns/call, added {added:.1f} ns/call"
+        )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dmabuf-shim", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    env = sub.add_parser("env", help="print the LD_PRELOAD=... line for the installed library")
+    env.add_argument("--check", action="store_true", help="load the library in a child process and report")
+    bench = sub.add_parser("bench", help="ns per passthrough call added by the shim")
+    bench.add_argument("--iterations", type=int, default=2_000_000)
+    bench.add_argument("--rounds", type=int, default=5)
+    sub.add_parser("_probe")
+    child = sub.add_parser("_bench")
+    child.add_argument("iterations", type=int)
+    child.add_argument("rounds", type=int)
+    child.add_argument("init_runtimes", type=int)
+    args = parser.parse_args(argv)
+    if args.command == "env":
+        return cmd_env(args.check)
+    if args.command == "bench":
+        if args.iterations < 1 or args.rounds < 1:
+            parser.error("--iterations and --rounds must be positive")
+        return cmd_bench(args.iterations, args.rounds)
+    if args.command == "_probe":
+        return cmd_probe_child()
+    return cmd_bench_child(args.iterations, args.rounds, bool(args.init_runtimes))

@@ -1,0 +1,145 @@
+"""The CLI, the Python module and the log-line reader."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dmabuf_shim
+from conftest import Programs, python_env
+from dmabuf_shim.cli import preload_value
+from dmabuf_shim.logformat import parse_registration
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dmabuf_shim", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_env_prints_the_preload_line_for_the_installed_library() -> None:
+    result = cli("env", env={"PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"LD_PRELOAD={dmabuf_shim.library_path()}\n"
+    assert Path(dmabuf_shim.library_path()).is_file()
+
+
+def test_preload_value_keeps_other_preloads_once() -> None:
+    lib = "/x/libdmabuf_shim.so"
+    assert preload_value(lib, None) == lib
+    assert preload_value(lib, "/a.so /b.so") == f"{lib}:/a.so:/b.so"
+    assert preload_value(lib, f"/a.so:{lib}") == f"{lib}:/a.so"
+
+
+def test_env_check_loads_the_library_in_a_child_and_reports(programs: Programs) -> None:
+    result = cli("env", "--check", env=python_env(programs, preload=False))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"LD_PRELOAD={programs.shim}"
+    assert (
+        f"version={dmabuf_shim.version()} interposes=1 ibverbs=1 reg_dmabuf=1 backends=hsa,cuda" in lines[2]
+    )
+    assert lines[-1] == "dmabuf-shim: check ok"
+
+
+def test_env_check_notes_a_node_without_gpu_runtimes(programs: Programs, verbs_only_dir: Path) -> None:
+    env = python_env(programs, preload=False)
+    env["LD_LIBRARY_PATH"] = str(verbs_only_dir)
+    result = cli("env", "--check", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "backends=none" in result.stdout
+    assert "note: no GPU runtime found" in result.stdout
+
+
+def test_counters_of_the_preloaded_copy_are_readable_from_python(programs: Programs) -> None:
+    script = """
+import ctypes, json
+import dmabuf_shim
+verbs = ctypes.CDLL("libibverbs.so.1", mode=ctypes.RTLD_GLOBAL)
+verbs.ibv_get_device_list.restype = ctypes.POINTER(ctypes.c_void_p)
+verbs.ibv_open_device.restype = ctypes.c_void_p
+verbs.ibv_open_device.argtypes = [ctypes.c_void_p]
+verbs.ibv_alloc_pd.restype = ctypes.c_void_p
+verbs.ibv_alloc_pd.argtypes = [ctypes.c_void_p]
+pd = verbs.ibv_alloc_pd(verbs.ibv_open_device(verbs.ibv_get_device_list(None)[0]))
+reg = ctypes.CDLL(None).ibv_reg_mr  # the global binding: the shim when preloaded
+reg.restype = ctypes.c_void_p
+reg.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+buf = ctypes.create_string_buffer(8192)
+mrs = [reg(pd, ctypes.addressof(buf), 8192, 1) for _ in range(3)]
+print(json.dumps({"mrs": all(mrs), "counters": dmabuf_shim.counters()}))
+"""
+    import json
+
+    for preload, expected in ((True, 3), (False, 0)):
+        proc = subprocess.run(
+            [sys.executable, "-c", script],
+            env=python_env(programs, preload=preload),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out["mrs"] is True
+        counters = out["counters"]
+        assert counters["loaded"] is preload
+        assert (counters["registrations"], counters["passthrough"], counters["dmabuf"]) == (
+            expected,
+            expected,
+            0,
+        )
+
+
+def test_bench_prints_ns_per_call(programs: Programs) -> None:
+    result = cli("bench", "--iterations", "20000", "--rounds", "2", env=python_env(programs, preload=False))
+    assert result.returncode == 0, result.stdout + result.stderr
+    figures = re.findall(
+        r"\(backends=([a-z,]+)\): direct ([\d.]+) ns/call, through shim ([\d.]+) ns/call, added (-?[\d.]+)",
+        result.stdout,
+    )
+    assert [f[0] for f in figures] == ["none", "hsa,cuda"], result.stdout
+    for _, direct, shim, added in figures:
+        assert float(direct) > 0 and float(shim) > 0
+        assert abs(float(shim) - float(direct) - float(added)) < 0.11
+
+
+def test_bench_rejects_nonsense_arguments() -> None:
+    result = cli("bench", "--iterations", "0")
+    assert result.returncode == 2
+    assert "--iterations and --rounds must be positive" in result.stderr
+
+
+def test_log_lines_parse_and_malformed_ones_are_named() -> None:
+    line = (
+        "dmabuf-shim: reg ok backend=hsa path=dmabuf size=1048576 offset=33554432 fd_closed=1 "
+        "addr=0x7f3a42000000 iova=0x7f3a42000000 access=0xf"
+    )
+    reg = parse_registration(line)
+    assert reg is not None
+    assert (reg.ok, reg.backend, reg.offset, reg.addr, reg.access, reg.errno) == (
+        True,
+        "hsa",
+        33554432,
+        0x7F3A42000000,
+        0xF,
+        None,
+    )
+    fail = parse_registration(line.replace("reg ok", "reg fail") + " errno=22 detail=stripped:0x8")
+    assert fail is not None and (fail.ok, fail.errno, fail.detail) == (False, 22, "stripped:0x8")
+    assert parse_registration("dmabuf-shim: init version=0.1.0 backends=none") is None
+    assert parse_registration("unrelated") is None
+    with pytest.raises(ValueError, match="lacks or garbles 'offset'"):
+        parse_registration(line.replace(" offset=33554432", ""))
+    with pytest.raises(ValueError, match="malformed"):
+        parse_registration("dmabuf-shim: reg maybe backend=hsa")
