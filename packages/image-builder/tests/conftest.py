@@ -55,6 +55,13 @@ def preimage_tree(root: Path, patch: Path) -> Path:
     return root
 
 
+def unmount_below(root: Path) -> None:
+    """dockerd leaves mounts under its exec root (exec/netns/default): unmount them, deepest first."""
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for point in sorted((m for m in mounts if m.startswith(f"{root}/")), key=len, reverse=True):
+        subprocess.run(["umount", point], capture_output=True, check=False)
+
+
 @dataclass
 class Daemon:
     docker: Docker
@@ -101,7 +108,7 @@ def daemon() -> Iterator[Daemon]:
             proc.kill()
             proc.wait()
         log.close()
-        subprocess.run(["umount", "-R", str(root / "exec")], capture_output=True, check=False)
+        unmount_below(root)
         shutil.rmtree(root, ignore_errors=True)
 
 
