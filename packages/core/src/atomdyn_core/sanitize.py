@@ -185,19 +185,30 @@ class Sanitizer:
         self._paths: dict[str, str] = {}
         self._bare_re: re.Pattern[str] | None = None
         self._bare_dirty = True
+        self.add_known(hosts=hosts, users=users, paths=paths, accounts=accounts)
+
+    def add_known(
+        self,
+        hosts: Iterable[str] = (),
+        users: Iterable[str] = (),
+        paths: Iterable[str | Path] = (),
+        accounts: Iterable[str] = (),
+    ) -> None:
+        """Register more identifying values (numbered after those already known)."""
         for host in hosts:
-            if host and host.lower() not in _KEEP_HOSTS:
+            if host and host.lower() not in _KEEP_HOSTS and not _PLACEHOLDER.match(host):
                 self._bare[host] = self._placeholder("host", host)
         for user in users:
-            if user and user not in _SYSTEM_USERS:
+            if user and user not in _SYSTEM_USERS and not _PLACEHOLDER.match(user):
                 self._bare[user] = self._placeholder("user", user)
         for path in paths:
             text = str(path).rstrip("/")
             if text and text != "/":
                 self._paths[text] = self._placeholder("path", text)
         for account in accounts:
-            if account:
+            if account and not _PLACEHOLDER.match(account):
                 self._bare[account] = self._placeholder("account", account)
+        self._bare_dirty = True
 
     # -- numbering ---------------------------------------------------------------------------------------
 

@@ -1,0 +1,3 @@
+from atomdyn_launchers.evidence.cli import main
+
+raise SystemExit(main())

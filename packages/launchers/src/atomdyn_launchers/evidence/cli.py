@@ -1,0 +1,91 @@
+"""``python -m atomdyn_launchers.evidence collect|verify|report|sanitize|bench``: the same commands the invoke
+collection ``evidence`` offers, for scripts (nox, job scripts) that do not go through invoke."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from atomdyn_core.sanitize import Sanitizer, sanitize_file
+from atomdyn_launchers.evidence import bench, results, summary
+from atomdyn_launchers.evidence.verify import verify_path
+
+
+def collect(run_dir: Path, evidence_root: Path) -> int:
+    if not run_dir.is_dir():
+        print(f"evidence collect: {run_dir} is not a run directory", file=sys.stderr)
+        return 2
+    out, data = summary.collect(run_dir, evidence_root)
+    print(f"{out}: {data['verdict']} ({data['gates_passed']} of {data['gates_judged']} gates)")
+    return 0
+
+
+def verify(paths: list[Path]) -> int:
+    ok = True
+    for path in paths:
+        verdict = verify_path(path)
+        sys.stdout.write(verdict.text())
+        ok = ok and verdict.ok
+    return 0 if ok else 1
+
+
+def report(evidence_root: Path, results_md: Path, readme: Path | None) -> int:
+    summaries = results.load_summaries(evidence_root)
+    prefix = _relative(evidence_root, results_md.parent)
+    added = results.append_results(results_md, summaries, prefix)
+    print(f"{results_md}: {len(added)} run(s) added" + (f": {', '.join(added)}" if added else ""))
+    if readme is not None:
+        table = results.glance_table(summaries, _relative(evidence_root, readme.parent))
+        changed = results.update_readme(readme, table)
+        print(f"{readme}: result at a glance {'updated' if changed else 'unchanged'}")
+    return 0
+
+
+def _relative(target: Path, start: Path) -> str:
+    import os
+
+    return Path(os.path.relpath(target.resolve(), start.resolve())).as_posix()
+
+
+def print_sanitized(path: Path) -> int:
+    if not path.is_file():
+        print(f"evidence sanitize: {path} is not a file", file=sys.stderr)
+        return 2
+    sanitize_file(path, sys.stdout, Sanitizer())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m atomdyn_launchers.evidence")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("collect", help="write evidence/<run-id>/ for a run directory")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--evidence", type=Path, default=Path("evidence"))
+    p = sub.add_parser(
+        "verify", help="judge run directories or check evidence directories; exit 1 on failure"
+    )
+    p.add_argument("paths", type=Path, nargs="+")
+    p = sub.add_parser("report", help="append results/RESULTS.md and regenerate the README's result table")
+    p.add_argument("--evidence", type=Path, default=Path("evidence"))
+    p.add_argument("--results", type=Path, default=Path("results/RESULTS.md"))
+    p.add_argument("--readme", type=Path, default=None)
+    p = sub.add_parser("sanitize", help="print the sanitized text of a file")
+    p.add_argument("path", type=Path)
+    sub.add_parser("bench", help="parsing bench (see --help of the bench module)", add_help=False)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "bench":
+        return bench.main(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        if args.command == "collect":
+            return collect(args.run_dir, args.evidence)
+        if args.command == "verify":
+            return verify(args.paths)
+        if args.command == "report":
+            return report(args.evidence, args.results, args.readme)
+        return print_sanitized(args.path)
+    except results.ReportError as exc:
+        print(f"evidence {args.command}: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,210 @@
+"""Streaming scan of run logs for the lines that prove or disprove a gate, in constant memory.
+
+Logs are read in fixed-size blocks cut at a line boundary. Signals that only need a count are counted by
+``bytes.count`` (C speed, no per-line Python); only rare lines (NIXL records, dma-buf helper lines,
+KV-transfer summaries) are decoded and parsed one by one. A line longer than a block is cut, never
+buffered whole, so memory does not depend on the log: a crashed process that wrote megabytes of garbage
+without a newline costs one block.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BLOCK = 8 << 20
+EXCERPT_LINES = 4  # matching lines kept per marker and file, for the excerpts
+MAX_LINE = 2000  # characters kept of one excerpt line
+
+# The exact line the NIXL compatibility patch (patches/) writes when UCX classifies VRAM as host memory.
+HOST_VRAM_LINE = "NIXL_COMPAT_HOST_VRAM: VRAM classified as HOST by UCX; registering as host memory"
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A fixed byte string to look for. A ``count`` marker is counted in C; every line holding a ``parse``
+    marker is handed to :func:`_classify`, which decides what it is. Needles are chosen for search speed
+    (``xl_rocm`` scans faster than ``nixl_rocm``; the line is checked for the full name)."""
+
+    name: str
+    needle: bytes
+    parse: bool = False
+
+
+MARKERS: tuple[Marker, ...] = (
+    Marker("nixl", b"NIXL_", parse=True),
+    Marker("dmabuf", b"dmabuf-shim: reg ", parse=True),
+    Marker("nixl_rocm", b"xl_rocm", parse=True),
+    Marker("kv_transfer", b"Transfer metrics", parse=True),
+    Marker("http_response", b"http response sent"),
+    Marker("traceback", b"Traceback (most recent call last)"),
+)
+
+_NIXL_ROCM_INIT = re.compile(
+    r"(?i)nixl_rocm\b.*\b(?:initiali[sz]ed|loaded|available|version|using)\b|"
+    r"(?i:\b(?:initiali[sz]ed|loaded|using|imported)\b.*\bnixl_rocm)"
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # Dynamo colours its log even into files
+_ERRNO = re.compile(r"\berrno=(\w+)")
+_KV_FIELDS = re.compile(r"(Num successful transfers|Avg xfer time \(ms\)|Avg MB per transfer)=([0-9.eE+-]+)")
+_VLLM_TIME = re.compile(r"\b(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
+_ISO_TIME = re.compile(r"\b\d{4}-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d(?:\.\d+)?)")
+
+
+@dataclass
+class KvPoint:
+    """One vLLM "KV Transfer metrics" summary: transfers since the previous one, their mean size and time."""
+
+    t: float | None  # seconds within the year, from the log's own timestamp (None when the line has none)
+    transfers: int
+    mean_mb: float
+    mean_ms: float | None
+
+
+@dataclass
+class FileScan:
+    """What one log file said."""
+
+    path: Path
+    bytes_read: int = 0
+    lines: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    excerpts: dict[str, list[str]] = field(default_factory=dict)
+    nixl_rocm_init: int = 0
+    dmabuf_errnos: dict[str, int] = field(default_factory=dict)
+    kv_points: list[KvPoint] = field(default_factory=list)
+    cut_lines: int = 0
+    undecodable: bool = False
+
+    def count(self, name: str) -> int:
+        return self.counts.get(name, 0)
+
+
+def _timestamp(line: str) -> float | None:
+    """Seconds within the year of a vLLM (``MM-DD hh:mm:ss``) or ISO timestamp: enough to order and space."""
+    found = _ISO_TIME.search(line) or _VLLM_TIME.search(line)
+    if not found:
+        return None
+    month, day, hour, minute = (int(found.group(i)) for i in range(1, 5))
+    second = float(found.group(5))
+    return ((((month - 1) * 31 + day - 1) * 24 + hour) * 60 + minute) * 60 + second
+
+
+def _classify(scan: FileScan, marker: Marker, line: str, max_points: int) -> str | None:
+    """What a line holding a parse marker is (the name it is counted and excerpted under), or None."""
+    if marker.name == "nixl":
+        if HOST_VRAM_LINE in line:
+            return "host_vram"
+        return "nixl_err" if "NIXL_ERR" in line else None
+    if marker.name == "dmabuf":
+        if "dmabuf-shim: reg ok" in line:
+            return "dmabuf_ok"
+        if "dmabuf-shim: reg fail" in line:
+            found = _ERRNO.search(line)
+            key = found.group(1) if found else "unknown"
+            scan.dmabuf_errnos[key] = scan.dmabuf_errnos.get(key, 0) + 1
+            return "dmabuf_fail"
+        return None
+    if marker.name == "nixl_rocm":
+        if "nixl_rocm" not in line:
+            return None
+        if _NIXL_ROCM_INIT.search(line):
+            scan.nixl_rocm_init += 1
+        return "nixl_rocm"
+    if marker.name == "kv_transfer" and "KV Transfer metrics:" in line:
+        fields = dict(_KV_FIELDS.findall(line))
+        try:
+            transfers = int(float(fields["Num successful transfers"]))
+            mean_mb = float(fields["Avg MB per transfer"])
+            ms = fields.get("Avg xfer time (ms)")
+            point = KvPoint(_timestamp(line), transfers, mean_mb, float(ms) if ms else None)
+        except (KeyError, ValueError):
+            return "kv_transfer"
+        if transfers > 0:
+            scan.kv_points.append(point)
+            if len(scan.kv_points) > max_points:  # keep the series bounded: drop every other point
+                del scan.kv_points[1::2]
+        return "kv_transfer"
+    return None
+
+
+def _blocks(path: Path, block: int) -> Iterator[tuple[bytes, int, int]]:
+    """(buffer, end, cut): ``buffer[:end]`` holds whole lines (the file's last may lack its newline);
+    ``cut`` is 1 when one line longer than a block had to be cut."""
+    carry = b""
+    with open(path, "rb") as handle:
+        while True:
+            data = handle.read(block)
+            if not data:
+                break
+            buf = carry + data if carry else data
+            end = buf.rfind(b"\n") + 1
+            if end == 0:
+                if len(buf) >= block:  # one line longer than a block: cut it here
+                    yield buf, len(buf), 1
+                    carry = b""
+                else:
+                    carry = buf
+                continue
+            yield buf, end, 0
+            carry = buf[end:]
+    if carry:
+        yield carry, len(carry), 0
+
+
+def scan_file(
+    path: Path,
+    markers: tuple[Marker, ...] = MARKERS,
+    block: int = BLOCK,
+    excerpt_lines: int = EXCERPT_LINES,
+    max_points: int = 2000,
+    on_line: Callable[[Marker, str], None] | None = None,
+) -> FileScan:
+    """Scan one log. Never raises on content (binary garbage, a truncated last line); OSError on I/O."""
+    scan = FileScan(path)
+    lines_before = 0
+    for buf, end, cut in _blocks(path, block):
+        scan.bytes_read += end
+        scan.cut_lines += cut
+
+        def keep(name: str, start: int, line: str, buf: bytes = buf, before: int = lines_before) -> None:
+            kept = scan.excerpts.setdefault(name, [])
+            if len(kept) < excerpt_lines:
+                number = before + buf.count(b"\n", 0, start) + 1
+                kept.append(f"{path.name}:{number}: {line[:MAX_LINE]}")
+
+        for marker in markers:
+            if not marker.parse:
+                hits = buf.count(marker.needle, 0, end)
+                if not hits:
+                    continue
+                scan.counts[marker.name] = scan.counts.get(marker.name, 0) + hits
+                if len(scan.excerpts.get(marker.name, ())) >= excerpt_lines:
+                    continue
+            pos = buf.find(marker.needle, 0, end)
+            while pos >= 0:
+                start = buf.rfind(b"\n", 0, pos) + 1
+                stop = buf.find(b"\n", pos, end)
+                stop = end if stop < 0 else stop
+                line = buf[start:stop].decode("utf-8", errors="replace")
+                if "\x1b" in line:
+                    line = _ANSI.sub("", line)
+                if "\ufffd" in line:
+                    scan.undecodable = True
+                if marker.parse:
+                    name = _classify(scan, marker, line, max_points)
+                    if name is not None:
+                        scan.counts[name] = scan.counts.get(name, 0) + 1
+                        keep(name, start, line)
+                else:
+                    keep(marker.name, start, line)
+                    if len(scan.excerpts[marker.name]) >= excerpt_lines:
+                        break
+                if on_line is not None:
+                    on_line(marker, line)
+                pos = buf.find(marker.needle, stop, end)
+        lines_before += buf.count(b"\n", 0, end)
+    scan.lines = lines_before
+    return scan

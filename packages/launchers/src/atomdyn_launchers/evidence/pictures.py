@@ -1,0 +1,102 @@
+"""PNG pictures for summary.md: the run timeline, and KV-transfer size against time where the logs have it.
+
+matplotlib is an optional extra (``atomdyn-launchers[pictures]``): without it no picture is drawn and the
+summary says so in its problems, rather than failing the collection.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from atomdyn_core.atomic import atomic_write_bytes
+from atomdyn_launchers.evidence.signals import Signals
+
+_EVENT_MARKERS = {
+    "submitted": "o",
+    "pending": ".",
+    "running": ">",
+    "registered": "s",
+    "healthy": "P",
+    "first_good_response": "*",
+    "requests_done": "D",
+    "cancelled": "x",
+    "failed": "X",
+    "done": "|",
+}
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; must precede the pyplot import
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> None:
+    import io
+
+    buffer = io.BytesIO()
+    # No date or software version in the metadata: the same run draws the same bytes.
+    fig.savefig(buffer, format="png", dpi=80, metadata={"Software": None})
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def _timeline(signals: Signals, out: Path) -> str | None:
+    if not signals.events:
+        return None
+    plt = _pyplot()
+    origin = min(e["t"] for e in signals.events)
+    roles = sorted({e["role"] or "launcher" for e in signals.events}, key=lambda r: (r != "launcher", r))
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.5 * len(roles)))
+    seen: set[str] = set()
+    for event in signals.events:
+        name = event["event"]
+        row = roles.index(event["role"] or "launcher")
+        label = name if name not in seen else None
+        seen.add(name)
+        ax.scatter(
+            event["t"] - origin, row, marker=_EVENT_MARKERS.get(name, "o"), s=60, label=label, zorder=3
+        )
+    ax.set_yticks(range(len(roles)), roles)
+    ax.set_xlabel("seconds since the first event")
+    ax.set_title(f"timeline: {signals.get('run.id')}", fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    fig.tight_layout()
+    _save(fig, out / "timeline.png")
+    plt.close(fig)
+    return "timeline.png"
+
+
+def _kv(signals: Signals, out: Path) -> str | None:
+    if not signals.kv_points:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 3))
+    xs = [p[0] for p in signals.kv_points]
+    ys = [p[1] for p in signals.kv_points]
+    sizes = [min(200, 10 + 4 * p[2]) for p in signals.kv_points]
+    ax.scatter(xs, ys, s=sizes, alpha=0.7)
+    ax.set_xlabel("seconds since the first KV-transfer summary")
+    ax.set_ylabel("mean MiB per transfer")
+    ax.set_title("NIXL KV transfers (vLLM summaries; marker area ~ number of transfers)", fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    _save(fig, out / "kv_transfers.png")
+    plt.close(fig)
+    return "kv_transfers.png"
+
+
+def draw(signals: Signals, out: Path) -> list[str]:
+    """Draw what the run has data for into ``out``; the file names drawn."""
+    try:
+        _pyplot()
+    except ImportError:
+        signals.problems.append(
+            "pictures not drawn: matplotlib is not installed (atomdyn-launchers[pictures])"
+        )
+        return []
+    return [name for name in (_timeline(signals, out), _kv(signals, out)) if name]

@@ -1,0 +1,154 @@
+"""Records generated from ``evidence/``: results/RESULTS.md and the README's "Result at a glance".
+
+RESULTS.md is a chronological record, one entry per collected run, ordered by run id (its UTC timestamp);
+entries already there are kept as they are. The README table lives between two marker comments and is
+regenerated whole from the summaries: the latest run of each capability and platform.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from atomdyn_core.atomic import atomic_write_text
+
+GLANCE_BEGIN = "<!-- result-at-a-glance:begin -->"
+GLANCE_END = "<!-- result-at-a-glance:end -->"
+_ENTRY = re.compile(r"^<!-- run:(\S+) -->$", re.MULTILINE)
+_HEADER = (
+    "# Results\n\n"
+    "Chronological record of collected runs, appended by `invoke evidence.report`. Each entry names the\n"
+    "platform it ran on and the lock digest; the linked evidence holds the gates, excerpts and fingerprint.\n"
+)
+
+_CAPABILITY = {
+    "agg-single": "Single-node aggregated serving",
+    "agg-two": "Two-node aggregated serving",
+    "disagg": "Two-node disaggregated prefill/decode",
+}
+
+
+class ReportError(ValueError):
+    """A README or RESULTS.md that cannot be updated safely."""
+
+
+def load_summaries(evidence_root: Path) -> list[dict[str, Any]]:
+    """Every ``evidence_root/<run-id>/summary.json`` of schema version 1, oldest run first."""
+    found = []
+    for path in sorted(evidence_root.glob("*/summary.json")):
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ReportError(f"{path}: unreadable summary: {exc}") from exc
+        if not isinstance(summary, dict) or summary.get("schema_version") != 1:
+            raise ReportError(f"{path}: not a schema_version 1 summary")
+        summary["_dir"] = path.parent.name
+        found.append(summary)
+    return sorted(found, key=lambda s: str(s.get("run_id")))
+
+
+def _gate(summary: dict[str, Any], gate_id: str) -> dict[str, Any] | None:
+    return next((g for g in summary.get("gates", []) if g.get("id") == gate_id), None)
+
+
+def _requests(summary: dict[str, Any]) -> str:
+    figures = summary.get("figures", {})
+    if "requests_total" in figures:
+        return f"{figures.get('requests_ok', 0)}/{figures['requests_total']} requests"
+    return "no requests"
+
+
+def _entry(summary: dict[str, Any], link: str) -> str:
+    figures = summary.get("figures", {})
+    failed = [g["id"] for g in summary.get("gates", []) if g.get("verdict") == "fail"]
+    lines = [
+        f"<!-- run:{summary['run_id']} -->",
+        f"## {summary['run_id']}: {summary.get('kind')} / {summary.get('engine_profile')}: "
+        f"{str(summary.get('verdict')).upper()}",
+        "",
+        f"- platform: {summary.get('platform')}; runtime: {summary.get('runtime')}; "
+        f"model profile: {summary.get('model_profile')}",
+        f"- lock digest: `{summary.get('lock_digest')}`",
+        f"- gates: {summary.get('gates_passed')} of {summary.get('gates_judged')} passed"
+        + (f"; failed: {', '.join(failed)}" if failed else ""),
+        f"- {_requests(summary)}"
+        + (f"; first good response {figures['startup_to_first_good_response_s']} s after submission"
+           if "startup_to_first_good_response_s" in figures else ""),
+        f"- evidence: [{link}]({link})",
+        "",
+    ]  # fmt: skip
+    return "\n".join(lines)
+
+
+def append_results(results_md: Path, summaries: Iterable[dict[str, Any]], link_prefix: str) -> list[str]:
+    """Add entries for runs not yet in ``results_md``; the run ids added."""
+    text = results_md.read_text(encoding="utf-8") if results_md.exists() else _HEADER
+    if not text.endswith("\n"):
+        text += "\n"
+    starts = list(_ENTRY.finditer(text))
+    head = text[: starts[0].start()] if starts else text
+    entries = {m.group(1): text[m.start() : (starts[i + 1].start() if i + 1 < len(starts) else len(text))]
+               for i, m in enumerate(starts)}  # fmt: skip
+    added = []
+    for summary in summaries:
+        run_id = str(summary["run_id"])
+        if run_id not in entries:
+            entries[run_id] = _entry(summary, f"{link_prefix}/{summary['_dir']}/summary.md") + "\n"
+            added.append(run_id)
+    if added:
+        body = "".join(entries[k].rstrip("\n") + "\n\n" for k in sorted(entries))
+        atomic_write_text(results_md, head.rstrip("\n") + "\n\n" + body.rstrip("\n") + "\n")
+    return added
+
+
+def glance_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """(capability, result, platform, run dir) rows: the latest run per capability and platform."""
+    rows: dict[tuple[str, str], tuple[str, str, str, str]] = {}
+    for s in summaries:  # oldest first: later runs overwrite
+        platform = str(s.get("platform"))
+        engine = s.get("engine_profile")
+        capability = f"{_CAPABILITY.get(str(s.get('kind')), str(s.get('kind')))} ({engine})"
+        verdict = str(s.get("verdict")).upper()
+        rows[(capability, platform)] = (capability, f"{verdict}, {_requests(s)}", platform, s["_dir"])
+        if s.get("kind") == "disagg":
+            for gate_id, name in (
+                ("kv_handoff", "KV handoff prefill to decode"),
+                ("prefix_hit_decode", "Prefix-cache hit on decode for a repeated prompt"),
+            ):
+                gate = _gate(s, gate_id)
+                if gate is not None:
+                    result = f"{str(gate['verdict']).upper()} ({gate['signal']} = {gate['value']})"
+                    rows[(f"{name} ({engine})", platform)] = (
+                        f"{name} ({engine})",
+                        result,
+                        platform,
+                        s["_dir"],
+                    )
+    return list(rows.values())  # fmt: skip
+
+
+def glance_table(summaries: list[dict[str, Any]], link_prefix: str) -> str:
+    out = ["| capability | result | platform | evidence |", "|---|---|---|---|"]
+    for capability, result, platform, run_dir in glance_rows(summaries):
+        out.append(
+            f"| {capability} | {result} | {platform} | [{run_dir}]({link_prefix}/{run_dir}/summary.md) |"
+        )
+    if len(out) == 2:
+        out.append("| (no evidence collected yet) | | | |")
+    return "\n".join(out) + "\n"
+
+
+def update_readme(readme: Path, table: str) -> bool:
+    """Replace the text between the glance markers; True when the README changed."""
+    text = readme.read_text(encoding="utf-8")
+    begin, end = text.find(GLANCE_BEGIN), text.find(GLANCE_END)
+    if begin < 0 or end < begin:
+        raise ReportError(f"{readme} lacks the markers {GLANCE_BEGIN} ... {GLANCE_END} (in that order)")
+    new = text[: begin + len(GLANCE_BEGIN)] + "\n" + table + text[end:]
+    if new == text:
+        return False
+    atomic_write_text(readme, new)
+    return True

@@ -1,0 +1,503 @@
+"""Read a run directory (docs/run-directory.md) into named signals: the facts the gates judge.
+
+Every signal is either a value or absent with the reason it is absent; nothing here raises on bad content
+(a missing file, a truncated line, binary garbage, an aborted run): the problem is recorded instead.
+Files are streamed, so memory does not depend on their size.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from atomdyn_launchers.evidence import logscan, prom
+
+KINDS = ("agg-single", "agg-two", "disagg")
+REAL_ENGINES = ("vllm", "atom")
+_RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(agg-single|agg-two|disagg)-([A-Za-z0-9_]+)$")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,127}$")
+_BAD_STATES = frozenset(
+    {"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+)
+_MAX_EVENTS = 5000
+_MAX_LATENCIES = 100_000
+_EXCERPT_HEAD = 4
+
+# metric name -> signal it feeds (summed over files and labels unless selected below)
+_KV_METRICS = {
+    "vllm:nixl_xfer_time_seconds_count": "kv.transfers",
+    "vllm:nixl_xfer_time_seconds_sum": "kv.seconds",
+    "vllm:nixl_bytes_transferred_sum": "kv.bytes",
+    "vllm:nixl_num_failed_transfers_total": "kv.failed_transfers",
+    "vllm:nixl_num_failed_transfers": "kv.failed_transfers",
+}
+_PREFIX_METRICS = {
+    "vllm:prefix_cache_queries_total": "queries",
+    "vllm:prefix_cache_hits_total": "hits",
+    "vllm:external_prefix_cache_queries_total": "external_queries",
+    "vllm:external_prefix_cache_hits_total": "external_hits",
+}
+_FRONTEND_REQUESTS = "dynamo_frontend_requests_total"
+_WANTED = frozenset({*_KV_METRICS, *_PREFIX_METRICS, _FRONTEND_REQUESTS})
+
+
+@dataclass
+class Signals:
+    """Named facts about one run, the reasons for the absent ones, and the lines that show them."""
+
+    run_dir: Path
+    values: dict[str, Any] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+    excerpts: dict[str, list[str]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    kv_points: list[tuple[float, float, int]] = field(
+        default_factory=list
+    )  # (s since first, mean MB, transfers)
+    run: dict[str, Any] = field(default_factory=dict)
+
+    def set(self, name: str, value: Any) -> None:
+        self.values[name] = value
+        self.missing.pop(name, None)
+
+    def absent(self, name: str, why: str) -> None:
+        self.values[name] = None
+        self.missing[name] = why
+
+    def get(self, name: str) -> Any:
+        return self.values.get(name)
+
+    def excerpt(self, group: str, line: str) -> None:
+        self.excerpts.setdefault(group, []).append(line)
+
+
+def _jsonl(path: Path, signals: Signals) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """Complete, valid JSON-object lines of ``path`` with their numbers; bad lines become problems."""
+    bad = 0
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            if not raw.endswith(b"\n"):
+                signals.problems.append(f"{path.name}:{number}: truncated last line ignored")
+                break
+            text = raw.decode("utf-8", errors="replace").strip()
+            if not text:
+                continue
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError:
+                record = None
+            if not isinstance(record, dict):
+                bad += 1
+                continue
+            yield number, text, record
+    if bad:
+        signals.problems.append(f"{path.name}: {bad} line(s) are not JSON objects and were ignored")
+
+
+def _exit_status(value: Any) -> int | None:
+    """The exit status of a Slurm ``N:S`` exit code (or a bare integer); None when unreadable."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        head = value.split(":", 1)[0].strip()
+        if head.isdigit():
+            return int(head)
+    return None
+
+
+def _read_run(signals: Signals) -> None:
+    path = signals.run_dir / "run.json"
+    why = None
+    run: Any = None
+    try:
+        run = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except FileNotFoundError:
+        why = "run.json is missing (aborted run?)"
+    except (OSError, json.JSONDecodeError) as exc:
+        why = f"run.json is unreadable: {exc}"
+    if why is None and not isinstance(run, dict):
+        why = "run.json is not a JSON object"
+    if why is None and run.get("schema_version") != 1:
+        why = f"run.json has schema_version {run.get('schema_version')!r}, expected 1"
+    from_name = _RUN_ID.match(signals.run_dir.name)
+    if why is not None:
+        signals.problems.append(why)
+        for name in (
+            "run.result",
+            "jobs.count",
+            "jobs.clean",
+            "placement.verified",
+            "placement.as_requested",
+        ):
+            signals.absent(name, why)
+        signals.absent("placement.distinct_nodes", why)
+        signals.set("run.kind", from_name.group(1) if from_name else None)
+        signals.set("run.engine", from_name.group(2) if from_name else None)
+        signals.set("run.id", signals.run_dir.name)
+        return
+    signals.run = run
+    run_id = run.get("run_id")
+    if not (isinstance(run_id, str) and _SAFE_ID.match(run_id)):
+        signals.problems.append(f"run.json run_id {run_id!r} is not a plain name; using the directory name")
+        run_id = signals.run_dir.name
+    signals.set("run.id", run_id)
+    kind = run.get("kind")
+    signals.set("run.kind", kind if kind in KINDS else (from_name.group(1) if from_name else None))
+    signals.set("run.engine", run.get("engine_profile") or (from_name.group(2) if from_name else None))
+    for key in ("model_profile", "runtime", "platform", "lock_digest", "failure"):
+        signals.set(f"run.{key}", run.get(key))
+    result = run.get("result")
+    if result in ("pass", "fail"):
+        signals.set("run.result", result)
+    else:
+        signals.absent("run.result", f"run.json result is {result!r}")
+    signals.excerpt("run", f"run.json: result={result} failure={run.get('failure')}")
+    verified = run.get("placement_verified")
+    if isinstance(verified, bool):
+        signals.set("placement.verified", verified)
+    else:
+        signals.absent("placement.verified", "run.json has no placement_verified")
+    jobs = run.get("jobs")
+    if not isinstance(jobs, list) or not jobs or not all(isinstance(j, dict) for j in jobs):
+        for name in ("jobs.count", "jobs.clean", "placement.as_requested", "placement.distinct_nodes"):
+            signals.absent(name, "run.json lists no jobs")
+        return
+    signals.set("jobs.count", len(jobs))
+    clean = True
+    ran: list[str] = []
+    as_requested = True
+    for job in jobs:
+        signals.excerpt(
+            "jobs",
+            "run.json job: "
+            + " ".join(
+                f"{k}={job.get(k)}"
+                for k in (
+                    "role",
+                    "job_id",
+                    "node_requested",
+                    "node_ran",
+                    "state",
+                    "exit_code",
+                    "derived_exit_code",
+                )
+            ),
+        )
+        node = job.get("node_ran")
+        if isinstance(node, str) and node:
+            ran.append(node)
+        as_requested = as_requested and bool(node) and node == job.get("node_requested")
+        state = str(job.get("state") or "").split()[0] if job.get("state") else ""
+        statuses = [_exit_status(job.get("exit_code")), _exit_status(job.get("derived_exit_code"))]
+        if not node or not state or state in _BAD_STATES or statuses[0] != 0 or statuses[1] not in (0, None):
+            clean = False
+    signals.set("jobs.clean", clean)
+    signals.set("placement.as_requested", as_requested)
+    if len(ran) == len(jobs):
+        signals.set("placement.distinct_nodes", len(set(ran)))
+    else:
+        signals.absent("placement.distinct_nodes", "a job has no node_ran (it never started?)")
+
+
+def _read_timeline(signals: Signals) -> None:
+    path = signals.run_dir / "timeline.jsonl"
+    if not path.exists():
+        for name in ("timeline.complete", "timeline.startup_s"):
+            signals.absent(name, "timeline.jsonl is missing")
+        return
+    first: dict[str, float] = {}
+    tail: deque[str] = deque(maxlen=6)
+    shown = 0
+    for _, text, record in _jsonl(path, signals):
+        event, t = record.get("event"), record.get("t")
+        if not isinstance(event, str) or not isinstance(t, int | float):
+            continue
+        first.setdefault(event, float(t))
+        if len(signals.events) < _MAX_EVENTS:
+            signals.events.append({"t": float(t), "event": event, "role": record.get("role")})
+        if shown < 24:
+            signals.excerpt("timeline", f"timeline.jsonl: {text}")
+            shown += 1
+        else:
+            tail.append(f"timeline.jsonl: {text}")
+    if tail:
+        signals.excerpt("timeline", "timeline.jsonl: ...")
+        signals.excerpts["timeline"].extend(tail)
+    needed = ("submitted", "first_good_response", "requests_done")
+    lacking = [e for e in needed if e not in first]
+    signals.set("timeline.complete", not lacking)
+    if lacking:
+        signals.problems.append(f"timeline.jsonl lacks {', '.join(lacking)}")
+    if "submitted" in first and "first_good_response" in first:
+        signals.set("timeline.startup_s", round(first["first_good_response"] - first["submitted"], 3))
+    else:
+        signals.absent("timeline.startup_s", "timeline.jsonl lacks submitted or first_good_response")
+    signals.set("timeline.failed_events", sum(1 for e in signals.events if e["event"] == "failed"))
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _read_requests(signals: Signals) -> None:
+    path = signals.run_dir / "requests.jsonl"
+    names = (
+        "requests.total",
+        "requests.ok",
+        "requests.failed",
+        "requests.empty",
+        "requests.completion_tokens",
+        "requests.pd_split",
+        "requests.pd_not_split",
+        "requests.repeat_hit_max",
+        "requests.latency_p50_s",
+    )
+    if not path.exists():
+        for name in names:
+            signals.absent(name, "requests.jsonl is missing")
+        return
+    total = ok = failed = empty = tokens = split = not_split = repeats = 0
+    tokens_seen = False
+    hit_max: float | None = None
+    groups: set[Any] = set()
+    latencies: list[float] = []
+    tail: deque[str] = deque(maxlen=2)
+    for number, text, record in _jsonl(path, signals):
+        total += 1
+        line = f"requests.jsonl:{number}: {text}"
+        good = record.get("ok") is True and record.get("status") == 200
+        if total <= _EXCERPT_HEAD:
+            signals.excerpt("requests", line)
+        else:
+            tail.append(line)
+        if not good:
+            failed += 1
+            if failed <= _EXCERPT_HEAD:
+                signals.excerpt("requests.failed", line)
+        else:
+            ok += 1
+            produced = _number(record.get("completion_tokens"))
+            if produced is not None:
+                tokens_seen = True
+                tokens += int(produced)
+            if (_number(record.get("content_chars")) or 0) <= 0 or produced == 0:
+                empty += 1
+                signals.excerpt("requests.empty", line)
+            latency = _number(record.get("latency_s"))
+            if latency is not None and len(latencies) < _MAX_LATENCIES:
+                latencies.append(latency)
+            p, d = record.get("prefill_worker_id"), record.get("decode_worker_id")
+            if p is not None and d is not None and p != d:
+                split += 1
+                if split <= 2:
+                    signals.excerpt("requests.split", line)
+            else:
+                not_split += 1
+                if not_split <= _EXCERPT_HEAD:
+                    signals.excerpt("requests.pd", line)
+        group = record.get("prompt_group")
+        if group is not None:
+            if group in groups:
+                repeats += 1
+                rate = _number(record.get("kv_hit_rate"))
+                if rate is not None:
+                    hit_max = rate if hit_max is None else max(hit_max, rate)
+                if repeats <= _EXCERPT_HEAD:
+                    signals.excerpt("requests.repeats", line)
+            elif len(groups) < 10_000:
+                groups.add(group)
+    if tail:
+        signals.excerpts.setdefault("requests", []).extend(tail)
+    for name, value in (
+        ("requests.total", total),
+        ("requests.ok", ok),
+        ("requests.failed", failed),
+        ("requests.empty", empty),
+        ("requests.pd_split", split),
+        ("requests.pd_not_split", not_split),
+    ):
+        signals.set(name, value)
+    if tokens_seen:
+        signals.set("requests.completion_tokens", tokens)
+    else:
+        signals.absent("requests.completion_tokens", "no successful request reported completion_tokens")
+    if hit_max is not None:
+        signals.set("requests.repeat_hit_max", hit_max)
+    else:
+        why = "no prompt group was repeated" if not repeats else "repeated prompts carry no kv_hit_rate"
+        signals.absent("requests.repeat_hit_max", why)
+    if latencies:
+        latencies.sort()
+        signals.set("requests.latency_p50_s", round(latencies[len(latencies) // 2], 4))
+    else:
+        signals.absent("requests.latency_p50_s", "no successful request with a latency")
+
+
+def _read_metrics(signals: Signals) -> None:
+    files = sorted((signals.run_dir / "metrics").glob("*.prom"))
+    sums: dict[str, float] = {}
+    prefix: dict[str, dict[str, float]] = {}
+    shown: dict[str, int] = {}
+    for path in files:
+        role = path.name.split(".", 1)[0]
+        try:
+            for sample in prom.read_samples(path, _WANTED):
+                if sample.name == _FRONTEND_REQUESTS:
+                    sums["frontend.requests_total"] = sums.get("frontend.requests_total", 0.0) + sample.value
+                    if sample.labels.get("status") == "success":
+                        key = "frontend.requests_success"
+                        sums[key] = sums.get(key, 0.0) + sample.value
+                    group = "metrics.frontend"
+                elif sample.name in _KV_METRICS:
+                    key = _KV_METRICS[sample.name]
+                    sums[key] = sums.get(key, 0.0) + sample.value
+                    group = "metrics.kv"
+                else:
+                    per_role = prefix.setdefault(role, {})
+                    key = _PREFIX_METRICS[sample.name]
+                    per_role[key] = per_role.get(key, 0.0) + sample.value
+                    group = "metrics.prefix"
+                if shown.get(sample.name, 0) < 3:
+                    shown[sample.name] = shown.get(sample.name, 0) + 1
+                    signals.excerpt(group, f"{path.name}: {sample.line[: logscan.MAX_LINE]}")
+        except OSError as exc:
+            signals.problems.append(f"metrics/{path.name}: unreadable: {exc}")
+    where = "no metrics/*.prom file" if not files else "no metrics/*.prom file has "
+    for key, metric in (
+        ("frontend.requests_success", f'{_FRONTEND_REQUESTS}{{status="success"}}'),
+        ("frontend.requests_total", _FRONTEND_REQUESTS),
+        ("kv.transfers", "vllm:nixl_xfer_time_seconds_count"),
+        ("kv.seconds", "vllm:nixl_xfer_time_seconds_sum"),
+        ("kv.bytes", "vllm:nixl_bytes_transferred_sum"),
+        ("kv.failed_transfers", "vllm:nixl_num_failed_transfers"),
+    ):
+        if key in sums:
+            value = sums[key]
+            signals.set(key, int(value) if value.is_integer() and key != "kv.seconds" else value)
+        else:
+            signals.absent(key, where + (metric if files else ""))
+    # Disaggregated: the decode role's cache. Aggregated: the one worker role there is.
+    decode = prefix.get("decode")
+    if decode is None and signals.get("run.kind") != "disagg" and len(prefix) == 1:
+        decode = next(iter(prefix.values()))
+    for key in ("queries", "hits", "external_queries", "external_hits"):
+        name = f"prefix.decode_{key}"
+        if decode is not None and key in decode:
+            signals.set(name, int(decode[key]))
+        else:
+            signals.absent(
+                name, where + (f"vllm:prefix_cache_{key}_total for the decode role" if files else "")
+            )
+    hits, queries = signals.get("prefix.decode_hits"), signals.get("prefix.decode_queries")
+    if hits is not None and queries:
+        signals.set("prefix.decode_hit_rate", round(hits / queries, 4))
+
+
+def _worker_roles(signals: Signals) -> set[str]:
+    roles = {
+        str(j.get("role")) for j in signals.run.get("jobs") or [] if isinstance(j, dict) and j.get("role")
+    }
+    if signals.get("run.kind") == "disagg":
+        return {"prefill", "decode"}
+    return roles - {"frontend"}
+
+
+def _read_logs(signals: Signals) -> None:
+    files = sorted(p for p in (signals.run_dir / "logs").glob("*") if p.is_file())
+    names = (
+        "logs.nixl_err",
+        "logs.host_vram",
+        "logs.tracebacks",
+        "dmabuf.ok",
+        "dmabuf.fail",
+        "logs.http_responses",
+        "nixl_rocm.uninitialized_roles",
+    )
+    if not files:
+        for name in names:
+            signals.absent(name, "no logs/ files (aborted run?)")
+        signals.set("dmabuf.active", False)
+        return
+    totals: dict[str, int] = {}
+    initialized: set[str] = set()
+    errnos: dict[str, int] = {}
+    points: list[logscan.KvPoint] = []
+    read = 0
+    for path in files:
+        try:
+            scan = logscan.scan_file(path)
+        except OSError as exc:
+            signals.problems.append(f"logs/{path.name}: unreadable: {exc}")
+            continue
+        read += 1
+        if scan.undecodable:
+            signals.problems.append(
+                f"logs/{path.name}: undecodable bytes in matching lines (binary garbage?)"
+            )
+        if scan.cut_lines:
+            signals.problems.append(
+                f"logs/{path.name}: {scan.cut_lines} over-long line(s) cut while scanning"
+            )
+        for name, count in scan.counts.items():
+            totals[name] = totals.get(name, 0) + count
+        for name, lines in scan.excerpts.items():
+            for line in lines:
+                signals.excerpt(f"logs.{name}", line)
+        if scan.nixl_rocm_init:
+            initialized.add(path.name.split(".", 1)[0])
+        for key, count in scan.dmabuf_errnos.items():
+            errnos[key] = errnos.get(key, 0) + count
+        points.extend(scan.kv_points)
+    if not read:
+        for name in names:
+            signals.absent(name, "no logs/ file could be read")
+        signals.set("dmabuf.active", False)
+        return
+    signals.set("logs.files", read)
+    signals.set("logs.nixl_err", totals.get("nixl_err", 0))
+    signals.set("logs.host_vram", totals.get("host_vram", 0))
+    signals.set("logs.tracebacks", totals.get("traceback", 0))
+    signals.set("logs.http_responses", totals.get("http_response", 0))
+    seen = totals.get("dmabuf_ok", 0) + totals.get("dmabuf_fail", 0)
+    expected = bool(signals.run.get("dmabuf_shim")) or str(
+        (signals.run.get("config") or {}).get("DMABUF_SHIM", "")
+    ).lower() in ("1", "on", "true", "yes")
+    signals.set("dmabuf.active", bool(seen) or expected)
+    if seen:
+        signals.set("dmabuf.ok", totals.get("dmabuf_ok", 0))
+        signals.set("dmabuf.fail", totals.get("dmabuf_fail", 0))
+        signals.set("dmabuf.fail_errnos", dict(sorted(errnos.items())))
+    else:
+        why = (
+            "the helper is expected (run.json) but no log line came from it"
+            if expected
+            else "no helper lines"
+        )
+        signals.absent("dmabuf.ok", why)
+        signals.absent("dmabuf.fail", why)
+    expected_roles = _worker_roles(signals)
+    signals.set("nixl_rocm.initialized_roles", sorted(initialized))
+    signals.set("nixl_rocm.uninitialized_roles", len(expected_roles - initialized))
+    if points:
+        timed = [p for p in points if p.t is not None]
+        origin = min((p.t for p in timed if p.t is not None), default=0.0)
+        signals.kv_points = [((p.t or origin) - origin, p.mean_mb, p.transfers) for p in points]
+        signals.set("kv.log_transfers", sum(p.transfers for p in points))
+
+
+def collect_signals(run_dir: Path) -> Signals:
+    """Everything the gates need from ``run_dir``; never raises on what the run left behind."""
+    signals = Signals(Path(run_dir))
+    if not signals.run_dir.is_dir():
+        raise FileNotFoundError(f"run directory {run_dir} does not exist")
+    _read_run(signals)
+    _read_timeline(signals)
+    _read_requests(signals)
+    _read_metrics(signals)
+    _read_logs(signals)
+    return signals

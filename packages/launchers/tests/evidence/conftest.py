@@ -1,0 +1,5 @@
+"""Fixtures of the evidence tests: see evidence_helpers.py."""
+
+from evidence_helpers import atom_run, mocker_run
+
+__all__ = ["atom_run", "mocker_run"]

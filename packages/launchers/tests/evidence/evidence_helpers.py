@@ -1,0 +1,188 @@
+"""Run directories for the evidence tests (fixtures in conftest.py).
+
+``mocker_run``: a copy of a real disaggregated run recorded from Dynamo 1.3's frontend and mocker engines
+(fixtures/record_mocker_run.py). ``atom_run``: a disaggregated ATOM run built from the line formats the real
+components write (vLLM's NixlConnector metrics and its "KV Transfer metrics" summaries, the NIXL patch's
+HOST-classification line, dmabuf-shim's registration lines, nixl_rocm initialization): no MI355X here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+MOCKER_RUN = next((FIXTURES / "mocker-disagg").iterdir())
+
+ATOM_RUN_ID = "20261129T231500Z-disagg-atom"
+
+
+@pytest.fixture
+def mocker_run(tmp_path: Path) -> Path:
+    target = tmp_path / "runs" / MOCKER_RUN.name
+    shutil.copytree(MOCKER_RUN, target)
+    return target
+
+
+def _vllm(t: str, msg: str, pid: int = 311) -> str:
+    return f"(EngineCore_DP0 pid={pid}) INFO 11-29 {t} [nixl_connector.py:812] {msg}"
+
+
+def _kv_summary(t: str, n: int, mb: float, ms: float) -> str:
+    return (
+        f"(APIServer pid=300) INFO 11-29 {t} [loggers.py:257] KVConnectorType: NIXL, KV Transfer metrics: "
+        f"Num successful transfers={n}, Avg xfer time (ms)={ms}, P90 xfer time (ms)={ms * 1.3:.3f}, "
+        f"Avg post time (ms)=0.081, P90 post time (ms)=0.113, Avg MB per transfer={mb}, "
+        f"Throughput (MB/s)={mb / ms * 1000:.3f}, Avg number of descriptors=72.0"
+    )
+
+
+def atom_logs(role: str) -> list[str]:
+    lines = [
+        "INFO 11-29 23:15:02 [__init__.py:239] Automatically detected platform rocm.",
+        "INFO 11-29 23:15:03 [platform.py:88] ATOM platform plugin registered (atom.plugin.vllm.register)",
+        _vllm("23:15:09", "nixl_rocm 1.5.1 initialized: UCX backend loaded from /opt/nixl/lib/plugins"),
+        _vllm("23:15:09", "Initialized NIXL agent: 6c1f2a9e-" + role),
+        "W1129 23:15:10.412 1171 ucx_utils.cpp:584] NIXL_COMPAT_HOST_VRAM: VRAM classified as HOST by UCX; "
+        "registering as host memory addr=0x7f3a20000000 len=2359296",
+    ]
+    lines += [
+        f"dmabuf-shim: reg ok backend=hsa size=2359296 offset={i * 2359296} fd={40 + i} iova=0x7f3a2{i:07x}"
+        for i in range(4)
+    ]
+    if role == "decode":
+        lines += [
+            _kv_summary("23:15:31", 3, 2.25, 1.588),
+            _kv_summary("23:15:41", 8, 2.25, 0.912),
+            _kv_summary("23:15:51", 1, 9.0, 2.412),
+        ]
+    lines.append("INFO 11-29 23:16:02 [launcher.py:99] Shutting down")
+    return lines
+
+
+def atom_metrics(role: str) -> str:
+    labels = 'engine="0",model_name="Qwen/Qwen3-8B"'
+    if role == "prefill":
+        return (
+            "# HELP vllm:prefix_cache_queries_total Prefix cache queries\n"
+            "# TYPE vllm:prefix_cache_queries_total counter\n"
+            f"vllm:prefix_cache_queries_total{{{labels}}} 4096.0\n"
+            f"vllm:prefix_cache_hits_total{{{labels}}} 0.0\n"
+        )
+    return (
+        "# TYPE vllm:nixl_xfer_time_seconds histogram\n"
+        f'vllm:nixl_xfer_time_seconds_bucket{{{labels},le="0.005"}} 12.0\n'
+        f'vllm:nixl_xfer_time_seconds_bucket{{{labels},le="+Inf"}} 12.0\n'
+        f"vllm:nixl_xfer_time_seconds_count{{{labels}}} 12.0\n"
+        f"vllm:nixl_xfer_time_seconds_sum{{{labels}}} 0.014472\n"
+        f"vllm:nixl_bytes_transferred_count{{{labels}}} 12.0\n"
+        f"vllm:nixl_bytes_transferred_sum{{{labels}}} 3.538944e+07\n"
+        "# TYPE vllm:nixl_num_failed_transfers_total counter\n"
+        f"vllm:nixl_num_failed_transfers_total{{{labels}}} 0.0\n"
+        f"vllm:prefix_cache_queries_total{{{labels}}} 4608.0\n"
+        f"vllm:prefix_cache_hits_total{{{labels}}} 4608.0\n"
+        f"vllm:external_prefix_cache_queries_total{{{labels}}} 4608.0\n"
+        f"vllm:external_prefix_cache_hits_total{{{labels}}} 3072.0\n"
+    )
+
+
+def frontend_metrics(success: int) -> str:
+    return (
+        "# TYPE dynamo_frontend_requests_total counter\n"
+        'dynamo_frontend_requests_total{endpoint="chat_completions",error_type="",model="Qwen/Qwen3-8B",'
+        f'request_type="unary",status="success"}} {success}\n'
+        'dynamo_frontend_requests_total{endpoint="chat_completions",error_type="no_instances",'
+        'model="Qwen/Qwen3-8B",request_type="unary",status="error"} 2\n'
+    )
+
+
+def request(index: int, group: str, **over: Any) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "index": index,
+        "prompt_group": group,
+        "status": 200,
+        "ok": True,
+        "latency_s": 0.41 + index / 100,
+        "content_chars": 180,
+        "completion_tokens": 32,
+        "prompt_tokens": 371,
+        "prefill_worker_id": 7587888281234,
+        "decode_worker_id": 7587888282999,
+        "worker_id": None,
+        "kv_hit_rate": None,
+        "error": None,
+    }
+    record.update(over)
+    return record
+
+
+def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+
+@pytest.fixture
+def atom_run(tmp_path: Path) -> Path:
+    run = tmp_path / "runs" / ATOM_RUN_ID
+    for sub in ("logs", "metrics", "scripts"):
+        (run / sub).mkdir(parents=True)
+    jobs = [
+        {"role": role, "job_id": 48213 + i, "node_requested": node, "node_ran": node, "state": "COMPLETED",
+         "exit_code": "0:0", "derived_exit_code": "0:0"}
+        for i, (role, node) in enumerate((("prefill", "gpu-mi355x-017"), ("decode", "gpu-mi355x-018")))
+    ]  # fmt: skip
+    run_json = {
+        "schema_version": 1,
+        "run_id": ATOM_RUN_ID,
+        "kind": "disagg",
+        "engine_profile": "atom",
+        "model_profile": "qwen3-8b",
+        "runtime": "docker",
+        "platform": "MI355X",
+        "lock_digest": "sha256:" + "ab" * 32,
+        "config": {
+            "SLURM_ACCOUNT": "acme-ml-prj",
+            "SLURM_PARTITION": "mi355x-prod",
+            "SLURM_QOS": "normal",
+            "PREFILL_NODE": "gpu-mi355x-017",
+            "DECODE_NODE": "gpu-mi355x-018",
+            "SHARED_DIR": "/lustre/orgs/acme-ml/dynamo",
+            "MODEL_PATH": "/lustre/orgs/acme-ml/models/Qwen3-8B",
+        },
+        "jobs": jobs,
+        "placement_verified": True,
+        "result": "pass",
+        "failure": None,
+    }
+    (run / "run.json").write_text(json.dumps(run_json, indent=2))
+    t0 = 1795994100.0
+    events = [
+        (0.0, "submitted", "prefill"), (0.1, "submitted", "decode"), (2.0, "running", "prefill"),
+        (2.2, "running", "decode"), (61.0, "registered", "prefill"), (64.5, "registered", "decode"),
+        (65.0, "healthy", None), (66.2, "first_good_response", None), (90.0, "requests_done", None),
+        (93.0, "done", None),
+    ]  # fmt: skip
+    write_jsonl(
+        run / "timeline.jsonl",
+        [{"t": t0 + dt, "event": e, **({"role": r} if r else {})} for dt, e, r in events],
+    )
+    write_jsonl(run / "requests.jsonl", [request(i, "long" if i % 2 else f"short-{i}") for i in range(8)])
+    for role in ("prefill", "decode"):
+        (run / "logs" / f"{role}.worker.log").write_text("\n".join(atom_logs(role)) + "\n")
+        (run / "logs" / f"{role}.slurm.out").write_text(
+            f"starting {role} on gpu-mi355x-01{7 + (role == 'decode')}\n"
+        )
+        (run / "metrics" / f"{role}.worker.prom").write_text(atom_metrics(role))
+    (run / "metrics" / "decode.frontend.prom").write_text(frontend_metrics(10))
+    (run / "logs" / "decode.frontend.log").write_text(
+        "2026-11-29T23:16:01.120931Z  INFO http-request: dynamo_llm::http::service::service_v2: http response "
+        "sent status=200 latency_ms=412 method=POST uri=/v1/chat/completions\n"
+    )
+    return run
+
+
+MakeRun = Callable[..., Path]
