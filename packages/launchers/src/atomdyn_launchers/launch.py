@@ -216,7 +216,10 @@ class Launch:
     def _runtime(self) -> Runtime:
         if self.config.runtime == "venv":
             return VenvRuntime(self.config.python_venv)
+        # P/D runs use the NIXL overlay image (ROCm UCX + upstream NIXL) when one is configured.
         image = self.config.dynamo_atom_image
+        if self.options.kind == "disagg" and self.config.nixl_image:
+            image = self.config.nixl_image
         if image is None:
             raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
         vendor = {"atom": "amd", "vllm": "nvidia"}.get(self.engine, "none")
@@ -298,8 +301,16 @@ class Launch:
         )
 
     def _register_command(self, spec: RoleSpec, plan: RolePlan, ports: Ports) -> list[Arg]:
-        python = str(self.config.python_venv / "bin" / "python")
-        args: list[Arg] = [python, "-m", "atomdyn_launchers.readiness", "register"]
+        # The helper runs on the node, outside any container. It needs only the standard library, so
+        # without a venv the checkout's source tree on the shared filesystem is enough.
+        venv_python = self.config.python_venv / "bin" / "python"
+        args: list[Arg]
+        if self.config.runtime == "venv" or venv_python.exists():
+            args = [str(venv_python)]
+        else:
+            source = self.config.project_dir / "packages" / "launchers" / "src"
+            args = ["env", f"PYTHONPATH={source}", "python3"]
+        args += ["-m", "atomdyn_launchers.readiness", "register"]
         args += ["--etcd", self.etcd_endpoint, "--key", self.prefix + spec.role, "--role", spec.role]
         args += ["--job-id", Shell('"${SLURM_JOB_ID:-}"'), "--timeout", f"{self._ready_timeout():.0f}"]
         for proc in plan.processes:

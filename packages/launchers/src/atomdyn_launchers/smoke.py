@@ -228,6 +228,8 @@ def run_smoke(
 ) -> list[SmokeResult]:
     """Send ``requests`` with at most ``concurrency`` in flight; ``on_result`` sees each result as it lands.
 
+    One request per prompt group is sent first; the rest follow once those have been answered.
+
     Setting ``stop`` makes requests not yet sent come back as failed with error "run aborted".
     """
     stop = stop or threading.Event()
@@ -254,5 +256,14 @@ def run_smoke(
         on_result(result)
         return result
 
+    # The first request of each group goes first, so the repeats that follow can hit the cached prefix
+    # even when every request would otherwise be in flight at once.
+    first_of_group: dict[int, SmokeRequest] = {}
+    for request in requests:
+        first_of_group.setdefault(request.prompt_group, request)
+    leaders = list(first_of_group.values())
+    leader_ids = {r.index for r in leaders}
+    rest = [r for r in requests if r.index not in leader_ids]
     with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="smoke") as pool:
-        return list(pool.map(one, requests))
+        results = list(pool.map(one, leaders))
+        return results + list(pool.map(one, rest))
