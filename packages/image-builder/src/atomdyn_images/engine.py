@@ -7,6 +7,7 @@ BuildKit: docker.io's 20.10 client has it built in; a client 23+ needs the build
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -121,8 +122,6 @@ class Docker:
             return None
 
     def labels(self, reference: str) -> dict[str, str]:
-        import json
-
         raw = self.run("image", "inspect", "--format", "{{json .Config.Labels}}", reference)
         loaded = json.loads(raw) if raw and raw != "null" else {}
         return {str(k): str(v) for k, v in loaded.items()}

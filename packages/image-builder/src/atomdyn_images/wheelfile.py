@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import re
 import zipfile
 from pathlib import Path
@@ -31,8 +32,6 @@ def wheel_bytes(
     entry_points: dict[str, dict[str, str]] | None = None,
 ) -> tuple[str, bytes]:
     """(file name, content) of a py3-none-any wheel holding ``files`` (path -> text)."""
-    import io
-
     dist_info = f"{_normalize(project)}-{version}.dist-info"
     members = dict(files)
     members[f"{dist_info}/METADATA"] = f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n"
