@@ -201,14 +201,15 @@ class LocalCluster:
         daemons = tuple(DaemonStatus(p.name, p.pid, procs.alive(p)) for p in started)
         problems += [f"{d.name} (pid {d.pid}) is not running" for d in daemons if not d.alive]
         nodes: dict[str, str] = {}
-        try:
-            nodes = self._node_states(layout)
-        except LocalClusterError as exc:
-            problems.append(str(exc))
-        for node in layout.nodes:
-            state = nodes.get(node, "missing")
-            if not state.startswith(("idle", "mixed", "alloc", "completing")):
-                problems.append(f"node {node} is {state}")
+        if any(d.alive for d in daemons if d.name == "slurmctld"):  # else sinfo would wait out its timeouts
+            try:
+                nodes = self._node_states(layout)
+            except LocalClusterError as exc:
+                problems.append(str(exc))
+            for node in layout.nodes:
+                state = nodes.get(node, "missing")
+                if not state.startswith(("idle", "mixed", "alloc", "completing")):
+                    problems.append(f"node {node} is {state}")
         etcd = _etcd_health(layout.etcd_endpoint)
         if etcd != "healthy":
             problems.append(f"etcd at {layout.etcd_endpoint}: {etcd}")
