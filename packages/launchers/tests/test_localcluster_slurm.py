@@ -1,7 +1,15 @@
-"""Parsing what the Slurm tools print: sacct lines (accounting is off here) and scontrol records."""
+"""Parsing what the Slurm tools print (sacct: accounting is off here; scontrol records); the embedded shell."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from atomdyn_launchers.localcluster import cluster, procs
 from atomdyn_launchers.slurm import parse_exit_code, parse_sacct, parse_scontrol_record
 
 # `scontrol -d show job -o` as Slurm 22.05 prints it (values may contain spaces; -d adds DerivedExitCode).
@@ -51,3 +59,18 @@ def test_sacct_allocation_line() -> None:
     assert pending is not None and pending.nodes is None and pending.reason == "Resources"
     assert not pending.terminal
     assert parse_sacct(out, 44) is None
+
+
+@pytest.mark.parametrize("name", ["NODE_SHELL", "SPAWN_SHELL"])
+def test_embedded_shell_is_shellcheck_clean(name: str, tmp_path: Path) -> None:
+    if shutil.which("shellcheck") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("shellcheck is not installed (.ci/run must provide it)")
+        pytest.skip("shellcheck is not installed")
+    text = {"NODE_SHELL": cluster.NODE_SHELL, "SPAWN_SHELL": procs.SPAWN_SHELL}[name]
+    script = tmp_path / f"{name}.sh"
+    script.write_text(text)
+    done = subprocess.run(
+        ["shellcheck", "-s", "sh", str(script)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout

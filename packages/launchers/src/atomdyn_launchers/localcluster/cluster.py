@@ -75,7 +75,7 @@ _POLL_S = 0.05
 
 # Run inside a fresh mount + UTS namespace before exec'ing the daemon: hostname, /etc/hosts, /etc/resolv.conf,
 # and drop the copies of /run/netns mounts so this mount namespace never keeps another namespace alive.
-_NODE_SHELL = (
+NODE_SHELL = (
     'hostname "$1" && mount --bind "$2" /etc/hosts && mount --bind "$3" /etc/resolv.conf || exit 1\n'
     'awk \'$2 ~ "^/run/netns/" {print $2}\' /proc/self/mounts | while read -r m; do umount -l "$m"; done\n'
     "shift 3\n"
@@ -342,7 +342,7 @@ class LocalCluster:
         return [
             "nsenter", f"--net={layout.netns_path(host)}", "--",
             "unshare", "--mount", "--uts", "--propagation", "private", "--",
-            "sh", "-c", _NODE_SHELL, "sh", host, str(layout.hosts_path), str(layout.resolv_path), *argv,
+            "sh", "-c", NODE_SHELL, "sh", host, str(layout.hosts_path), str(layout.resolv_path), *argv,
         ]  # fmt: skip
 
     def _write_config(self, layout: Layout) -> ClusterConfig:

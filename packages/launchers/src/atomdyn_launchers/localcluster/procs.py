@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _POLL_S = 0.02
+# Start "$@" in the background with output appended to the log named by $1; print its PID and return.
+SPAWN_SHELL = 'log=$1; shift; "$@" </dev/null >>"$log" 2>&1 & echo $!\n'
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ def spawn(name: str, argv: Sequence[str], log: Path, env: Mapping[str, str] | No
     """Start ``argv`` in a new session with output appended to ``log``; return it as a Proc."""
     log.parent.mkdir(parents=True, exist_ok=True)
     launcher = subprocess.run(
-        ["sh", "-c", 'log=$1; shift; "$@" </dev/null >>"$log" 2>&1 & echo $!', "sh", str(log), *argv],
+        ["sh", "-c", SPAWN_SHELL, "sh", str(log), *argv],
         capture_output=True,
         text=True,
         env=dict(env) if env is not None else None,
