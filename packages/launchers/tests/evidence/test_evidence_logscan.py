@@ -1,0 +1,110 @@
+"""The streaming log scanner and the Prometheus reader on realistic and hostile input."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from evidence_helpers import MOCKER_RUN, atom_logs
+
+from atomdyn_launchers.evidence import logscan, prom
+from atomdyn_launchers.evidence.bench import generate
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_classifies_each_signal_line(tmp_path: Path) -> None:
+    lines = [
+        *atom_logs("decode"),
+        "E1129 23:15:44.1 ucx_backend.cpp:912] postXfer failed: NIXL_ERR_BACKEND",
+        "dmabuf-shim: reg fail backend=hsa size=4096 offset=123 errno=EINVAL",
+        "dmabuf-shim: reg fail backend=cuda size=4096 offset=0 errno=EOPNOTSUPP",
+        "NIXL_PLUGIN_DIR=/opt/nixl/lib/plugins",  # a NIXL_ mention that is neither an error nor the warning
+        "Traceback (most recent call last):",
+        "import nixl_rocm as nixl  # no init word: a mention, not an initialization",
+    ]
+    scan = logscan.scan_file(_write(tmp_path / "decode.worker.log", lines))
+    assert scan.counts == {
+        "nixl_rocm": 2,
+        "host_vram": 1,
+        "dmabuf_ok": 4,
+        "kv_transfer": 3,
+        "nixl_err": 1,
+        "dmabuf_fail": 2,
+        "traceback": 1,
+    }
+    assert scan.nixl_rocm_init == 1
+    assert scan.dmabuf_errnos == {"EINVAL": 1, "EOPNOTSUPP": 1}
+    assert [(p.transfers, p.mean_mb, p.mean_ms) for p in scan.kv_points] == [
+        (3, 2.25, 1.588),
+        (8, 2.25, 0.912),
+        (1, 9.0, 2.412),
+    ]
+    assert scan.excerpts["nixl_err"] == [f"decode.worker.log:{len(atom_logs('decode')) + 1}: {lines[-6]}"]
+    assert scan.lines == len(lines)
+
+
+@pytest.mark.parametrize("block", [1000, 4096, 65536])  # each longer than any line of the log
+def test_block_size_changes_nothing(block: int) -> None:
+    log = MOCKER_RUN / "logs" / "decode.frontend.log"
+    whole = logscan.scan_file(log)
+    small = logscan.scan_file(log, block=block)
+    assert whole.counts["http_response"] > 5
+    assert small.counts == whole.counts and small.excerpts == whole.excerpts and small.lines == whole.lines
+
+
+def test_ansi_colours_are_stripped_from_excerpts() -> None:
+    scan = logscan.scan_file(MOCKER_RUN / "logs" / "decode.frontend.log")
+    first = scan.excerpts["http_response"][0]
+    assert "\x1b" not in first and "http response sent status=404" in first
+
+
+def test_garbage_overlong_lines_and_truncation(tmp_path: Path) -> None:
+    log = tmp_path / "prefill.worker.log"
+    blob = os.urandom(300_000).replace(b"\n", b" ")  # no newline at all: one huge "line"
+    log.write_bytes(
+        b"start\n" + blob + b"\nNIXL_ERR_NOT_FOUND \xff\xfe in garbage\ndmabuf-shim: reg ok backend=hsa siz"
+    )
+    scan = logscan.scan_file(log, block=65536)
+    assert scan.cut_lines >= 3  # the garbage line was cut into blocks, never held whole
+    assert scan.bytes_read == log.stat().st_size
+    assert scan.count("nixl_err") == 1 and scan.undecodable
+    assert scan.count("dmabuf_ok") == 1  # the truncated last line still counts
+
+
+def test_kv_series_stays_bounded(tmp_path: Path) -> None:
+    line = atom_logs("decode")[-4]
+    log = _write(tmp_path / "decode.worker.log", [line] * 5000)
+    scan = logscan.scan_file(log, max_points=100)
+    assert scan.count("kv_transfer") == 5000 and len(scan.kv_points) <= 101
+
+
+def test_bench_generator_writes_the_signals_it_claims(tmp_path: Path) -> None:
+    size = generate(tmp_path / "bench.log", 2)
+    assert size >= 2 << 20
+    scan = logscan.scan_file(tmp_path / "bench.log")
+    assert scan.bytes_read == size
+    assert {"http_response", "dmabuf_ok", "kv_transfer", "nixl_err"} <= set(scan.counts)
+
+
+def test_prometheus_lines() -> None:
+    sample = prom.parse_line(
+        'dynamo_frontend_requests_total{endpoint="chat",model="a \\"b\\", c",status="success"} 7 1764461554000'
+    )
+    assert sample is not None
+    assert sample.name == "dynamo_frontend_requests_total" and sample.value == 7.0
+    assert sample.labels == {"endpoint": "chat", "model": 'a \\"b\\", c', "status": "success"}
+    assert prom.parse_line("vllm:nixl_bytes_transferred_sum 3.538944e+07").value == 35389440.0  # type: ignore[union-attr]
+    for bad in ("# HELP x y", "", 'x{a="1"}', "x NaN", "x notanumber", "\x00\xff"):
+        assert prom.parse_line(bad) is None
+
+
+def test_prometheus_file_from_a_real_frontend() -> None:
+    path = MOCKER_RUN / "metrics" / "decode.frontend.prom"
+    samples = list(prom.read_samples(path, frozenset({"dynamo_frontend_requests_total"})))
+    assert [s.labels["status"] for s in samples] == ["success"]
+    assert samples[0].value == 7.0
