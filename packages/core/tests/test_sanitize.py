@@ -190,6 +190,12 @@ def test_known_values_are_replaced_where_no_pattern_would_find_them() -> None:
     assert out == "host-1 ready; user-1 owns /cluster/path-1/runs/x; charged to account-1"
 
 
+def test_plain_word_accounts_are_replaced_only_in_slurm_contexts() -> None:
+    s = Sanitizer(accounts=["rehearsal", "acme-ml"])
+    out = s.sanitize("platform: rehearsal (CPU) --partition=rehearsal --account=acme-ml, billed to acme-ml")
+    assert out == "platform: rehearsal (CPU) --partition=partition-1 --account=account-2, billed to account-2"
+
+
 def test_a_name_first_seen_bare_is_replaced_when_learned_later_in_the_same_text() -> None:
     text = "started by jdoe\nHOME=/home/jdoe"
     assert sanitize(text) == "started by user-1\nHOME=/home/user-1"

@@ -170,7 +170,7 @@ class Sanitizer:
 
     ``hosts``, ``users``, ``paths`` and ``accounts`` are values known to identify the cluster (node names from the
     run, the submitting user, the shared directory, the Slurm account); they are replaced wherever they appear,
-    even where no pattern would recognise them.
+    even where no pattern would recognise them (accounts named by a plain word only in Slurm contexts).
     """
 
     def __init__(
@@ -207,7 +207,11 @@ class Sanitizer:
                 self._paths[text] = self._placeholder("path", text)
         for account in accounts:
             if account and not _PLACEHOLDER.match(account):
-                self._bare[account] = self._placeholder("account", account)
+                placeholder = self._placeholder("account", account)
+                # Replaced alone only when it looks like an identifier: an account (or partition) named
+                # with a plain word such as "rehearsal" or "gpu" would otherwise garble ordinary text.
+                if re.search(r"[\d_-]", account):
+                    self._bare[account] = placeholder
         self._bare_dirty = True
 
     # -- numbering ---------------------------------------------------------------------------------------

@@ -27,6 +27,11 @@ def _all_text(directory: Path) -> str:
 
 
 def test_mocker_evidence_files_and_verify(mocker_run: Path, tmp_path: Path) -> None:
+    run = json.loads((mocker_run / "run.json").read_text())
+    run["config"].update(
+        SLURM_ACCOUNT="rehearsal", SLURM_PARTITION="rehearsal"
+    )  # as the local cluster names them
+    (mocker_run / "run.json").write_text(json.dumps(run))
     out, summary = collect(mocker_run, tmp_path / "evidence")
     assert out == tmp_path / "evidence" / MOCKER_RUN.name
     assert summary["schema_version"] == 1 and summary["verdict"] == "pass"
