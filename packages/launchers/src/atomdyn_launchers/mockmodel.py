@@ -139,6 +139,11 @@ def generate(path: Path, vocab_size: int = VOCAB_SIZE) -> Path:
             },
         )
         atomic_write_json(staging / "generation_config.json", {"eos_token_id": eos_id, "max_new_tokens": 256})
+        if path.exists() and not is_complete(path):
+            # An older or damaged copy: move it aside, put the new one in place, then delete the old one.
+            stale = Path(tempfile.mkdtemp(prefix=f".{path.name}.stale.", dir=path.parent))
+            path.rename(stale / path.name)
+            shutil.rmtree(stale, ignore_errors=True)
         try:
             staging.rename(path)
         except OSError:
