@@ -104,6 +104,14 @@ def append_results(results_md: Path, summaries: Iterable[dict[str, Any]], link_p
     return added
 
 
+_ORDER = (*_CAPABILITY.values(), "KV handoff", "Prefix-cache hit")
+
+
+def _rank(capability: str) -> int:
+    """Simple capabilities first, in the order of the table's story."""
+    return next((i for i, name in enumerate(_ORDER) if capability.startswith(name)), len(_ORDER))
+
+
 def glance_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
     """(capability, result, platform, run dir) rows: the latest run per capability and platform."""
     rows: dict[tuple[str, str], tuple[str, str, str, str]] = {}
@@ -120,14 +128,15 @@ def glance_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, str, str, st
             ):
                 gate = _gate(s, gate_id)
                 if gate is not None:
-                    result = f"{str(gate['verdict']).upper()} ({gate['signal']} = {gate['value']})"
+                    value = round(gate["value"], 3) if isinstance(gate["value"], float) else gate["value"]
+                    result = f"{str(gate['verdict']).upper()} ({gate['signal']} = {value})"
                     rows[(f"{name} ({engine})", platform)] = (
                         f"{name} ({engine})",
                         result,
                         platform,
                         s["_dir"],
                     )
-    return list(rows.values())  # fmt: skip
+    return sorted(rows.values(), key=lambda row: (_rank(row[0]), row[0], row[2]))
 
 
 def glance_table(summaries: list[dict[str, Any]], link_prefix: str) -> str:
