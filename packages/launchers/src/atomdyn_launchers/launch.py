@@ -72,7 +72,7 @@ class LaunchOptions:
     ready_timeout_s: float | None = None  # default: 120 s for the mocker, 3600 s for real engines
     settle_timeout_s: float = 60.0
     request_timeout_s: float = 120.0
-    time_limit: str = "01:00:00"
+    time_limit: str | None = None  # default: 00:30:00 for the mocker, 04:00:00 for real engines
     speedup_ratio: float = 10.0
     runs_root: Path | None = None  # default: <SHARED_DIR>/runs
     lock_path: Path | None = None
@@ -240,6 +240,11 @@ class Launch:
             raise PreflightError(
                 f"PYTHON_VENV {self.config.python_venv} has no bin/python (jobs run with it)"
             )
+        if self.engine != "mocker" and self.model.gpus_per_worker > self.config.gpus_per_node:
+            raise PreflightError(
+                f"model profile {self.model.name} needs {self.model.gpus_per_worker} GPUs per worker; "
+                f"GPUS_PER_NODE is {self.config.gpus_per_node}"
+            )
         preflight(self.config, [r.node for r in self.roles], slurm=self.slurm)
         readiness.EtcdClient(self.etcd_endpoint).version()
 
@@ -354,7 +359,7 @@ class Launch:
                 env={**plan.env, "PYTHONUNBUFFERED": "1"},
                 prelude=plan.prelude,
                 gpus=plan.gpus,
-                time_limit=self.options.time_limit,
+                time_limit=self.options.time_limit or ("00:30:00" if self.engine == "mocker" else "04:00:00"),
                 register=self._register_command(spec, plan, ctx.ports),
                 header_comment=(
                     f"atomdyn run {self.rundir.run_id}: role {spec.role} ({spec.mode}) on {spec.node}, "
@@ -419,8 +424,9 @@ class Launch:
             if record.job_id is None:
                 continue
             info = self.slurm.job(record.job_id)
-            previous = self.job_states.get(role)
-            self.job_states[role] = info.state
+            previous = self.job_states.get(role, "").split(" ")[0]
+            waiting = info.state == "PENDING" and info.reason not in (None, "None", "Priority")
+            self.job_states[role] = f"{info.state} ({info.reason})" if waiting else info.state
             if info.state != previous and info.state in ("PENDING", "RUNNING"):
                 detail = f"reason {info.reason}" if info.state == "PENDING" and info.reason else info.nodes
                 self._event(info.state.lower(), role=role, job_id=record.job_id, detail=detail)

@@ -1,0 +1,114 @@
+"""Role planning and the checks that refuse a run before Slurm is asked anything (no cluster needed)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from atomdyn_launchers.config import ClusterConfig, PreflightError, parse_cluster_env
+from atomdyn_launchers.launch import Launch, LaunchOptions, plan_roles, required_instances
+from atomdyn_launchers.rundir import RunDir, make_run_id, read_jsonl
+
+
+def _config(tmp_path: Path, **changes: object) -> ClusterConfig:
+    text = "\n".join(
+        [
+            "SLURM_ACCOUNT=a",
+            "SLURM_PARTITION=p",
+            "SLURM_QOS=q",
+            "PRIMARY_NODE=n1",
+            "PREFILL_NODE=n1",
+            "DECODE_NODE=n2",
+            f"SHARED_DIR={tmp_path}",
+            f"MODEL_PATH={tmp_path}",
+            "ENGINE_PROFILE=mocker",
+            "RUNTIME=venv",
+            f"PROJECT_DIR={tmp_path}",
+            f"PYTHON_VENV={tmp_path}/venv",
+            "GPUS_PER_NODE=2",
+            "ETCD_ENDPOINT=http://127.0.0.1:9",
+        ]
+    )
+    return dataclasses.replace(parse_cluster_env(text), **changes)
+
+
+def test_roles_per_kind(tmp_path: Path) -> None:
+    cfg = _config(tmp_path)
+    assert [(r.role, r.node, r.mode, r.with_frontend) for r in plan_roles("agg-single", cfg)] == [
+        ("agg", "n1", "agg", True)
+    ]
+    assert [(r.role, r.node, r.with_frontend) for r in plan_roles("agg-two", cfg)] == [
+        ("agg1", "n1", True),
+        ("agg2", "n2", False),
+    ]
+    # Prefill is submitted first; the frontend lives with decode.
+    assert [(r.role, r.node, r.mode, r.with_frontend) for r in plan_roles("disagg", cfg)] == [
+        ("prefill", "n1", "prefill", False),
+        ("decode", "n2", "decode", True),
+    ]
+    assert required_instances("disagg") == {"prefill": 1, "backend": 1}
+    assert required_instances("agg-two") == {"backend": 2}
+
+
+@pytest.mark.parametrize(
+    ("kind", "changes", "message"),
+    [
+        ("disagg", {"decode_node": "n1"}, "PREFILL_NODE and DECODE_NODE are the same"),
+        ("agg-two", {"decode_node": "n1"}, "agg-two needs two nodes"),
+        ("both", {}, "unknown run kind 'both'"),
+    ],
+)
+def test_impossible_layouts_are_refused(
+    tmp_path: Path, kind: str, changes: dict[str, str], message: str
+) -> None:
+    with pytest.raises(PreflightError, match=message):
+        plan_roles(kind, _config(tmp_path, **changes))
+
+
+def test_missing_job_venv_is_refused_before_slurm(tmp_path: Path) -> None:
+    launch = Launch(_config(tmp_path), LaunchOptions(kind="disagg"))
+    with pytest.raises(PreflightError, match=r"PYTHON_VENV .*/venv has no bin/python"):
+        launch.run()
+    assert not (tmp_path / "runs").exists()
+
+
+def test_model_larger_than_a_node_is_refused(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, engine_profile="atom")
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").touch()
+    launch = Launch(cfg, LaunchOptions(kind="disagg", model="qwen3.5-397b-mxfp4"))
+    with pytest.raises(PreflightError, match="needs 4 GPUs per worker; GPUS_PER_NODE is 2"):
+        launch.run()
+
+
+def test_run_ids_keep_their_format_when_two_start_in_one_second(tmp_path: Path) -> None:
+    from datetime import datetime, timezone
+
+    moment = datetime(2026, 11, 30, 0, 42, 7, tzinfo=timezone.utc)
+    assert make_run_id("disagg", "mocker", moment) == "20261130T004207Z-disagg-mocker"
+    first = RunDir.create(tmp_path, "disagg", "mocker", moment)
+    second = RunDir.create(tmp_path, "disagg", "mocker", moment)
+    assert (first.run_id, second.run_id) == (
+        "20261130T004207Z-disagg-mocker",
+        "20261130T004208Z-disagg-mocker",
+    )
+    with pytest.raises(ValueError, match="unknown run kind"):
+        make_run_id("agg", "mocker")
+
+
+def test_timeline_and_requests_refuse_off_contract_records(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path, "agg-single", "mocker")
+    run.event("submitted", role="agg", job_id=7, detail="node n1", t=1.5)
+    with pytest.raises(ValueError, match="unknown timeline event"):
+        run.event("started")
+    with pytest.raises(ValueError, match="lacks"):
+        run.request({"index": 0})
+    assert read_jsonl(run.path / "timeline.jsonl") == [
+        {"t": 1.5, "event": "submitted", "role": "agg", "job_id": 7, "detail": "node n1"}
+    ]
+    # A partial last line (a write in progress) is not returned.
+    with (run.path / "timeline.jsonl").open("a") as handle:
+        handle.write('{"t": 2.0, "ev')
+    assert len(read_jsonl(run.path / "timeline.jsonl")) == 1
