@@ -49,6 +49,13 @@ def test_lifecycle_crash_restart_and_clean_down(local_cluster: LocalCluster, tmp
         messages: list[str] = []
         again = cluster.up(log=messages.append)
         assert not again.already_up and any("partly up" in m for m in messages)
+        # Up again with another venv: verified, not restarted; only cluster.env changes.
+        pids = [d.pid for d in cluster.status().daemons]
+        other = LocalCluster(cluster.state_dir, shared_dir=tmp_path / "shared", python_venv=tmp_path / "venv")
+        moved = other.up()
+        assert moved.already_up and moved.config.python_venv == tmp_path / "venv"
+        assert cluster.config().python_venv == tmp_path / "venv"
+        assert [d.pid for d in cluster.status().daemons] == pids
         assert cluster.status().healthy
         assert crashed.pid not in [d.pid for d in cluster.status().daemons]
 

@@ -170,13 +170,22 @@ class LocalCluster:
         start = time.monotonic()
         self._preconditions()
         with self._locked():
-            if self._read_record() is not None:
+            record = self._read_record()
+            if record is not None:
                 status = self.status()
-                if status.healthy:
+                if status.healthy and self.config().gpus_per_node == self.gpus_per_node:
                     config = self.config()
+                    if (config.shared_dir, config.project_dir, config.python_venv) != (
+                        self.shared_dir,
+                        self.project_dir,
+                        self.python_venv,
+                    ):  # paths live only in cluster.env: no restart needed
+                        log(f"updating {record[0].env_file} (shared dir, project dir or venv changed)")
+                        config = self._write_config(record[0])
                     self._ensure_model(config, log)
                     return UpResult(True, time.monotonic() - start, config)
-                log(f"cluster was partly up ({'; '.join(status.problems)}): restarting it")
+                reason = "; ".join(status.problems) or "GPUS_PER_NODE changed"
+                log(f"cluster was partly up or differently shaped ({reason}): restarting it")
                 self._teardown()
             self._teardown_strays()
             layout = Layout(self.state_dir, self.tag, pick_subnet(self.tag, host_networks()), self.nodes)
