@@ -51,8 +51,10 @@ def atom_logs(role: str) -> list[str]:
         "W1129 23:15:10.412 1171 ucx_utils.cpp:584] NIXL_COMPAT_HOST_VRAM: VRAM classified as HOST by UCX; "
         "registering as host memory addr=0x7f3a20000000 len=2359296",
     ]
+    lines.append("dmabuf-shim: init version=0.1.0 backends=hsa ibverbs=1 reg_dmabuf=1 strip=0x0")
     lines += [
-        f"dmabuf-shim: reg ok backend=hsa size=2359296 offset={i * 2359296} fd={40 + i} iova=0x7f3a2{i:07x}"
+        f"dmabuf-shim: reg ok backend=hsa path=dmabuf size=2359296 offset={i * 2359296} fd_closed=1 "
+        f"addr=0x7f3a2{i:07x} iova=0x7f3a2{i:07x} access=0xf"
         for i in range(4)
     ]
     if role == "decode":

@@ -91,7 +91,9 @@ def test_nixl_err_record_fails(atom_run: Path) -> None:
 def test_dmabuf_registration_failure_fails_with_its_errno(atom_run: Path) -> None:
     log = atom_run / "logs" / "prefill.worker.log"
     log.write_text(
-        log.read_text() + "dmabuf-shim: reg fail backend=hsa size=2359296 offset=4096 errno=EINVAL\n"
+        log.read_text()
+        + "dmabuf-shim: reg fail backend=hsa path=dmabuf size=2359296 offset=4096 fd_closed=1 "
+        "addr=0x7f3a20001000 iova=0x7f3a20001000 access=0xf errno=22\n"
     )
     assert _failed(atom_run) == {"dmabuf_failures": "dmabuf.fail is 1, expected == 0"}
     assert collect_signals(atom_run).get("dmabuf.fail_errnos") == {"EINVAL": 1}

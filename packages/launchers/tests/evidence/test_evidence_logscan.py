@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -21,8 +22,12 @@ def test_classifies_each_signal_line(tmp_path: Path) -> None:
     lines = [
         *atom_logs("decode"),
         "E1129 23:15:44.1 ucx_backend.cpp:912] postXfer failed: NIXL_ERR_BACKEND",
-        "dmabuf-shim: reg fail backend=hsa size=4096 offset=123 errno=EINVAL",
-        "dmabuf-shim: reg fail backend=cuda size=4096 offset=0 errno=EOPNOTSUPP",
+        "dmabuf-shim: reg fail backend=hsa path=dmabuf size=4096 offset=123 fd_closed=1 addr=0x7f3a42000000 "
+        "iova=0x7f3a42000000 access=0xf errno=22",
+        "dmabuf-shim: reg fail backend=cuda path=plain size=4096 offset=-1 fd_closed=0 addr=0x7f3a42000000 "
+        "iova=0x7f3a42000000 access=0xf errno=95 detail=export_status:0x1",
+        "dmabuf-shim: reg ok backend=none path=plain size=65536 offset=-1 fd_closed=0 addr=0x55d0 iova=0x55d0 access=0xf",
+        "dmabuf-shim: config bad DMABUF_SHIM_LOG='loud' (want off, gpu or all); using gpu",
         "NIXL_PLUGIN_DIR=/opt/nixl/lib/plugins",  # a NIXL_ mention that is neither an error nor the warning
         "Traceback (most recent call last):",
         "import nixl_rocm as nixl  # no init word: a mention, not an initialization",
@@ -35,16 +40,22 @@ def test_classifies_each_signal_line(tmp_path: Path) -> None:
         "kv_transfer": 3,
         "nixl_err": 1,
         "dmabuf_fail": 2,
+        "dmabuf_init": 1,
+        "dmabuf_plain": 1,
+        "dmabuf_config": 1,
         "traceback": 1,
     }
     assert scan.nixl_rocm_init == 1
-    assert scan.dmabuf_errnos == {"EINVAL": 1, "EOPNOTSUPP": 1}
+    assert scan.dmabuf_errnos == {
+        "EINVAL": 1,
+        errno.errorcode[95]: 1,
+    }  # errno=95: the name is the C library's
     assert [(p.transfers, p.mean_mb, p.mean_ms) for p in scan.kv_points] == [
         (3, 2.25, 1.588),
         (8, 2.25, 0.912),
         (1, 9.0, 2.412),
     ]
-    assert scan.excerpts["nixl_err"] == [f"decode.worker.log:{len(atom_logs('decode')) + 1}: {lines[-6]}"]
+    assert scan.excerpts["nixl_err"] == [f"decode.worker.log:{len(atom_logs('decode')) + 1}: {lines[-8]}"]
     assert scan.lines == len(lines)
 
 
@@ -108,3 +119,15 @@ def test_prometheus_file_from_a_real_frontend() -> None:
     samples = list(prom.read_samples(path, frozenset({"dynamo_frontend_requests_total"})))
     assert [s.labels["status"] for s in samples] == ["success"]
     assert samples[0].value == 7.0
+
+
+def test_dmabuf_shim_documented_lines(tmp_path: Path) -> None:
+    """The contract with dmabuf-shim: the example lines of its README's "Log lines" section."""
+    readme = Path(__file__).parents[3] / "dmabuf-shim" / "README.md"
+    text = readme.read_text()
+    block = text[text.index("## Log lines") :].split("```")[1]
+    lines = [line for line in block.splitlines() if line.startswith("dmabuf-shim: ")]
+    assert lines, "no example lines in dmabuf-shim's README"
+    scan = logscan.scan_file(_write(tmp_path / "decode.decode.log", lines))
+    assert scan.count("dmabuf_init") == 1 and scan.count("dmabuf_ok") == 1 and scan.count("dmabuf_fail") == 2
+    assert scan.dmabuf_errnos == {"EINVAL": 2}

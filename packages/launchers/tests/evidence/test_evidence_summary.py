@@ -58,7 +58,8 @@ def test_atom_evidence_is_sanitized_everywhere(atom_run: Path, tmp_path: Path) -
     log.write_text(
         log.read_text()
         + "INFO using HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789 on gpu-mi355x-018 via 10.42.7.19\n"
-        + "dmabuf-shim: reg fail backend=hsa size=4096 offset=12 errno=EINVAL on gpu-mi355x-018\n"
+        + "dmabuf-shim: reg fail backend=hsa path=dmabuf size=4096 offset=12 fd_closed=1 addr=0x7f3a42000000 "
+        "iova=0x7f3a42000000 access=0xf errno=22 detail=on:gpu-mi355x-018\n"
     )
     fingerprints = atom_run / "fingerprints"
     fingerprints.mkdir()
@@ -73,7 +74,8 @@ def test_atom_evidence_is_sanitized_everywhere(atom_run: Path, tmp_path: Path) -
     excerpt = (out / "excerpts" / "logs.dmabuf_fail.txt").read_text()
     assert (
         excerpt
-        == "decode.worker.log:15: dmabuf-shim: reg fail backend=hsa size=4096 offset=12 errno=EINVAL on host-2\n"
+        == "decode.worker.log:16: dmabuf-shim: reg fail backend=hsa path=dmabuf size=4096 offset=12 fd_closed=1 "
+        "addr=0x7f3a42000000 iova=0x7f3a42000000 access=0xf errno=22 detail=on:host-2\n"
     )
     assert summary["pictures"] == ["kv_transfers.png", "timeline.png"] or summary["pictures"] == [
         "timeline.png",

@@ -29,7 +29,8 @@ _LINES = (
     "connected to 10.77.0.{n} request plane stream_id={us}",
 )
 _RARE = (
-    "dmabuf-shim: reg ok backend=hsa size=2359296 offset={us} fd=41",
+    "dmabuf-shim: reg ok backend=hsa path=dmabuf size=2359296 offset={us} fd_closed=1 addr=0x7f3a42000000 "
+    "iova=0x7f3a42000000 access=0xf",
     "(EngineCore_DP0 pid=4242) INFO 11-30 00:12:{s:02d} [metrics.py:103] KVConnectorType: NIXL, KV Transfer "
     "metrics: Num successful transfers={n}, Avg xfer time (ms)=1.5{n}, P90 xfer time (ms)=2.0, Avg post time "
     "(ms)=0.1, P90 post time (ms)=0.2, Avg MB per transfer=2.25, Throughput (MB/s)=1400.0, Avg number of "

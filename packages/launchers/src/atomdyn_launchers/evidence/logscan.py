@@ -9,6 +9,7 @@ without a newline costs one block.
 
 from __future__ import annotations
 
+import errno
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ class Marker:
 
 MARKERS: tuple[Marker, ...] = (
     Marker("nixl", b"NIXL_", parse=True),
-    Marker("dmabuf", b"dmabuf-shim: reg ", parse=True),
+    Marker("dmabuf", b"dmabuf-shim: ", parse=True),
     Marker("nixl_rocm", b"xl_rocm", parse=True),
     Marker("kv_transfer", b"Transfer metrics", parse=True),
     Marker("http_response", b"http response sent"),
@@ -92,21 +93,29 @@ def _timestamp(line: str) -> float | None:
     return ((((month - 1) * 31 + day - 1) * 24 + hour) * 60 + minute) * 60 + second
 
 
+def _errno_name(raw: str) -> str:
+    """``22`` -> ``EINVAL``; a name stays a name."""
+    return errno.errorcode.get(int(raw), raw) if raw.isdigit() else raw
+
+
 def _classify(scan: FileScan, marker: Marker, line: str, max_points: int) -> str | None:
     """What a line holding a parse marker is (the name it is counted and excerpted under), or None."""
     if marker.name == "nixl":
         if HOST_VRAM_LINE in line:
             return "host_vram"
         return "nixl_err" if "NIXL_ERR" in line else None
-    if marker.name == "dmabuf":
+    if marker.name == "dmabuf":  # format: packages/dmabuf-shim/README.md, "Log lines"
         if "dmabuf-shim: reg ok" in line:
-            return "dmabuf_ok"
+            # path=plain is host memory passed through (or a fallback): not a dma-buf registration
+            return "dmabuf_plain" if " path=plain" in line else "dmabuf_ok"
         if "dmabuf-shim: reg fail" in line:
             found = _ERRNO.search(line)
-            key = found.group(1) if found else "unknown"
+            key = _errno_name(found.group(1)) if found else "unknown"
             scan.dmabuf_errnos[key] = scan.dmabuf_errnos.get(key, 0) + 1
             return "dmabuf_fail"
-        return None
+        if "dmabuf-shim: init" in line:
+            return "dmabuf_init"
+        return "dmabuf_config" if "dmabuf-shim: config bad" in line else None
     if marker.name == "nixl_rocm":
         if "nixl_rocm" not in line:
             return None

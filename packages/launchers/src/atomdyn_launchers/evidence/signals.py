@@ -463,13 +463,16 @@ def _read_logs(signals: Signals) -> None:
     signals.set("logs.host_vram", totals.get("host_vram", 0))
     signals.set("logs.tracebacks", totals.get("traceback", 0))
     signals.set("logs.http_responses", totals.get("http_response", 0))
-    seen = totals.get("dmabuf_ok", 0) + totals.get("dmabuf_fail", 0)
+    seen = sum(totals.get(k, 0) for k in ("dmabuf_init", "dmabuf_ok", "dmabuf_fail", "dmabuf_plain"))
     expected = bool(signals.run.get("dmabuf_shim")) or str(
         (signals.run.get("config") or {}).get("DMABUF_SHIM", "")
     ).lower() in ("1", "on", "true", "yes")
     signals.set("dmabuf.active", bool(seen) or expected)
+    if totals.get("dmabuf_config"):
+        signals.problems.append(f"{totals['dmabuf_config']} 'dmabuf-shim: config bad' line(s): see the logs")
     if seen:
         signals.set("dmabuf.ok", totals.get("dmabuf_ok", 0))
+        signals.set("dmabuf.plain", totals.get("dmabuf_plain", 0))
         signals.set("dmabuf.fail", totals.get("dmabuf_fail", 0))
         signals.set("dmabuf.fail_errnos", dict(sorted(errnos.items())))
     else:
