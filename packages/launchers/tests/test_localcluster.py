@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from invoke.collection import Collection
 from invoke.program import Program
 
 from atomdyn_launchers import cluster_tasks
-from atomdyn_launchers.config import ClusterConfig, PreflightError
+from atomdyn_launchers.config import DIRECT, ClusterConfig, PreflightError
 from atomdyn_launchers.localcluster import LocalCluster
 from atomdyn_launchers.slurm import JobInfo, Slurm, SlurmError, preflight
 
@@ -106,6 +105,7 @@ def test_node_to_node_traffic_etcd_and_venv_from_a_job(
         job_py = tmp_path / "job.py"
         job_py.write_text(
             "import base64, json, socket, sys, urllib.request\n"
+            "urllib.request.install_opener(urllib.request.build_opener(urllib.request.ProxyHandler({})))\n"
             "import atomdyn_launchers\n"  # the package is importable from the venv inside the job
             "got = urllib.request.urlopen('http://node1:18080/marker', timeout=5).read().decode()\n"
             "b = lambda s: base64.b64encode(s.encode()).decode()\n"
@@ -120,7 +120,7 @@ def test_node_to_node_traffic_etcd_and_venv_from_a_job(
         assert f"fetched {marker}" in out
         # Read back on the host: the job on node2 wrote to etcd what it fetched from node1.
         query = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()
-        with urllib.request.urlopen(f"{cfg.etcd_endpoint}/v3/kv/range", query, timeout=5) as response:
+        with DIRECT.open(f"{cfg.etcd_endpoint}/v3/kv/range", query, timeout=5) as response:
             kvs = json.loads(response.read())["kvs"]
         assert base64.b64decode(kvs[0]["value"]).decode() == f"node2:{marker}"
     finally:
@@ -132,7 +132,7 @@ def _wait_http(url: str, what: str, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            with urllib.request.urlopen(url, timeout=1) as response:
+            with DIRECT.open(url, timeout=1) as response:
                 response.read()
                 return
         except OSError as exc:

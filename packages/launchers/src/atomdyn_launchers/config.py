@@ -28,6 +28,8 @@ from typing import Literal, cast
 from atomdyn_core.atomic import atomic_write_text
 
 CLUSTER_ENV_VAR = "ATOMDYN_CLUSTER_ENV"
+# etcd is always reached directly: an http_proxy set for downloads must not capture cluster traffic.
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 REPO_ENV_VAR = "ATOMDYN_REPO"
 
 EngineProfile = Literal["mocker", "vllm", "atom"]
@@ -430,7 +432,7 @@ def check_etcd(config: ClusterConfig, timeout: float = 3.0) -> None:
     endpoint = config.require_etcd()
     url = f"{endpoint}/health"
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with DIRECT.open(url, timeout=timeout) as response:
             body = json.loads(response.read().decode("utf-8", "replace"))
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)

@@ -27,7 +27,6 @@ import subprocess
 import sys
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from atomdyn_launchers.config import (
+    DIRECT,
     ClusterConfig,
     default_local_state_dir,
     find_repo_root,
@@ -556,7 +556,7 @@ def prune_orphans(log: Callable[[str], None] = lambda _m: None) -> list[str]:
 
 def _etcd_health(endpoint: str) -> str:
     try:
-        with urllib.request.urlopen(f"{endpoint}/health", timeout=1.0) as response:
+        with DIRECT.open(f"{endpoint}/health", timeout=1.0) as response:
             body = json.loads(response.read())
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return f"unreachable ({getattr(exc, 'reason', exc)})"
