@@ -164,6 +164,7 @@ def test_submission_passes_account_partition_qos(local_cluster_config: ClusterCo
     try:
         running = slurm.wait_for(job_id, lambda i: i.state == "RUNNING", timeout=30, what="running")
         assert running.nodes == "node1"
+        assert slurm.queue([job_id]) == {job_id: "RUNNING"} and job_id in slurm.queue()
         record = slurm.run(["scontrol", "show", "job", "-o", str(job_id)])
         assert "Account=rehearsal" in record and "Partition=local" in record
     finally:

@@ -204,6 +204,17 @@ class Slurm:
             raise SlurmError(f"sbatch printed {out!r}, not a job id")
         return int(match.group(1))
 
+    def queue(self, job_ids: Iterable[int] = ()) -> dict[int, str]:
+        """Job id -> state of the jobs the controller still queues or runs (squeue forgets finished jobs)."""
+        ids = ",".join(str(j) for j in job_ids)
+        out = self.run(["squeue", "-h", "-o", "%i %T", *([f"--jobs={ids}"] if ids else [])])
+        queued: dict[int, str] = {}
+        for line in out.splitlines():
+            job, _, state = line.strip().partition(" ")
+            if job.isdigit():
+                queued[int(job)] = state.strip()
+        return queued
+
     def cancel(self, job_ids: Iterable[int], *, signal: str | None = None) -> None:
         ids = [str(j) for j in job_ids]
         if ids:
