@@ -92,6 +92,22 @@ CORPUS: list[tuple[str, str, list[str]]] = [
         ["gpu-mi355x-017"],
     ),
     (
+        "slurmstepd-gpu-mi355x-017: error: *** STEP 48213.0 ON gpu-mi355x-017 CANCELLED AT 2026-11-30T00:52:11 ***",
+        "slurmstepd-host-1: error: *** STEP 48213.0 ON host-1 CANCELLED AT 2026-11-30T00:52:11 ***",
+        ["gpu-mi355x-017"],
+    ),
+    (
+        "\x1b[2m2026-11-30T00:52:10.824513Z\x1b[0m \x1b[32m INFO\x1b[0m manager: TCP request plane "
+        "\x1b[3mhost\x1b[0m\x1b[2m=\x1b[0m10.65.208.1 \x1b[3mport\x1b[0m\x1b[2m=\x1b[0mOS-assigned",
+        "2026-11-30T00:52:10.824513Z  INFO manager: TCP request plane host=192.0.2.1 port=OS-assigned",
+        ["10.65.208.1", "\x1b["],
+    ),
+    (
+        "start frontend env HOME=/scratch/u/runs/r1/home/decode/frontend python -m dynamo.frontend",
+        "start frontend env HOME=/cluster/path-1/r1/home/decode/frontend python -m dynamo.frontend",
+        ["/scratch/u/runs"],
+    ),
+    (
         "   NodeList=gpu-mi355x-017 BatchHost=gpu-mi355x-017 UserId=jdoe(41027) Account=acme-ml-prj",
         "   NodeList=host-1 BatchHost=host-1 UserId=user-1(41027) Account=account-1",
         ["gpu-mi355x", "jdoe", "acme-ml"],

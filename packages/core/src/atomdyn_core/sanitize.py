@@ -85,7 +85,7 @@ _SECRET_ASSIGNMENT = re.compile(
 _SECRET_FLAG = re.compile(rf"(?i)(?P<k>--{_SECRET_KEY}\s+)(?P<v>[^\s-][^\s]*)")
 
 # --- users ---
-_HOME = re.compile(r"(?P<k>/(?:home|Users)/)(?P<v>[A-Za-z_][\w.-]*)")
+_HOME = re.compile(r"(?P<k>(?<![\w.-])/(?:home|Users)/)(?P<v>[A-Za-z_][\w.-]*)")
 _USER_KEY = re.compile(
     r"(?P<k>(?<![\w-])(?P<q>[\"']?)(?:user|username|user_name|USER|LOGNAME|SLURM_JOB_USER|UserId|owner)(?P=q)"
     r"\s*[=:]\s*(?P<q2>[\"']?))(?P<v>[A-Za-z_][\w.-]*)"
@@ -102,7 +102,8 @@ _HOST_KEY = re.compile(
     r"(?<![\w-])(?:-w|--nodelist|--exclude|-x)[= ]\s*)"
     r"(?P<v>[A-Za-z][\w.-]*(?:\[[\d,-]+\])?(?:,[A-Za-z][\w.-]*(?:\[[\d,-]+\])?)*)"
 )
-_SLURM_ON_HOST = re.compile(r"(?P<k>\*\*\* (?:JOB|STEP) [\d.]+ ON )(?P<v>[\w.-]+)")
+_SLURM_ON_HOST = re.compile(r"(?P<k>\*\*\* (?:JOB|STEP) [\d.]+ ON |\bslurmstepd-)(?P<v>[\w.-]+?)(?=[\s:]|$)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colours (Dynamo writes them even into files)
 _FQDN = re.compile(rf"(?<![\w.-])(?:[A-Za-z0-9](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.)+(?:{_TLDS})(?![\w-])")
 
 # --- addresses ---
@@ -266,7 +267,10 @@ class Sanitizer:
     # -- the passes ----------------------------------------------------------------------------------------
 
     def sanitize(self, text: str) -> str:
-        """Return ``text`` with every secret redacted and every identifying value replaced."""
+        """Return ``text`` with every secret redacted and every identifying value replaced.
+
+        Terminal colour codes are removed first: they would hide values from the patterns."""
+        text = _ANSI.sub("", text)
         text = self._secrets(text)
         text = self._identities(text)
         text = self._addresses(text)

@@ -4,6 +4,7 @@ collection ``evidence`` offers, for scripts (nox, job scripts) that do not go th
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -52,8 +53,20 @@ def print_sanitized(path: Path) -> int:
     if not path.is_file():
         print(f"evidence sanitize: {path} is not a file", file=sys.stderr)
         return 2
-    sanitize_file(path, sys.stdout, Sanitizer())
+    sanitize_file(path, sys.stdout, _sanitizer_for(path))
     return 0
+
+
+def _sanitizer_for(path: Path) -> Sanitizer:
+    """The run's own sanitizer when ``path`` lies in a run directory (it knows the nodes and the account)."""
+    for parent in list(path.resolve().parents)[:3]:
+        try:
+            run = json.loads((parent / "run.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(run, dict):
+            return summary.sanitizer_for_run(run)
+    return Sanitizer()
 
 
 def main(argv: list[str] | None = None) -> int:
