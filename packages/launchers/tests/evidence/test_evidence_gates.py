@@ -22,7 +22,7 @@ def _failed(run: Path) -> dict[str, str]:
 
 
 MOCKER_GATES = [
-    "launcher_result", "jobs_clean", "placement", "distinct_nodes", "timeline", "requests_sent", "requests_ok",
+    "launcher_result", "jobs_clean", "provenance", "placement", "distinct_nodes", "timeline", "requests_sent", "requests_ok",
     "non_empty_output", "generated_tokens", "frontend_counted", "pd_split", "kv_handoff", "prefix_hit_decode",
 ]  # fmt: skip
 
@@ -198,3 +198,13 @@ def test_empty_directory_of_unknown_kind_fails(tmp_path: Path) -> None:
     results = evaluate(collect_signals(tmp_path))
     assert results[0].id == "run_kind" and results[0].verdict == "fail"
     assert overall(results) == "fail"
+
+
+def test_missing_lock_digest_or_unverified_placement_fail(mocker_run: Path) -> None:
+    run = json.loads((mocker_run / "run.json").read_text())
+    run.update(lock_digest=None, placement_verified=False)
+    (mocker_run / "run.json").write_text(json.dumps(run))
+    assert _failed(mocker_run) == {
+        "provenance": "run.provenance is False, expected == True",
+        "placement": "placement.ok is False, expected == True",
+    }

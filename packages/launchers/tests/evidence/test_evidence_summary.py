@@ -37,7 +37,7 @@ def test_mocker_evidence_files_and_verify(mocker_run: Path, tmp_path: Path) -> N
     assert summary["schema_version"] == 1 and summary["verdict"] == "pass"
     assert summary["platform"] == "rehearsal (CPU, mock engine)"
     assert summary["lock_digest"] == "sha256:" + "0" * 64
-    assert summary["gates_passed"] == summary["gates_judged"] == 13
+    assert summary["gates_passed"] == summary["gates_judged"] == 14
     assert summary["figures"]["requests_ok"] == 6 and summary["figures"]["completion_tokens"] == 144
     assert summary["fingerprint_source"].startswith("collected where evidence.collect ran")
     assert "python" in summary["fingerprint"]["collector"]
@@ -48,7 +48,7 @@ def test_mocker_evidence_files_and_verify(mocker_run: Path, tmp_path: Path) -> N
     for gate in on_disk["gates"]:
         assert gate["excerpt"] and (out / gate["excerpt"]).read_text().strip()
     md = (out / "summary.md").read_text()
-    assert "| verdict | **PASS** (13 of 13 gates) |" in md and "![timeline](timeline.png)" in md
+    assert "| verdict | **PASS** (14 of 14 gates) |" in md and "![timeline](timeline.png)" in md
     verdict = verify_path(out)
     assert verdict.ok, verdict.text()
 
@@ -77,10 +77,8 @@ def test_atom_evidence_is_sanitized_everywhere(atom_run: Path, tmp_path: Path) -
         == "decode.worker.log:16: dmabuf-shim: reg fail backend=hsa path=dmabuf size=4096 offset=12 fd_closed=1 "
         "addr=0x7f3a42000000 iova=0x7f3a42000000 access=0xf errno=22 detail=on:host-2\n"
     )
-    assert summary["pictures"] == ["kv_transfers.png", "timeline.png"] or summary["pictures"] == [
-        "timeline.png",
-        "kv_transfers.png",
-    ]
+    assert summary["pictures"] == ["timeline.png", "kv_transfers.png"]
+    assert (out / "kv_transfers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert summary["figures"]["kv_mean_transfer_ms"] == 1.206
     assert summary["figures"]["kv_mean_transfer_mib"] == 2.812
     verdict = verify_path(out)
@@ -150,7 +148,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_cli_collect_verify_sanitize(mocker_run: Path, tmp_path: Path) -> None:
     done = _cli("collect", str(mocker_run), "--evidence", "ev", cwd=tmp_path)
-    assert done.returncode == 0 and "pass (13 of 13 gates)" in done.stdout, done.stderr
+    assert done.returncode == 0 and "pass (14 of 14 gates)" in done.stdout, done.stderr
     assert (
         _cli("verify", str(mocker_run), str(tmp_path / "ev" / MOCKER_RUN.name), cwd=tmp_path).returncode == 0
     )

@@ -20,6 +20,7 @@ from atomdyn_launchers.evidence import logscan, prom
 KINDS = ("agg-single", "agg-two", "disagg")
 REAL_ENGINES = ("vllm", "atom")
 _RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(agg-single|agg-two|disagg)-([A-Za-z0-9_]+)$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,127}$")
 _BAD_STATES = frozenset(
     {"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
@@ -133,6 +134,8 @@ def _read_run(signals: Signals) -> None:
             "jobs.clean",
             "placement.verified",
             "placement.as_requested",
+            "placement.ok",
+            "run.provenance",
         ):
             signals.absent(name, why)
         signals.absent("placement.distinct_nodes", why)
@@ -151,6 +154,12 @@ def _read_run(signals: Signals) -> None:
     signals.set("run.engine", run.get("engine_profile") or (from_name.group(2) if from_name else None))
     for key in ("model_profile", "runtime", "platform", "lock_digest", "failure"):
         signals.set(f"run.{key}", run.get(key))
+    # Evidence must say where it ran and from which pinned inputs (CONTRIBUTING: platform and lock digest).
+    platform, digest = run.get("platform"), run.get("lock_digest")
+    provenance = bool(isinstance(platform, str) and platform.strip() and isinstance(digest, str)
+                      and _DIGEST.match(digest))  # fmt: skip
+    signals.set("run.provenance", provenance)
+    signals.excerpt("run", f"run.json: platform={platform!r} lock_digest={digest}")
     result = run.get("result")
     if result in ("pass", "fail"):
         signals.set("run.result", result)
@@ -164,7 +173,13 @@ def _read_run(signals: Signals) -> None:
         signals.absent("placement.verified", "run.json has no placement_verified")
     jobs = run.get("jobs")
     if not isinstance(jobs, list) or not jobs or not all(isinstance(j, dict) for j in jobs):
-        for name in ("jobs.count", "jobs.clean", "placement.as_requested", "placement.distinct_nodes"):
+        for name in (
+            "jobs.count",
+            "jobs.clean",
+            "placement.as_requested",
+            "placement.distinct_nodes",
+            "placement.ok",
+        ):
             signals.absent(name, "run.json lists no jobs")
         return
     signals.set("jobs.count", len(jobs))
@@ -198,6 +213,10 @@ def _read_run(signals: Signals) -> None:
             clean = False
     signals.set("jobs.clean", clean)
     signals.set("placement.as_requested", as_requested)
+    if isinstance(verified, bool):  # the launcher's own check also compares where each role registered from
+        signals.set("placement.ok", verified and as_requested)
+    else:
+        signals.absent("placement.ok", "run.json has no placement_verified")
     if len(ran) == len(jobs):
         signals.set("placement.distinct_nodes", len(set(ran)))
     else:
