@@ -173,7 +173,18 @@ def test_agg_single_through_invoke_with_defaults(config: ClusterConfig, tmp_path
     env_file = tmp_path / "cluster.env"
     config.write(env_file)
     done = subprocess.run(
-        [sys.executable, "-m", "invoke", "agg.run", "--config", str(env_file)],
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "agg.run",
+            "--config",
+            str(env_file),
+            "--ready-timeout",
+            "120",
+            "--run-dir-file",
+            str(tmp_path / "last-run"),
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -183,6 +194,7 @@ def test_agg_single_through_invoke_with_defaults(config: ClusterConfig, tmp_path
     assert done.returncode == 0, done.stdout + done.stderr
     assert "PASS" in done.stdout
     run_dir = Path(re.findall(r"run directory: (\S+)", done.stdout)[-1])
+    assert (tmp_path / "last-run").read_text().strip() == str(run_dir)
     outcome = Outcome(run_dir.name, run_dir, True, None)
     _assert_contract(outcome, "agg-single", 8, {"agg": ["frontend", "worker"]})
     # Live progress went to stderr while the run waited and worked.

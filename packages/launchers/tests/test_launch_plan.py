@@ -34,6 +34,14 @@ def _config(tmp_path: Path, **changes: object) -> ClusterConfig:
     return dataclasses.replace(parse_cluster_env(text), **changes)
 
 
+def test_default_request_counts() -> None:
+    counts = {
+        kind: LaunchOptions(kind=kind).resolved_requests() for kind in ("agg-single", "agg-two", "disagg")
+    }
+    assert counts == {"agg-single": 8, "agg-two": 32, "disagg": 32}
+    assert LaunchOptions(kind="disagg", requests=3).resolved_requests() == 3
+
+
 def test_roles_per_kind(tmp_path: Path) -> None:
     cfg = _config(tmp_path)
     assert [(r.role, r.node, r.mode, r.with_frontend) for r in plan_roles("agg-single", cfg)] == [

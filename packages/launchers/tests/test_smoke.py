@@ -92,6 +92,9 @@ def test_requests_share_prefixes_within_groups() -> None:
     assert len({prompts[0].split("\n")[0] for prompts in by_group.values()}) == 3
     with pytest.raises(ValueError, match="at least one request"):
         build_requests(0)
+    # Small runs still repeat every prefix (fewer groups, never a group of one).
+    assert [r.prompt_group for r in build_requests(4)] == [0, 1, 0, 1]
+    assert [r.prompt_group for r in build_requests(1)] == [0]
 
 
 def test_payload_asks_for_routing_evidence_and_ignore_eos_at_top_level() -> None:

@@ -11,6 +11,7 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
+from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.config import ClusterConfigError, PreflightError
 from atomdyn_launchers.launch import Outcome, run
 from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ProfileError
@@ -24,10 +25,23 @@ _HELP = {
     "requests": "smoke requests to send (default: 8 single-node, 32 two-node and disaggregated)",
     "concurrency": "requests in flight at once (default 8)",
     "ready_timeout": "seconds to wait for every role to be ready (default: 120 mocker, 3600 GPU engines)",
+    "run_dir_file": "also write the run directory's path to this file (pass or fail), for scripts",
 }
 
 
+def _number(name: str, value: str | float | None, kind: type[int] | type[float]) -> int | float | None:
+    # invoke passes options whose default is None as strings.
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        raise Exit(f"error: --{name.replace('_', '-')} must be a number, not {value!r}", code=2) from None
+
+
 def _launch(kind: str, config: str | None, **options: Any) -> Outcome:
+    options["requests"] = _number("requests", options.get("requests"), int)
+    options["ready_timeout_s"] = _number("ready_timeout", options.get("ready_timeout_s"), float)
     clean = {k: v for k, v in options.items() if v is not None}
     try:
         return run(kind, config_path=Path(config) if config else None, **clean)
@@ -36,8 +50,10 @@ def _launch(kind: str, config: str | None, **options: Any) -> Outcome:
         raise Exit(f"error: {exc}", code=2) from exc
 
 
-def _finish(outcome: Outcome) -> None:
+def _finish(outcome: Outcome, run_dir_file: str | None) -> None:
     print(f"run directory: {outcome.run_dir}")
+    if run_dir_file:
+        atomic_write_text(Path(run_dir_file), f"{outcome.run_dir}\n")
     if not outcome.passed:
         raise Exit(f"FAIL: {outcome.failure}", code=1)
     print("PASS")
@@ -53,6 +69,7 @@ def agg_run(
     requests: int | None = None,
     concurrency: int = 8,
     ready_timeout: float | None = None,
+    run_dir_file: str | None = None,
 ) -> None:
     """Aggregated smoke run: one node (prefix caching on), or two separately pinned worker jobs."""
     if nodes not in (1, 2):
@@ -67,7 +84,8 @@ def agg_run(
             requests=requests,
             concurrency=concurrency,
             ready_timeout_s=ready_timeout,
-        )
+        ),
+        run_dir_file,
     )
 
 
@@ -80,6 +98,7 @@ def disagg_run(
     requests: int | None = None,
     concurrency: int = 8,
     ready_timeout: float | None = None,
+    run_dir_file: str | None = None,
 ) -> None:
     """Disaggregated run: a prefill job on PREFILL_NODE, a decode job with the frontend on DECODE_NODE."""
     _finish(
@@ -91,7 +110,8 @@ def disagg_run(
             requests=requests,
             concurrency=concurrency,
             ready_timeout_s=ready_timeout,
-        )
+        ),
+        run_dir_file,
     )
 
 

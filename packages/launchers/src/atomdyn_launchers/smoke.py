@@ -83,7 +83,8 @@ def build_requests(
     """``count`` requests in ``groups`` prompt groups; members of a group share a ``prefix_words`` prefix."""
     if count < 1:
         raise ValueError("the smoke test needs at least one request")
-    groups = max(1, min(groups, count))
+    # At least two requests per group, so every run repeats a prefix.
+    groups = max(1, min(groups, count // 2))
     prefixes = [_prefix_text(g, prefix_words) for g in range(groups)]
     return [
         SmokeRequest(
