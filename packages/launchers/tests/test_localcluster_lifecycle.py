@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -13,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from atomdyn_launchers.config import PreflightError
 from atomdyn_launchers.localcluster import LocalCluster, LocalClusterError, prune_orphans
 from atomdyn_launchers.localcluster.procs import Proc, alive, procs_in_netns, wait_gone
-from atomdyn_launchers.slurm import Slurm, SlurmError
+from atomdyn_launchers.slurm import Slurm, SlurmError, preflight
 
 pytestmark = pytest.mark.integration
 
@@ -65,6 +67,14 @@ def test_lifecycle_crash_restart_and_clean_down(local_cluster: LocalCluster, tmp
         slurm = Slurm(cluster.config())
         with pytest.raises(SlurmError, match=f"job {old_job} is unknown to the controller"):
             slurm.job(old_job)
+
+        # A drained node fails preflight by name; resumed, it passes.
+        ok = dataclasses.replace(cluster.config(), model_path=tmp_path)
+        slurm.run(["scontrol", "update", "nodename=node2", "state=drain", "reason=maintenance"])
+        with pytest.raises(PreflightError, match=r"node 'node2' is drain"):
+            preflight(ok, ["node1", "node2"], slurm=slurm)
+        slurm.run(["scontrol", "update", "nodename=node2", "state=resume"])
+        preflight(ok, ["node1", "node2"], slurm=slurm)
 
         # A job still running at down: its processes go too.
         layout = cluster.layout()

@@ -317,17 +317,28 @@ class Slurm:
                 f"(partitions: {', '.join(names)})"
             )
 
-    def check_nodes(self, nodes: Iterable[str]) -> None:
-        """Every node exists in the configured partition and is not down or drained."""
-        states = self.node_states(self.config.slurm_partition)
-        for node in nodes:
-            if node not in states:
-                raise PreflightError(
-                    f"node {node!r} does not exist in partition {self.config.slurm_partition!r} "
-                    f"(nodes: {', '.join(sorted(states))})"
-                )
-            if re.match(r"(down|drain|fail|inval)", states[node]):
-                raise PreflightError(f"node {node!r} is {states[node]}")
+    def check_nodes(self, nodes: Iterable[str], *, grace: float = 3.0) -> None:
+        """Every node exists in the configured partition, is not down or drained, and responds. A node
+        marked not responding ('*', also seen for a moment after a resume) gets ``grace`` seconds."""
+        wanted = list(nodes)
+        deadline = time.monotonic() + grace
+        while True:
+            states = self.node_states(self.config.slurm_partition)
+            for node in wanted:
+                if node not in states:
+                    raise PreflightError(
+                        f"node {node!r} does not exist in partition {self.config.slurm_partition!r} "
+                        f"(nodes: {', '.join(sorted(states))})"
+                    )
+                if re.match(r"(down|drain|fail|inval)", states[node]):
+                    raise PreflightError(f"node {node!r} is {states[node]}")
+            silent = [n for n in wanted if states[n].endswith("*")]
+            if not silent:
+                return
+            if time.monotonic() >= deadline:
+                node = silent[0]
+                raise PreflightError(f"node {node!r} is not responding (Slurm state {states[node]})")
+            time.sleep(_POLL_S)
 
 
 def preflight(

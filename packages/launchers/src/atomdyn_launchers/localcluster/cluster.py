@@ -217,7 +217,7 @@ class LocalCluster:
                 problems.append(str(exc))
             for node in layout.nodes:
                 state = nodes.get(node, "missing")
-                if not state.startswith(("idle", "mixed", "alloc", "completing")):
+                if not state.startswith(("idle", "mixed", "alloc", "completing")) or state.endswith("*"):
                     problems.append(f"node {node} is {state}")
         etcd = _etcd_health(layout.etcd_endpoint)
         if etcd != "healthy":
