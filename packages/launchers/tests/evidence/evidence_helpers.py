@@ -3,7 +3,9 @@
 ``mocker_run``: a copy of a real disaggregated run recorded from Dynamo 1.3's frontend and mocker engines
 (fixtures/record_mocker_run.py). ``atom_run``: a disaggregated ATOM run built from the line formats the real
 components write (vLLM's NixlConnector metrics and its "KV Transfer metrics" summaries, the NIXL patch's
-HOST-classification line, dmabuf-shim's registration lines, nixl_rocm initialization): no MI355X here.
+HOST-classification line, dmabuf-shim's registration lines): no MI355X here. The nixl_rocm line is one of the
+forms the parser accepts (a line naming nixl_rocm with initialized/loaded/available/version/using); no upstream
+component is known to print one yet (see the evidence README).
 """
 
 from __future__ import annotations

@@ -82,6 +82,7 @@ def _kv(signals: Signals, out: Path) -> str | None:
     ax.scatter(xs, ys, s=sizes, alpha=0.7)
     ax.set_xlabel("seconds since the first KV-transfer summary")
     ax.set_ylabel("mean MiB per transfer")
+    ax.set_ylim(bottom=0)
     ax.set_title("NIXL KV transfers (vLLM summaries; marker area ~ number of transfers)", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
