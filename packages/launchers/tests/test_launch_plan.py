@@ -82,8 +82,16 @@ def test_missing_job_venv_is_refused_before_slurm(tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists()
 
 
+def test_venv_without_dynamo_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").touch()
+    launch = Launch(_config(tmp_path), LaunchOptions(kind="agg-single"))
+    with pytest.raises(PreflightError, match=r"has no dynamo.mocker \(install ai-dynamo==1.3.0.post1"):
+        launch.run()
+
+
 def test_model_larger_than_a_node_is_refused(tmp_path: Path) -> None:
-    cfg = _config(tmp_path, engine_profile="atom")
+    cfg = _config(tmp_path, engine_profile="atom", runtime="docker", dynamo_atom_image="img:1")
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     (tmp_path / "venv" / "bin" / "python").touch()
     launch = Launch(cfg, LaunchOptions(kind="disagg", model="qwen3.5-397b-mxfp4"))

@@ -240,6 +240,14 @@ class Launch:
             raise PreflightError(
                 f"PYTHON_VENV {self.config.python_venv} has no bin/python (jobs run with it)"
             )
+        if self.config.runtime == "venv":
+            module = "mocker" if self.engine == "mocker" else "vllm"
+            site = self.config.python_venv.glob(f"lib/python3*/site-packages/dynamo/{module}/__main__.py")
+            if not any(site):
+                raise PreflightError(
+                    f"PYTHON_VENV {self.config.python_venv} has no dynamo.{module} "
+                    "(install ai-dynamo==1.3.0.post1 there; jobs run with that venv)"
+                )
         if self.engine != "mocker" and self.model.gpus_per_worker > self.config.gpus_per_node:
             raise PreflightError(
                 f"model profile {self.model.name} needs {self.model.gpus_per_worker} GPUs per worker; "
