@@ -25,6 +25,7 @@ def test_without_the_shim_gpu_memory_cannot_be_registered(programs: Programs) ->
     assert r.int("shim_loaded") == 0
 
 
+@pytest.mark.parametrize("classify", ["on-failure", "always"])
 @pytest.mark.parametrize("backend", ["hsa", "cuda"])
 @pytest.mark.parametrize(
     ("form", "delta"),
@@ -32,9 +33,10 @@ def test_without_the_shim_gpu_memory_cannot_be_registered(programs: Programs) ->
     ids=["ibv_reg_mr@1.1", "ibv_reg_mr_iova2@1.8-unaligned", "ibv_reg_mr_iova@1.7-unaligned"],
 )
 def test_interior_sub_allocation_lands_on_its_own_bytes(
-    programs: Programs, backend: str, form: str, delta: int
+    programs: Programs, backend: str, form: str, delta: int, classify: str
 ) -> None:
-    r = programs.run(programs.reg_app, "gpu-write", backend, form, str(delta))
+    env = {"DMABUF_SHIM_CLASSIFY": classify}
+    r = programs.run(programs.reg_app, "gpu-write", backend, form, str(delta), env=env)
     assert r.int("reg") == 1, r.stderr
     assert r.int("write_status") == 0 and r.int("landed") == 1
     assert r.int("sentinel_intact") == 1, "the write reached the pool's base"
@@ -57,19 +59,25 @@ def test_interior_sub_allocation_lands_on_its_own_bytes(
         iova=reg.addr,
         access=ACCESS_ALL,
         errno=None,
-        detail=None,
+        # by default the plain call is made first; the NIC refuses GPU memory there
+        detail="plain_errno:22" if classify == "on-failure" else None,
     )
     assert r.log[0].startswith("dmabuf-shim: init version=") and "backends=hsa,cuda" in r.log[0]
+    assert r.log[0].endswith(f"classify={classify}")
 
 
-def test_host_memory_passes_through_untouched(programs: Programs) -> None:
-    r = programs.run(programs.reg_app, "host", "200")
+@pytest.mark.parametrize("classify", ["on-failure", "always"])
+def test_host_memory_passes_through_untouched(programs: Programs, classify: str) -> None:
+    r = programs.run(programs.reg_app, "host", "200", env={"DMABUF_SHIM_CLASSIFY": classify})
     assert r.int("ok") == 200 and r.int("write_status") == 0 and r.int("landed") == 1
     # the real call's errno reaches the caller unchanged
     assert (r.int("unmapped_reg"), r.int("errno")) == (0, EFAULT)
     assert (r.int("registrations"), r.int("passthrough"), r.int("dmabuf")) == (203, 203, 0)
     assert r.int("failures") == 1
     assert registrations(r) == [], "host registrations are not logged at the default level"
+    # by default only the failed call (unmapped memory) asks the runtimes what the pointer is
+    queries = 1 if classify == "on-failure" else 203
+    assert (r.int("hsa_queries"), r.int("cuda_queries")) == (queries, queries)
 
 
 @pytest.mark.parametrize("backend", ["hsa", "cuda"])
@@ -97,7 +105,9 @@ def test_missing_runtimes_mean_passthrough(programs: Programs, verbs_only_dir: P
     r = programs.run(programs.host_app, "500", lib_dir=verbs_only_dir)
     assert r.int("ok") == 500 and r.int("shim_loaded") == 1
     assert (r.int("registrations"), r.int("passthrough"), r.int("dmabuf")) == (500, 500, 0)
-    assert r.log == ["dmabuf-shim: init version=0.1.0 backends=none ibverbs=1 reg_dmabuf=1 strip=0x0"]
+    assert r.log == [
+        "dmabuf-shim: init version=0.1.0 backends=none ibverbs=1 reg_dmabuf=1 strip=0x0 classify=on-failure"
+    ]
 
 
 def test_backend_none_leaves_gpu_memory_to_the_nic(programs: Programs) -> None:
@@ -113,7 +123,7 @@ def test_failed_export_falls_back_to_the_plain_call(programs: Programs) -> None:
     assert (r.int("fallback"), r.int("failures"), r.int("dmabuf")) == (1, 1, 0)
     [reg] = registrations(r)
     assert (reg.ok, reg.backend, reg.path, reg.offset, reg.errno) == (False, "hsa", "plain", -1, EINVAL)
-    assert reg.detail == "export_status:0x1003"
+    assert reg.detail == "plain_errno:22,export_status:0x1003"
 
 
 def test_reentrant_runtime_calls_go_straight_to_libibverbs(programs: Programs) -> None:
@@ -137,13 +147,7 @@ def test_firmware_rejecting_atomics_and_the_strip_opt_in(programs: Programs) -> 
     r = programs.run(programs.reg_app, "gpu-write", "cuda", "var", "0", env=rejecting)
     assert (r.int("reg"), r.int("errno")) == (0, EINVAL)
     [reg] = registrations(r)
-    assert (reg.ok, reg.path, reg.errno, reg.access, reg.detail) == (
-        False,
-        "dmabuf",
-        EINVAL,
-        ACCESS_ALL,
-        None,
-    )
+    assert (reg.ok, reg.path, reg.errno, reg.access) == (False, "dmabuf", EINVAL, ACCESS_ALL)
     assert reg.fd_closed, "the fd is closed on failure too"
 
     r = programs.run(
@@ -156,7 +160,7 @@ def test_firmware_rejecting_atomics_and_the_strip_opt_in(programs: Programs) -> 
     )
     assert r.int("reg") == 1 and r.int("landed") == 1
     [reg] = registrations(r)
-    assert (reg.ok, reg.access, reg.detail) == (True, ACCESS_ALL & ~0x8, "stripped:0x8")
+    assert (reg.ok, reg.access, reg.detail) == (True, ACCESS_ALL & ~0x8, "plain_errno:22,stripped:0x8")
 
 
 def test_log_file_stats_at_exit_and_log_level_all(programs: Programs, tmp_path: Path) -> None:
@@ -171,12 +175,18 @@ def test_log_file_stats_at_exit_and_log_level_all(programs: Programs, tmp_path: 
 
 
 def test_bad_configuration_is_named(programs: Programs) -> None:
-    env = {"DMABUF_SHIM_LOG": "verbose", "DMABUF_SHIM_STRIP_ACCESS": "atomics", "DMABUF_SHIM_BACKEND": "rocm"}
+    env = {
+        "DMABUF_SHIM_LOG": "verbose",
+        "DMABUF_SHIM_STRIP_ACCESS": "atomics",
+        "DMABUF_SHIM_BACKEND": "rocm",
+        "DMABUF_SHIM_CLASSIFY": "sometimes",
+    }
     r = programs.run(programs.reg_app, "host", "1", env=env)
     joined = "\n".join(r.log)
     assert "config bad DMABUF_SHIM_LOG='verbose' (want off, gpu or all)" in joined
     assert "config bad DMABUF_SHIM_STRIP_ACCESS='atomics'" in joined
     assert "config bad DMABUF_SHIM_BACKEND='rocm'" in joined
+    assert "config bad DMABUF_SHIM_CLASSIFY='sometimes' (want on-failure or always)" in joined
     assert r.int("ok") == 1
 
 

@@ -38,6 +38,8 @@ extern "C" {
 int hsa_double_open_exports(void) __attribute__((weak));  /* open dma-buf fds from the HSA double */
 int cuda_double_open_exports(void) __attribute__((weak)); /* open dma-buf fds from the CUDA double */
 int ibv_double_live_mrs(void) __attribute__((weak));      /* registered, not yet deregistered MRs */
+long hsa_double_pointer_queries(void) __attribute__((weak));  /* hsa_amd_pointer_info calls */
+long cuda_double_pointer_queries(void) __attribute__((weak)); /* cuPointerGetAttribute calls */
 #ifdef __cplusplus
 }
 #endif

@@ -12,6 +12,7 @@
 #define EXPORT __attribute__((visibility("default")))
 
 static atomic_int g_initialized;
+static atomic_long g_pointer_queries; /* test hook: how often callers asked what a pointer is */
 static struct gpu_heap g_heap = GPU_HEAP_INIT(GPU_DOUBLE_CUDA_BASE, "cuda-vram");
 
 EXPORT CUresult cuInit(unsigned int flags)
@@ -103,6 +104,7 @@ EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevic
 
 EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
+	atomic_fetch_add(&g_pointer_queries, 1);
 	if (!atomic_load(&g_initialized))
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (data == NULL)
@@ -151,6 +153,12 @@ EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, si
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*(int *)handle = fd;
 	return CUDA_SUCCESS;
+}
+
+/* Test hook (not in the driver): cuPointerGetAttribute calls so far. */
+EXPORT long cuda_double_pointer_queries(void)
+{
+	return atomic_load(&g_pointer_queries);
 }
 
 /* Test hook (not in the driver): open dma-buf fds this driver exported. */

@@ -16,6 +16,7 @@
 enum { AGENT_CPU = 0x1001, AGENT_GPU = 0x2001, POOL_VRAM = 0x3001, POOL_SYSTEM = 0x3002 };
 
 static atomic_int g_refcount;
+static atomic_long g_pointer_queries; /* test hook: how often callers asked what a pointer is */
 static struct gpu_heap g_heap = GPU_HEAP_INIT(GPU_DOUBLE_HSA_BASE, "hsa-vram");
 
 static int initialized(void)
@@ -148,6 +149,7 @@ EXPORT hsa_status_t hsa_amd_memory_pool_free(void *ptr)
 EXPORT hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t *info, void *(*alloc)(size_t),
 					 uint32_t *num_agents_accessible, hsa_agent_t **accessible)
 {
+	atomic_fetch_add(&g_pointer_queries, 1);
 	if (!initialized())
 		return HSA_STATUS_ERROR_NOT_INITIALIZED;
 	if (info == NULL || info->size < offsetof(hsa_amd_pointer_info_t, userData))
@@ -222,6 +224,12 @@ EXPORT hsa_status_t hsa_amd_portable_close_dmabuf(int dmabuf)
 	if (!initialized())
 		return HSA_STATUS_ERROR_NOT_INITIALIZED;
 	return close(dmabuf) == 0 ? HSA_STATUS_SUCCESS : HSA_STATUS_ERROR_RESOURCE_FREE;
+}
+
+/* Test hook (not in ROCr): hsa_amd_pointer_info calls so far. */
+EXPORT long hsa_double_pointer_queries(void)
+{
+	return atomic_load(&g_pointer_queries);
 }
 
 /* Test hook (not in ROCr): open dma-buf fds this runtime exported, counted from /proc/self/fd. */

@@ -136,14 +136,17 @@ def cmd_bench(iterations: int, rounds: int) -> int:
         f"dmabuf-shim bench: ibv_reg_mr on host memory, shim entry vs the function behind it, "
         f"{iterations} calls x {rounds} rounds, best round"
     )
-    for label, backend, init in (
-        ("no GPU runtime", "none", False),
-        ("GPU runtimes initialised", "auto", True),
-    ):
+    cases = (
+        ("no GPU runtime", "none", False, "on-failure"),
+        ("GPU runtimes initialised", "auto", True, "on-failure"),
+        ("GPU runtimes initialised, DMABUF_SHIM_CLASSIFY=always", "auto", True, "always"),
+    )
+    for label, backend, init, classify in cases:
         env = dict(
             os.environ,
             LD_PRELOAD=f"{library}:{bench_lib}",
             DMABUF_SHIM_BACKEND=backend,
+            DMABUF_SHIM_CLASSIFY=classify,
             DMABUF_SHIM_LOG="off",
         )
         args = ["_bench", str(iterations), str(rounds), "1" if init else "0"]

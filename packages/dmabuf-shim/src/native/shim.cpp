@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -68,6 +69,7 @@ bool g_use_cuda = false;
 int g_log_level = 1;  // 0 off, 1 GPU registrations, 2 every registration
 int g_log_fd = 2;
 unsigned int g_strip = 0;
+bool g_classify_always = false;  // false: ask the runtime only after the plain call failed
 uint64_t g_page = 4096;
 std::atomic<bool> g_ready{false};
 pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -177,6 +179,14 @@ void read_config(bool* want_hsa, bool* want_cuda) {
             shim_logf("dmabuf-shim: config bad DMABUF_SHIM_STRIP_ACCESS='%s' (want a number such as 0x8); ignored\n",
                  strip);
     }
+    const char* classify = getenv("DMABUF_SHIM_CLASSIFY");
+    if (classify != nullptr && *classify != '\0') {
+        if (strcmp(classify, "always") == 0)
+            g_classify_always = true;
+        else if (strcmp(classify, "on-failure") != 0)
+            shim_logf("dmabuf-shim: config bad DMABUF_SHIM_CLASSIFY='%s' (want on-failure or always); using on-failure\n",
+                      classify);
+    }
     const char* backend = getenv("DMABUF_SHIM_BACKEND");
     if (backend == nullptr || *backend == '\0' || strcmp(backend, "auto") == 0) return;
     *want_hsa = strcmp(backend, "hsa") == 0;
@@ -197,8 +207,9 @@ void init_once() {
     if (want_cuda) load_cuda();
     if (g_log_level > 0) {
         const char* backends = g_use_hsa && g_use_cuda ? "hsa,cuda" : g_use_hsa ? "hsa" : g_use_cuda ? "cuda" : "none";
-        shim_logf("dmabuf-shim: init version=%s backends=%s ibverbs=%d reg_dmabuf=%d strip=0x%x\n", DMABUF_SHIM_VERSION,
-             backends, g_real.reg_mr != nullptr ? 1 : 0, g_real.reg_dmabuf_mr != nullptr ? 1 : 0, g_strip);
+        shim_logf("dmabuf-shim: init version=%s backends=%s ibverbs=%d reg_dmabuf=%d strip=0x%x classify=%s\n",
+                  DMABUF_SHIM_VERSION, backends, g_real.reg_mr != nullptr ? 1 : 0,
+                  g_real.reg_dmabuf_mr != nullptr ? 1 : 0, g_strip, g_classify_always ? "always" : "on-failure");
     }
     g_ready.store(true, std::memory_order_release);
 }
@@ -293,8 +304,9 @@ bool close_export(Backend backend, int fd) {
 }
 
 // Registers GPU memory through dma-buf. Returns false when addr is not GPU memory.
+// plain_errno: the errno of a plain call already made and failed, 0 when none was made.
 bool register_gpu(Kind kind, ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access,
-                  ibv_mr** out) {
+                  int plain_errno, ibv_mr** out) {
     DepthGuard guard;
     Backend backend = Backend::kNone;
     if (g_use_hsa && is_hsa_device_memory(addr))
@@ -303,31 +315,47 @@ bool register_gpu(Kind kind, ibv_pd* pd, void* addr, size_t length, uint64_t iov
         backend = Backend::kCuda;
     if (backend == Backend::kNone) return false;
 
-    char detail[64] = "";
-    const char* no_dmabuf = nullptr;
+    char detail[96] = "";
+    size_t used_detail = 0;
+    auto note = [&](const char* what, unsigned int value, bool hex) {
+        char item[48];
+        if (value == 0 && !hex)
+            snprintf(item, sizeof(item), "%s", what);
+        else
+            snprintf(item, sizeof(item), hex ? "%s:0x%x" : "%s:%u", what, value);
+        int n = snprintf(detail + used_detail, sizeof(detail) - used_detail, "%s%s", used_detail ? "," : "", item);
+        if (n > 0) used_detail = std::min(sizeof(detail) - 1, used_detail + static_cast<size_t>(n));
+    };
+    if (plain_errno != 0) note("plain_errno", static_cast<unsigned int>(plain_errno), false);
     uint64_t offset = 0;
     int status = 0;
     int fd = -1;
-    if (g_real.reg_dmabuf_mr == nullptr)
-        no_dmabuf = "no_ibv_reg_dmabuf_mr";
-    else if ((fd = export_range(backend, addr, length, &offset, &status)) < 0) {
-        snprintf(detail, sizeof(detail), "export_status:0x%x", static_cast<unsigned int>(status));
-        no_dmabuf = detail;
+    bool exported = false;
+    if (g_real.reg_dmabuf_mr == nullptr) {
+        note("no_ibv_reg_dmabuf_mr", 0, false);
+    } else if ((fd = export_range(backend, addr, length, &offset, &status)) < 0) {
+        note("export_status", static_cast<unsigned int>(status), true);
+    } else {
+        exported = true;
     }
-    if (no_dmabuf != nullptr) {
+    if (!exported) {
         // Without a dma-buf the plain call is all a caller could get (it works on NICs with peer memory).
         bump(kFallback);
-        ibv_mr* mr = call_real(kind, pd, addr, length, iova, access);
-        int err = errno;
+        ibv_mr* mr = nullptr;
+        int err = plain_errno;
+        if (plain_errno == 0) {
+            mr = call_real(kind, pd, addr, length, iova, access);
+            err = errno;
+        }
         if (mr == nullptr) bump(kFailures);
-        if (g_log_level > 0)
-            log_registration(mr != nullptr, backend, false, length, -1, false, addr, iova, access, err, no_dmabuf);
+        if (g_log_level > 0) log_registration(mr != nullptr, backend, false, length, -1, false, addr, iova, access, err, detail);
         errno = err;
         *out = mr;
         return true;
     }
 
     unsigned int used = access & ~g_strip;
+    if (used != access) note("stripped", access & g_strip, true);
     ibv_mr* mr = g_real.reg_dmabuf_mr(pd, offset, length, iova, fd, static_cast<int>(used));
     int err = errno;
     // the MR holds its own reference to the dma-buf: the fd is ours to close either way
@@ -338,14 +366,16 @@ bool register_gpu(Kind kind, ibv_pd* pd, void* addr, size_t length, uint64_t iov
     } else {
         bump(kFailures);
     }
-    if (g_log_level > 0) {
-        if (used != access) snprintf(detail, sizeof(detail), "stripped:0x%x", access & g_strip);
-        log_registration(mr != nullptr, backend, true, length, static_cast<long long>(offset), closed, addr, iova,
-                         used, err, used != access ? detail : nullptr);
-    }
+    if (g_log_level > 0)
+        log_registration(mr != nullptr, backend, true, length, static_cast<long long>(offset), closed, addr, iova, used,
+                         err, used_detail ? detail : nullptr);
     errno = err;
     *out = mr;
     return true;
+}
+
+void log_passthrough(ibv_mr* mr, size_t length, void* addr, uint64_t iova, unsigned int access, int err) {
+    if (g_log_level > 1) log_registration(mr != nullptr, Backend::kNone, false, length, -1, false, addr, iova, access, err, nullptr);
 }
 
 inline ibv_mr* dispatch(Kind kind, ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
@@ -353,18 +383,24 @@ inline ibv_mr* dispatch(Kind kind, ibv_pd* pd, void* addr, size_t length, uint64
     ensure_init();
     bump(kRegistrations);
     ibv_mr* mr = nullptr;
-    if ((g_use_hsa || g_use_cuda) && register_gpu(kind, pd, addr, length, iova, access, &mr)) return mr;
-    bump(kPassthrough);
+    bool gpu = g_use_hsa || g_use_cuda;
+    if (gpu && g_classify_always && register_gpu(kind, pd, addr, length, iova, access, 0, &mr)) return mr;
     mr = call_real(kind, pd, addr, length, iova, access);
-    if (mr == nullptr) {
-        int err = errno;
-        bump(kFailures);
-        if (g_log_level > 1) log_registration(false, Backend::kNone, false, length, -1, false, addr, iova, access, err, nullptr);
-        errno = err;
-    } else if (g_log_level > 1) {
-        log_registration(true, Backend::kNone, false, length, -1, false, addr, iova, access, 0, nullptr);
+    if (mr != nullptr) {
+        bump(kPassthrough);
+        log_passthrough(mr, length, addr, iova, access, 0);
+        return mr;
     }
-    return mr;
+    // Asking a runtime what a pointer is costs more than the whole passthrough budget (~0.6 us for
+    // CUDA on host memory), so by default only a failed plain call pays for it: the NICs this is for
+    // refuse GPU memory there, and a NIC that accepts it registers the right bytes anyway.
+    int err = errno;
+    if (gpu && !g_classify_always && register_gpu(kind, pd, addr, length, iova, access, err, &mr)) return mr;
+    bump(kPassthrough);
+    bump(kFailures);
+    log_passthrough(nullptr, length, addr, iova, access, err);
+    errno = err;
+    return nullptr;
 }
 
 __attribute__((destructor)) void dump_stats() {
@@ -410,8 +446,8 @@ SHIM_EXPORT int dmabuf_shim_probe(char* buf, size_t len) {
     const char* backends = g_use_hsa && g_use_cuda ? "hsa,cuda" : g_use_hsa ? "hsa" : g_use_cuda ? "cuda" : "none";
     return snprintf(buf, len,
                     "version=%s interposes=%d ibverbs=%d reg_mr_iova2=%d reg_dmabuf=%d backends=%s hsa_export_v2=%d "
-                    "strip=0x%x log_level=%d",
+                    "strip=0x%x log_level=%d classify=%s",
                     DMABUF_SHIM_VERSION, interposes ? 1 : 0, g_real.reg_mr != nullptr ? 1 : 0,
                     g_real.reg_mr_iova2 != nullptr ? 1 : 0, g_real.reg_dmabuf_mr != nullptr ? 1 : 0, backends,
-                    g_hsa.export_v2 != nullptr ? 1 : 0, g_strip, g_log_level);
+                    g_hsa.export_v2 != nullptr ? 1 : 0, g_strip, g_log_level, g_classify_always ? "always" : "on-failure");
 }

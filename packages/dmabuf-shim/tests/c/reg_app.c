@@ -220,6 +220,7 @@ static void host(int n)
 	errno = 0;
 	struct ibv_mr *bad = ibv_reg_mr(lb.pd, (void *)16, 4096, ACCESS_ALL);
 	printf("unmapped_reg=%d errno=%d\n", bad != NULL, errno);
+	printf("hsa_queries=%ld cuda_queries=%ld\n", hsa_double_pointer_queries(), cuda_double_pointer_queries());
 	print_counters();
 }
 
