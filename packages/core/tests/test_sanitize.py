@@ -108,6 +108,16 @@ CORPUS: list[tuple[str, str, list[str]]] = [
         ["/scratch/u/runs"],
     ),
     (
+        "redis://:Rd1sPa55@cache01:6379/0 and http://gpu-mi355x-017:8000/health and https://github.com/ai-dynamo",
+        "redis://:<redacted:password>@host-1:6379/0 and http://host-2:8000/health and https://github.com/ai-dynamo",
+        ["Rd1sPa55", "cache01", "gpu-mi355x-017"],
+    ),
+    (
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBGVt3xABCAC7\n-----END PGP PRIVATE KEY BLOCK-----",
+        "<redacted:private-key>",
+        ["lQOYBGVt"],
+    ),
+    (
         "   NodeList=gpu-mi355x-017 BatchHost=gpu-mi355x-017 UserId=jdoe(41027) Account=acme-ml-prj",
         "   NodeList=host-1 BatchHost=host-1 UserId=user-1(41027) Account=account-1",
         ["gpu-mi355x", "jdoe", "acme-ml"],
@@ -163,6 +173,7 @@ BENIGN = [
     "frontend listening on 0.0.0.0:8000, metrics on 127.0.0.1:9090 and [::1]:9091",
     'vllm:nixl_bytes_transferred_sum{engine="0",model_name="Qwen/Qwen3-8B"} 2.359296e+06',
     "python -m dynamo.vllm --disaggregation-mode prefill --tensor-parallel-size 1 --max-num-seqs 32",
+    "Endpoint service completed unexpectedly for endpoint: dyn://atomdyn-20261130t005209z.backend.generate",
     "run as root with USER=root; mkdir -p /tmp/atomdyn-x; at 00:33:04 took 12:34.5 minutes; a[::2] std::string",
 ]
 

@@ -58,9 +58,16 @@ _TLDS = (
 
 # --- secrets: (kind, pattern); the whole match (or group "v" where present) becomes <redacted:kind> ---
 _PRIVATE_KEY = re.compile(
-    r"-----BEGIN (?P<kind>[A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END (?P=kind)PRIVATE KEY-----|\Z)", re.DOTALL
+    r"-----BEGIN (?P<kind>[A-Z0-9 ]*)PRIVATE KEY(?P<block>(?: BLOCK)?)-----.*?"
+    r"(?:-----END (?P=kind)PRIVATE KEY(?P=block)-----|\Z)",
+    re.DOTALL,
 )
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][\w+.-]*://)(?P<user>[^:/@\s<>]+):(?P<pw>[^@/\s]+)@")
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][\w+.-]*://)(?P<user>[^:/@\s<>]*):(?P<pw>[^@/\s]+)@")
+# Network schemes only: Dynamo's dyn://namespace.component.endpoint names no host.
+_URL_HOST = re.compile(
+    r"(?P<k>\b(?:https?|wss?|tcp|udp|grpc|etcd|redis|rediss|nats|amqp|postgres(?:ql)?|mysql|mongodb|ftp|sftp|ssh)"
+    r"://(?:[^@/\s]*@)?)(?P<v>[A-Za-z][\w.-]*)(?=[:/\s\"'),]|$)"
+)
 _TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("hf-token", re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")),
     ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
@@ -284,7 +291,8 @@ class Sanitizer:
     def _secrets(self, text: str) -> str:
         text = _PRIVATE_KEY.sub(_redact("private-key"), text)
         text = _URL_CREDENTIALS.sub(
-            lambda m: f"{m['scheme']}{self._user(m['user'])}:{_redact('password')}@", text
+            lambda m: f"{m['scheme']}{self._user(m['user']) if m['user'] else ''}:{_redact('password')}@",
+            text,
         )
         for kind, pattern in _TOKENS:
             if "v" in pattern.groupindex:
@@ -327,6 +335,7 @@ class Sanitizer:
         def host_list(m: re.Match[str]) -> str:
             return m["k"] + ",".join(self._host(item, learn=True) for item in m["v"].split(","))
 
+        text = _URL_HOST.sub(lambda m: m["k"] + self._host(m["v"], learn=True), text)
         text = _HOST_KEY.sub(host_list, text)
         text = _SLURM_ON_HOST.sub(host_list, text)
         text = _FQDN.sub(lambda m: self._host(m[0], learn=False), text)

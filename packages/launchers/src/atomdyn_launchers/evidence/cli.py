@@ -66,7 +66,8 @@ def _sanitizer_for(path: Path) -> Sanitizer:
             continue
         if isinstance(run, dict):
             return summary.sanitizer_for_run(run)
-    return Sanitizer()
+    hosts, users = summary.local_identities()
+    return Sanitizer(hosts=hosts, users=users)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import json
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -45,11 +46,20 @@ def sanitizer_for_run(run: dict[str, Any]) -> Sanitizer:
     if config.get("MODEL_PATH"):
         paths.append(str(Path(str(config["MODEL_PATH"])).parent))  # keep the model's own name readable
     accounts = [str(config[k]) for k in _ACCOUNT_KEYS if config.get(k)]
-    try:
-        users = [getpass.getuser()]
-    except (KeyError, OSError):
-        users = []
+    hosts += local_identities()[0]
+    users = local_identities()[1]
     return Sanitizer(hosts=dict.fromkeys(hosts), users=users, paths=dict.fromkeys(paths), accounts=accounts)
+
+
+def local_identities() -> tuple[list[str], list[str]]:
+    """This machine's host name and user: they show up in logs collected here (a login node, say).
+    Host names shorter than three characters are left to the patterns: as bare words they would hit too much."""
+    name = socket.gethostname().split(".")[0]
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = ""
+    return ([name] if len(name) >= 3 else []), ([user] if user else [])
 
 
 def _sanitize_obj(obj: Any, sanitizer: Sanitizer) -> Any:
