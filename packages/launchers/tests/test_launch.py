@@ -333,3 +333,33 @@ def test_unknown_config_key_is_an_error_naming_it(config: ClusterConfig, tmp_pat
         check=False,
     )
     assert done.returncode == 2 and "SLURM_RESERVATON: unknown key" in done.stderr + done.stdout
+
+
+def test_readiness_deadline_names_the_missing_role_and_cancels_a_pending_job(
+    config: ClusterConfig, tmp_path: Path
+) -> None:
+    slurm = Slurm(config)
+    # Hold the decode node so the decode job cannot start; the placeholder job is cancelled right after.
+    blocker_script = tmp_path / "blocker.sbatch"
+    blocker_script.write_text("#!/bin/bash\nexec tail -f /dev/null\n")
+    blocker = slurm.submit(
+        blocker_script,
+        job_name="atomdyn-test-blocker",
+        nodelist=config.decode_node,
+        output=tmp_path / "blocker.out",
+        extra_args=["--exclusive"],
+    )
+    try:
+        slurm.wait_for(blocker, lambda i: i.state == "RUNNING", timeout=30, what="running")
+        outcome = _launch(config, "disagg", ready_timeout_s=4)
+    finally:
+        slurm.cancel([blocker])
+        slurm.wait_terminal(blocker, timeout=30)
+    assert not outcome.passed and outcome.failure is not None
+    assert outcome.failure.startswith("timed out after 4 s waiting for every role to register")
+    assert "decode: PENDING" in outcome.failure
+    run = json.loads((outcome.run_dir / "run.json").read_text())
+    jobs = {j["role"]: j for j in run["jobs"]}
+    assert jobs["decode"]["state"] == "CANCELLED" and jobs["prefill"]["state"] == "COMPLETED"
+    assert any(e.get("detail") == "cancelled while pending" for e in outcome.timeline)
+    _assert_nothing_left(config, outcome)

@@ -579,20 +579,24 @@ class Launch:
         active = self._active_jobs()
         if not active:
             return
-        live = {}
+        live: dict[str, tuple[int, str]] = {}
         for role, job_id in active.items():
             try:
                 info = self.slurm.job(job_id)
             except SlurmError:
                 continue
             if not info.terminal:
-                live[role] = job_id
-        for role, job_id in live.items():
+                live[role] = (job_id, info.state)
+        for role, (job_id, state) in live.items():
+            if state == "PENDING":
+                self.slurm.cancel([job_id])  # no script to signal yet
+                self._event("cancelled", role=role, job_id=job_id, detail="cancelled while pending")
+                continue
             try:
                 # --batch: only the job script gets SIGTERM; it forwards it and waits for its processes.
                 self.slurm.run(["scancel", "--batch", "--signal=TERM", str(job_id)])
             except SlurmError:
-                self.slurm.cancel([job_id])  # still pending: no script to signal
+                self.slurm.cancel([job_id])
             self._event("cancelled", role=role, job_id=job_id, detail="SIGTERM to the job script")
         self.progress.line(f"stopping {', '.join(live) or 'nothing'}; waiting for Slurm to settle")
         if not self._settle(self.options.settle_timeout_s):
