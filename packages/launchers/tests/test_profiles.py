@@ -210,3 +210,11 @@ def test_docker_runtime_passes_devices_network_and_shared_dir() -> None:
 def test_unknown_engine_is_refused() -> None:
     with pytest.raises(ProfileError, match="unknown engine profile 'sglang'"):
         plan_role("sglang", _ctx("agg", VENV))
+
+
+def test_nvidia_docker_passes_rdma_devices_only_when_present() -> None:
+    runtime = DockerRuntime("img:1", "atomdyn-r", ["/shared"], "nvidia")
+    plan = plan_role("vllm", _ctx("decode", runtime, frontend=True))
+    argv = " ".join(render_arg(a) for a in next(p for p in plan.processes if p.name == "decode").argv)
+    assert '--gpus all "${IB_DEVICE_ARGS[@]}"' in argv and "/dev/kfd" not in argv
+    assert "if [ -e /dev/infiniband ]; then IB_DEVICE_ARGS=(--device /dev/infiniband); fi" in plan.prelude

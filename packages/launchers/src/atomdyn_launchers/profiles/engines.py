@@ -88,16 +88,16 @@ class DockerRuntime:
     python: str = "python3"
     pass_env: Sequence[str] = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
-    def _base(self, name: str | None) -> list[Arg]:
-        args: list[Arg] = [self.docker, "run", "--rm"]
-        if name is not None:
-            args += ["--name", f"{self.container_prefix}-{name}"]
+    def _base(self, name: str) -> list[Arg]:
+        args: list[Arg] = [self.docker, "run", "--rm", "--name", f"{self.container_prefix}-{name}"]
         args += ["--network", "host", "--ipc", "host", "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1"]
         if self.gpu_vendor == "amd":
+            # The RDMA path is the point on MI355X: a node without /dev/infiniband fails loudly here.
             args += ["--device", "/dev/kfd", "--device", "/dev/dri", "--device", "/dev/infiniband"]
             args += ["--group-add", "video", "-v", "/etc/libibverbs.d:/etc/libibverbs.d:ro"]
         elif self.gpu_vendor == "nvidia":
-            args += ["--gpus", "all", "--device", "/dev/infiniband"]
+            # NVLink-only hosts have no RDMA devices; pass them when present (see prelude()).
+            args += ["--gpus", "all", Shell('"${IB_DEVICE_ARGS[@]}"')]
         for mount in self.mounts:
             args += ["-v", f"{mount}:{mount}"]
         for var in self.pass_env:
@@ -114,9 +114,15 @@ class DockerRuntime:
         return ProcessSpec(name, [*args, self.image, *argv], {})
 
     def tool(self, argv: Sequence[str]) -> list[str]:
-        """A short-lived command in the image (a probe); ``python`` means the image's Python."""
+        """A short-lived command in the image (a probe, no devices); ``python`` means the image's Python."""
         command = [self.python if argv[0] == "python" else argv[0], *argv[1:]]
-        return [str(a) for a in self._base(None)] + [self.image, *command]
+        return [self.docker, "run", "--rm", "--network", "host", self.image, *command]
+
+    def prelude(self) -> list[str]:
+        return [
+            "IB_DEVICE_ARGS=()",
+            "if [ -e /dev/infiniband ]; then IB_DEVICE_ARGS=(--device /dev/infiniband); fi",
+        ]
 
 
 Runtime = VenvRuntime | DockerRuntime
@@ -267,6 +273,8 @@ def plan_vllm(ctx: RoleContext, atom: bool) -> RolePlan:
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(ctx.ports.nixl_side_channel),
     }
     prelude = _probe_disagg_prelude(ctx) + _mgmt_prelude(ctx)
+    if isinstance(ctx.runtime, DockerRuntime):
+        prelude += ctx.runtime.prelude()
     if atom:
         env.update(ATOM_UCX_ENV)
         env.update(model.atom_env)
