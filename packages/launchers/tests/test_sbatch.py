@@ -242,7 +242,8 @@ def test_every_engine_and_runtime_renders_shellcheck_clean(
     if runtime_kind == "venv":
         runtime = VenvRuntime(Path("/opt/venv"))
     else:
-        runtime = DockerRuntime("img:1", "atomdyn-r", ["/shared"], "amd")
+        vendor = {"atom": "amd", "vllm": "nvidia"}.get(engine, "none")
+        runtime = DockerRuntime("img:1", "atomdyn-r", ["/shared"], vendor)
     for mode, frontend in (("prefill", False), ("decode", True), ("agg", True)):
         ctx = RoleContext(
             run_id="r",

@@ -119,6 +119,8 @@ class DockerRuntime:
         return [self.docker, "run", "--rm", "--network", "host", self.image, *command]
 
     def prelude(self) -> list[str]:
+        if self.gpu_vendor != "nvidia":
+            return []
         return [
             "IB_DEVICE_ARGS=()",
             "if [ -e /dev/infiniband ]; then IB_DEVICE_ARGS=(--device /dev/infiniband); fi",
