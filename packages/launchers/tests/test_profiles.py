@@ -201,6 +201,15 @@ def test_docker_runtime_passes_devices_network_and_shared_dir() -> None:
         '-e LD_PRELOAD="$SHIM_PRELOAD"',
     ):
         assert piece in joined
+    # A container does not inherit the job's exports: Dynamo's settings are passed explicitly.
+    for piece in (
+        "-e DYN_DISCOVERY_BACKEND=etcd",
+        "-e ETCD_ENDPOINTS=http://10.1.2.3:2379",
+        "-e DYN_NAMESPACE=atomdyn-test",
+    ):
+        assert piece in joined
+    frontend = " ".join(render_arg(a) for a in next(p for p in plan.processes if p.name == "frontend").argv)
+    assert "-e DYN_REQUEST_PLANE=tcp" in frontend and "/dev/kfd" not in frontend
     image_at = argv.index("registry.local/atom-dynamo:1")
     assert argv[image_at + 1 : image_at + 4] == ["python3", "-m", "dynamo.vllm"]
     # The probes run inside the image too.

@@ -364,7 +364,7 @@ class Launch:
                 output=str(self.rundir.slurm_out(spec.role)),
                 log_dir=str(self.rundir.path / "logs"),
                 processes=plan.processes,
-                env={**plan.env, "PYTHONUNBUFFERED": "1"},
+                env=plan.env,
                 prelude=plan.prelude,
                 gpus=plan.gpus,
                 time_limit=self.options.time_limit or ("00:30:00" if self.engine == "mocker" else "04:00:00"),

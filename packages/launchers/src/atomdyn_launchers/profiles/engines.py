@@ -71,7 +71,9 @@ class VenvRuntime:
     def python(self) -> str:
         return str(self.venv / "bin" / "python")
 
-    def wrap(self, name: str, argv: Sequence[Arg], env: Mapping[str, Arg]) -> ProcessSpec:
+    def wrap(
+        self, name: str, argv: Sequence[Arg], env: Mapping[str, Arg], devices: bool = True
+    ) -> ProcessSpec:
         return ProcessSpec(name, list(argv), dict(env))
 
     def tool(self, argv: Sequence[str]) -> list[str]:
@@ -88,14 +90,15 @@ class DockerRuntime:
     python: str = "python3"
     pass_env: Sequence[str] = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
-    def _base(self, name: str) -> list[Arg]:
+    def _base(self, name: str, devices: bool) -> list[Arg]:
         args: list[Arg] = [self.docker, "run", "--rm", "--name", f"{self.container_prefix}-{name}"]
         args += ["--network", "host", "--ipc", "host", "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1"]
-        if self.gpu_vendor == "amd":
+        vendor = self.gpu_vendor if devices else "none"  # the frontend needs no GPU or NIC
+        if vendor == "amd":
             # The RDMA path is the point on MI355X: a node without /dev/infiniband fails loudly here.
             args += ["--device", "/dev/kfd", "--device", "/dev/dri", "--device", "/dev/infiniband"]
             args += ["--group-add", "video", "-v", "/etc/libibverbs.d:/etc/libibverbs.d:ro"]
-        elif self.gpu_vendor == "nvidia":
+        elif vendor == "nvidia":
             # NVLink-only hosts have no RDMA devices; pass them when present (see prelude()).
             args += ["--gpus", "all", Shell('"${IB_DEVICE_ARGS[@]}"')]
         for mount in self.mounts:
@@ -104,8 +107,11 @@ class DockerRuntime:
             args += ["-e", var]  # passed through from the job (Slurm's GPU binding), absent if unset
         return args
 
-    def wrap(self, name: str, argv: Sequence[Arg], env: Mapping[str, Arg]) -> ProcessSpec:
-        args = self._base(name)
+    def wrap(
+        self, name: str, argv: Sequence[Arg], env: Mapping[str, Arg], devices: bool = True
+    ) -> ProcessSpec:
+        """``env`` must hold everything the process needs: a container does not inherit the job's exports."""
+        args = self._base(name, devices)
         for key, value in sorted(env.items()):
             args += [
                 "-e",
@@ -163,6 +169,14 @@ class RolePlan:
     served_model_name: str
 
 
+def _wrap(
+    ctx: RoleContext, name: str, argv: list[Arg], env: dict[str, Arg], devices: bool = True
+) -> ProcessSpec:
+    if isinstance(ctx.runtime, DockerRuntime):
+        env = {**dynamo_env(ctx), **env}  # the job's exports do not reach into a container
+    return ctx.runtime.wrap(name, argv, env, devices)
+
+
 def dynamo_env(ctx: RoleContext) -> dict[str, Arg]:
     """Discovery through etcd, TCP request plane, ZMQ events: no NATS (FIELD_NOTES §6)."""
     env: dict[str, Arg] = {
@@ -172,6 +186,7 @@ def dynamo_env(ctx: RoleContext) -> dict[str, Arg]:
         "DYN_EVENT_PLANE": "zmq",
         "DYN_NAMESPACE": ctx.namespace,
         "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
     }
     env.update(ctx.extra_env)
     return env
@@ -182,7 +197,7 @@ def _frontend(ctx: RoleContext) -> ProcessSpec:
     argv += ["--http-host", "0.0.0.0", "--http-port", str(ctx.ports.http), "--router-mode", ctx.router_mode]
     # The frontend caches model cards under ~/.cache/dynamo: a per-run HOME keeps runs from seeing stale ones.
     env: dict[str, Arg] = {"HOME": f"{ctx.home_dir}/frontend"}
-    return ctx.runtime.wrap("frontend", argv, env)
+    return _wrap(ctx, "frontend", argv, env, devices=False)
 
 
 def _worker_name(mode: str) -> str:
@@ -204,7 +219,7 @@ def plan_mocker(ctx: RoleContext) -> RolePlan:
         "DYN_SELF_HOST_METADATA": "1",
         "HOME": f"{ctx.home_dir}/{_worker_name(ctx.mode)}",
     }
-    processes = [ctx.runtime.wrap(_worker_name(ctx.mode), argv, env)]
+    processes = [_wrap(ctx, _worker_name(ctx.mode), argv, env)]
     if ctx.with_frontend:
         processes.insert(0, _frontend(ctx))
     return RolePlan(processes, [], dynamo_env(ctx), _worker_name(ctx.mode), 0, ctx.model_path)
@@ -284,7 +299,7 @@ def plan_vllm(ctx: RoleContext, atom: bool) -> RolePlan:
         prelude += _shim_prelude(ctx)
     else:
         env["ATOM_DISABLE_VLLM_PLUGIN"] = "1"
-    processes = [ctx.runtime.wrap(_worker_name(ctx.mode), argv, env)]
+    processes = [_wrap(ctx, _worker_name(ctx.mode), argv, env)]
     if ctx.with_frontend:
         processes.insert(0, _frontend(ctx))
     return RolePlan(
