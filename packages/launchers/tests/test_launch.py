@@ -202,6 +202,24 @@ def test_agg_single_through_invoke_with_defaults(config: ClusterConfig, tmp_path
     _assert_nothing_left(config, outcome)
 
 
+def test_disagg_bench_prints_the_timeline(config: ClusterConfig, tmp_path: Path) -> None:
+    (tmp_path / "tasks.py").write_text(
+        "from invoke import Collection\nfrom atomdyn_launchers.launch_tasks import disagg_ns\n"
+        "ns = Collection(disagg_ns)\n"
+    )
+    env_file = tmp_path / "cluster.env"
+    config.write(env_file)
+    done = subprocess.run(
+        [sys.executable, "-m", "invoke", "disagg.bench", "--runs", "1", "--requests", "4", "--config", str(env_file)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    for milestone in ("submitted", "running", "registered", "healthy", "first_good_response", "done"):
+        assert any(re.fullmatch(rf"  {milestone} +\+ *\d+\.\d\d s", line) for line in lines), milestone
+    assert re.search(r"submission -> first verified P/D response: median \d+\.\d\d s .*n=1", done.stdout)
+
+
 def test_decode_worker_killed_mid_run_fails_fast_and_cleans_up(config: ClusterConfig) -> None:
     killed: dict[str, float] = {}
 
