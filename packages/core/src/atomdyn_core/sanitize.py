@@ -68,23 +68,39 @@ _URL_HOST = re.compile(
     r"(?P<k>\b(?:https?|wss?|tcp|udp|grpc|etcd|redis|rediss|nats|amqp|postgres(?:ql)?|mysql|mongodb|ftp|sftp|ssh)"
     r"://(?:[^@/\s]*@)?)(?P<v>[A-Za-z][\w.-]*)(?=[:/\s\"'),]|$)"
 )
-_TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("hf-token", re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")),
-    ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("gcp-api-key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}")),
-    ("github-token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})\b")),
-    ("slack-token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
-    ("api-key", re.compile(r"\b(?:sk|nvapi)-[A-Za-z0-9_-]{20,}")),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
-    ("bearer-token", re.compile(r"(?i)\b(?P<k>bearer\s+)(?P<v>[A-Za-z0-9._~+/=-]{8,})")),
-    ("basic-auth", re.compile(r"(?i)(?P<k>\bbasic\s+)(?P<v>[A-Za-z0-9+/]{12,}={0,2})")),
+# (kind, literals of which one must be in the line (lower-case ones are looked for case-blind), pattern)
+_TOKENS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
+    ("hf-token", ("hf_",), re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")),
+    ("aws-access-key", ("AKIA", "ASIA"), re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("gcp-api-key", ("AIza",), re.compile(r"\bAIza[0-9A-Za-z_\-]{35}")),
+    (
+        "github-token",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})\b"),
+    ),
+    ("slack-token", ("xox",), re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
+    ("api-key", ("sk-", "nvapi-"), re.compile(r"\b(?:sk|nvapi)-[A-Za-z0-9_-]{20,}")),
+    ("jwt", ("eyJ",), re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+    ("bearer-token", ("bearer",), re.compile(r"(?i)\b(?P<k>bearer\s+)(?P<v>[A-Za-z0-9._~+/=-]{8,})")),
+    ("basic-auth", ("basic",), re.compile(r"(?i)(?P<k>\bbasic\s+)(?P<v>[A-Za-z0-9+/]{12,}={0,2})")),
     (
         "cloud-key",
+        ("key=", "sig=", "signature="),
         re.compile(
             r"(?i)(?P<k>\b(?:AccountKey|SharedAccessKey|SharedAccessSignature|sig)=)(?P<v>[^;&\s\"']+)"
         ),
     ),
 )
+_TOKEN_HINTS = tuple(sorted({g.lower() for _, guards, _ in _TOKENS for g in guards}))
+_SECRET_WORDS = ("pass", "secret", "token", "key", "credential")
+# Cheap pre-checks: each starts with a literal, which the regex engine scans for quickly.
+_TLD_HINT = re.compile(rf"\.(?:{_TLDS})(?![\w-])")
+_IPV4_HINT = re.compile(r"\.\d{1,3}\.\d{1,3}(?!\d)")
+_PATH_HINT = re.compile(
+    r"/(?:lustre|gpfs|scratch|nfs|fsx|mnt|shared|projects?|proj|data|datasets|beegfs|cephfs|work|vast|weka)/"
+)
+_SLURM_WORDS = ("account", "partition", "qos", "cluster", "#sbatch")
+_HOST_WORDS = ("host", "node", "master_addr", "-w", "-x")
 _SECRET_KEY = r"[A-Za-z0-9_.-]*?(?:password|passwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credentials?)"
 _SECRET_ASSIGNMENT = re.compile(
     rf"(?i)(?P<k>(?<![\w-])(?P<q>[\"']?){_SECRET_KEY}(?P=q)\s*[=:]\s*)(?P<v>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;&]+)"
@@ -276,29 +292,42 @@ class Sanitizer:
     def sanitize(self, text: str) -> str:
         """Return ``text`` with every secret redacted and every identifying value replaced.
 
-        Terminal colour codes are removed first: they would hide values from the patterns."""
-        text = _ANSI.sub("", text)
-        text = self._secrets(text)
-        text = self._identities(text)
-        text = self._addresses(text)
-        return self._bare_words(text)
+        Terminal colour codes are removed first: they would hide values from the patterns. Private key
+        blocks are matched across lines; everything else line by line, each pattern only on lines that hold
+        its keyword (a log line rarely holds any), which keeps large files fast."""
+        if "\x1b" in text:
+            text = _ANSI.sub("", text)
+        if "PRIVATE KEY" in text:
+            text = _PRIVATE_KEY.sub(_redact("private-key"), text)
+        return "".join(self._line(line) for line in text.splitlines(keepends=True))
 
     def sanitize_lines(self, lines: Iterable[str]) -> Iterator[str]:
         """Sanitize line by line (for large files); values learned on a line apply from that line on."""
         for line in lines:
             yield self.sanitize(line)
 
-    def _secrets(self, text: str) -> str:
-        text = _PRIVATE_KEY.sub(_redact("private-key"), text)
-        text = _URL_CREDENTIALS.sub(
-            lambda m: f"{m['scheme']}{self._user(m['user']) if m['user'] else ''}:{_redact('password')}@",
-            text,
-        )
-        for kind, pattern in _TOKENS:
+    def _line(self, line: str) -> str:
+        low = line.lower()
+        line = self._secrets(line, low)
+        line = self._identities(line, low)
+        line = self._addresses(line)
+        return self._bare_words(line)
+
+    def _secrets(self, text: str, low: str) -> str:
+        if "://" in text and "@" in text:
+            text = _URL_CREDENTIALS.sub(
+                lambda m: f"{m['scheme']}{self._user(m['user']) if m['user'] else ''}:{_redact('password')}@",
+                text,
+            )
+        for kind, guards, pattern in _TOKENS if any(g in low for g in _TOKEN_HINTS) else ():
+            if not any(g in (low if g.islower() else text) for g in guards):
+                continue
             if "v" in pattern.groupindex:
                 text = pattern.sub(_after_key(_redact(kind)), text)
             else:
                 text = pattern.sub(_redact(kind), text)
+        if not any(k in low for k in _SECRET_WORDS):
+            return text
 
         def assignment(m: re.Match[str]) -> str:
             value = m["v"].strip("\"'")
@@ -317,29 +346,40 @@ class Sanitizer:
             lambda m: m[0] if m["v"].startswith("<redacted:") else m["k"] + _redact("secret"), text
         )
 
-    def _identities(self, text: str) -> str:
+    def _identities(self, text: str, low: str) -> str:
         for original in sorted(self._paths, key=len, reverse=True):
-            text = re.sub(re.escape(original) + r"(?![\w.-])", self._paths[original], text)
-        text = _HOME.sub(lambda m: m["k"] + self._user(m["v"]), text)
-        text = _USER_KEY.sub(lambda m: m["k"] + self._user(m["v"]), text)
+            if original in text:
+                text = re.sub(re.escape(original) + r"(?![\w.-])", self._paths[original], text)
+        if "/home/" in text or "/Users/" in text:
+            text = _HOME.sub(lambda m: m["k"] + self._user(m["v"]), text)
+        if "user" in low or "logname" in low or "owner" in low:
+            text = _USER_KEY.sub(lambda m: m["k"] + self._user(m["v"]), text)
 
         def user_at_host(m: re.Match[str]) -> str:
             if _NOT_HOST_AFTER_AT.match(m["h"]):
                 return m[0]
             return f"{self._user(m['u'])}@{self._host(m['h'], learn=True)}"
 
-        text = _USER_AT_HOST.sub(user_at_host, text)
-        for kind, pattern in _SLURM_KEYS:
-            text = pattern.sub(self._slurm_replacer(kind), text)
+        if "@" in text:
+            text = _USER_AT_HOST.sub(user_at_host, text)
+        if any(k in low for k in _SLURM_WORDS):
+            for kind, pattern in _SLURM_KEYS:
+                text = pattern.sub(self._slurm_replacer(kind), text)
 
         def host_list(m: re.Match[str]) -> str:
             return m["k"] + ",".join(self._host(item, learn=True) for item in m["v"].split(","))
 
-        text = _URL_HOST.sub(lambda m: m["k"] + self._host(m["v"], learn=True), text)
-        text = _HOST_KEY.sub(host_list, text)
-        text = _SLURM_ON_HOST.sub(host_list, text)
-        text = _FQDN.sub(lambda m: self._host(m[0], learn=False), text)
-        return _CLUSTER_PATH.sub(lambda m: self._placeholder("path", m[0]), text)
+        if "://" in text:
+            text = _URL_HOST.sub(lambda m: m["k"] + self._host(m["v"], learn=True), text)
+        if any(k in low for k in _HOST_WORDS):
+            text = _HOST_KEY.sub(host_list, text)
+        if "***" in text or "slurmstepd-" in text:
+            text = _SLURM_ON_HOST.sub(host_list, text)
+        if _TLD_HINT.search(text):
+            text = _FQDN.sub(lambda m: self._host(m[0], learn=False), text)
+        if _PATH_HINT.search(text):
+            text = _CLUSTER_PATH.sub(lambda m: self._placeholder("path", m[0]), text)
+        return text
 
     def _addresses(self, text: str) -> str:
         def v4(m: re.Match[str]) -> str:
@@ -371,12 +411,17 @@ class Sanitizer:
                 return raw
             return self._placeholder("ipv6", str(address))
 
-        text = _IPV4.sub(v4, text)
-        text = _MAC.sub(
-            lambda m: m[0] if m[0].startswith("02:00:00:00:") else self._placeholder("mac", m[0].lower()),
-            text,
-        )
-        return _IPV6.sub(v6, text)
+        if _IPV4_HINT.search(text):
+            text = _IPV4.sub(v4, text)
+        colons = text.count(":")
+        if colons < 2:
+            return text
+        if colons >= 5:
+            text = _MAC.sub(
+                lambda m: m[0] if m[0].startswith("02:00:00:00:") else self._placeholder("mac", m[0].lower()),
+                text,
+            )
+        return _IPV6.sub(v6, text) if colons >= 7 or "::" in text else text
 
     def _bare_words(self, text: str) -> str:
         if self._bare_dirty:
