@@ -70,7 +70,7 @@ class LaunchOptions:
     max_tokens: int = 32
     prompt_groups: int = 4
     ready_timeout_s: float | None = None  # default: 120 s for the mocker, 3600 s for real engines
-    settle_timeout_s: float = 60.0
+    settle_timeout_s: float | None = None  # default: 60 s for the mocker, 300 s for GPU engines
     request_timeout_s: float = 120.0
     time_limit: str | None = None  # default: 00:30:00 for the mocker, 04:00:00 for real engines
     speedup_ratio: float = 10.0
@@ -343,6 +343,11 @@ class Launch:
         ]
         return args
 
+    def _settle_timeout(self) -> float:
+        if self.options.settle_timeout_s is not None:
+            return self.options.settle_timeout_s
+        return 60.0 if self.engine == "mocker" else 300.0
+
     def _ready_timeout(self) -> float:
         if self.options.ready_timeout_s is not None:
             return self.options.ready_timeout_s
@@ -599,7 +604,7 @@ class Launch:
                 self.slurm.cancel([job_id])
             self._event("cancelled", role=role, job_id=job_id, detail="SIGTERM to the job script")
         self.progress.line(f"stopping {', '.join(live) or 'nothing'}; waiting for Slurm to settle")
-        if not self._settle(self.options.settle_timeout_s):
+        if not self._settle(self._settle_timeout()):
             self.progress.line("jobs did not stop within the settle timeout: cancelling them")
             self._cancel_hard()
 
@@ -623,7 +628,7 @@ class Launch:
         active = list(self._active_jobs().values())
         if active:
             self.slurm.cancel(active)
-            self._settle(self.options.settle_timeout_s)
+            self._settle(self._settle_timeout())
 
     # -- record ------------------------------------------------------------------------------------------
 
