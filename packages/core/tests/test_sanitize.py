@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -201,6 +202,28 @@ def test_whole_corpus_hides_everything_and_is_idempotent_and_deterministic() -> 
     assert sanitize(text) == out
     for line in BENIGN:
         assert line in out
+
+
+def test_json_stays_json() -> None:
+    doc = {
+        "use_token": True,
+        "token_budget": 1.5,
+        "api_key": None,
+        "password": "hunter2",
+        "host": "gpu-a17",
+        "addresses": ["10.1.2.3", "fe80::1"],
+        "private_key": "-----BEGIN PRIVATE KEY-----\nMIIEvQ\n-----END PRIVATE KEY-----\n",
+    }
+    out = json.loads(sanitize(json.dumps(doc, indent=1)))
+    assert out == {
+        "use_token": True,
+        "token_budget": 1.5,
+        "api_key": None,
+        "password": "<redacted:secret>",
+        "host": "host-1",
+        "addresses": ["192.0.2.1", "2001:db8::1"],
+        "private_key": "<redacted:private-key>\n",
+    }
 
 
 def test_one_sanitizer_keeps_placeholders_stable_across_texts() -> None:

@@ -180,6 +180,17 @@ def _redact(kind: str) -> str:
     return f"<redacted:{kind}>"
 
 
+def _not_a_secret(value: str) -> bool:
+    """Numbers and JSON literals (counts such as ``completion_tokens``, flags such as ``use_token: true``)."""
+    if value.lower() in {"none", "null", "true", "false"}:
+        return True
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _after_key(replacement: str) -> Callable[[re.Match[str]], str]:
     """Keep the key part (group "k") of a match and replace its value."""
 
@@ -331,12 +342,7 @@ class Sanitizer:
 
         def assignment(m: re.Match[str]) -> str:
             value = m["v"].strip("\"'")
-            if (
-                not value
-                or value.isdigit()
-                or value.startswith("<redacted:")
-                or value.lower() in {"none", "null"}
-            ):
+            if not value or value.startswith("<redacted:") or _not_a_secret(value):
                 return m[0]
             quote = m["v"][0] if m["v"][0] in "\"'" else ""
             return f"{m['k']}{quote}{_redact('secret')}{quote}"
