@@ -208,3 +208,15 @@ def test_missing_lock_digest_or_unverified_placement_fail(mocker_run: Path) -> N
         "provenance": "run.provenance is False, expected == True",
         "placement": "placement.ok is False, expected == True",
     }
+
+
+def test_aggregated_atom_run_needs_a_prefix_hit(atom_run: Path) -> None:
+    run = json.loads((atom_run / "run.json").read_text())
+    run.update(kind="agg-single", jobs=run["jobs"][:1])
+    run["jobs"][0]["role"] = "agg"
+    (atom_run / "run.json").write_text(json.dumps(run))
+    (atom_run / "metrics" / "decode.worker.prom").unlink()
+    results = {r.id: r for r in evaluate(collect_signals(atom_run))}
+    assert "distinct_nodes" not in results and "kv_handoff" not in results
+    assert results["prefix_hit"].verdict == "fail"
+    assert results["prefix_hit"].reason == "prefix.hits is 0, expected > 0"  # the prefill file's 0 hits

@@ -16,6 +16,7 @@ from atomdyn_launchers.evidence.signals import KINDS, REAL_ENGINES, Signals
 
 ALL_KINDS = KINDS
 TWO_NODE = ("agg-two", "disagg")
+AGG = ("agg-single", "agg-two")
 DISAGG = ("disagg",)
 ANY_ENGINE = ("mocker", *REAL_ENGINES)
 MOCKER = ("mocker",)
@@ -80,6 +81,10 @@ GATES: tuple[Gate, ...] = (
          "dmabuf.ok", ">=", 1, ("logs.dmabuf_ok",), when="dmabuf.active"),
     Gate("dmabuf_failures", "zero dma-buf registration failures", ALL_KINDS, REAL_ENGINES,
          "dmabuf.fail", "==", 0, ("logs.dmabuf_fail", "logs.dmabuf_ok"), when="dmabuf.active"),
+    Gate("prefix_hit", "a repeated prompt hit the KV cache (router kv_hit_rate > 0)", AGG, MOCKER,
+         "requests.repeat_hit_max", ">", 0, ("requests.repeats",)),
+    Gate("prefix_hit", "a repeated prompt hit the prefix cache", AGG, REAL_ENGINES,
+         "prefix.hits", ">", 0, ("metrics.prefix",)),
     Gate("prefix_hit_decode", "a repeated prompt hit the KV cache (router kv_hit_rate > 0)", DISAGG, MOCKER,
          "requests.repeat_hit_max", ">", 0, ("requests.repeats",)),
     Gate("prefix_hit_decode", "a repeated prompt hit the prefix cache on decode", DISAGG, REAL_ENGINES,

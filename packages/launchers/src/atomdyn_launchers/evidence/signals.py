@@ -412,6 +412,10 @@ def _read_metrics(signals: Signals) -> None:
             signals.absent(
                 name, where + (f"vllm:prefix_cache_{key}_total for the decode role" if files else "")
             )
+    if any("hits" in per_role for per_role in prefix.values()):
+        signals.set("prefix.hits", int(sum(per_role.get("hits", 0.0) for per_role in prefix.values())))
+    else:
+        signals.absent("prefix.hits", where + ("vllm:prefix_cache_hits_total" if files else ""))
     hits, queries = signals.get("prefix.decode_hits"), signals.get("prefix.decode_queries")
     if hits is not None and queries:
         signals.set("prefix.decode_hit_rate", round(hits / queries, 4))
