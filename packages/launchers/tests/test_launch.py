@@ -101,7 +101,7 @@ def _assert_contract(
         "qwen3-8b-bf16",
     )
     assert run["platform"] == "rehearsal (CPU, mock engine)"
-    assert "lock_digest" in run and run["config"]["SLURM_PARTITION"]
+    assert run["lock_digest"].startswith("sha256:") and run["config"]["SLURM_PARTITION"]
     assert run["result"] == "pass" and run["failure"] is None, run["failure"]
     assert run["placement_verified"] is True
     assert {j["role"] for j in run["jobs"]} == set(processes)

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from atomdyn_core.atomic import atomic_write_text
+from atomdyn_core.lock import find_lock_path, load_lock
 from atomdyn_launchers import readiness
 from atomdyn_launchers.config import ClusterConfig, PreflightError, resolve_cluster_config
 from atomdyn_launchers.profiles.engines import (
@@ -40,7 +42,7 @@ from atomdyn_launchers.profiles.engines import (
 )
 from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ModelProfile, get_model
 from atomdyn_launchers.progress import Progress
-from atomdyn_launchers.rundir import KINDS, JobRecord, RunDir
+from atomdyn_launchers.rundir import KINDS, JobRecord, RunDir, read_jsonl
 from atomdyn_launchers.sbatch import Arg, JobSpec, Shell, pid_var, render
 from atomdyn_launchers.slurm import JobInfo, Slurm, SlurmError, preflight
 from atomdyn_launchers.smoke import (
@@ -138,12 +140,11 @@ def required_instances(kind: str) -> dict[str, int]:
     ]
 
 
-def _lock_digest(path: Path | None) -> str | None:
+def _lock_digest(path: Path | None, project_dir: Path) -> str | None:
+    """The digest of the lock this run used: ``path``, else $ATOMDYN_LOCK, else the project's lock."""
     try:
-        from atomdyn_core.lock import load_lock
-
-        return load_lock(path).digest
-    except Exception:  # the lock is optional for a rehearsal; the run records None
+        return load_lock(path or find_lock_path(project_dir)).digest
+    except (OSError, ValueError, LookupError):  # no readable lock: the run records None
         return None
 
 
@@ -199,8 +200,10 @@ class Launch:
 
     # -- small helpers -----------------------------------------------------------------------------------
 
-    def _event(self, event: str, **kw: object) -> None:
-        record = self.rundir.event(event, **kw)  # type: ignore[arg-type]
+    def _event(
+        self, event: str, *, role: str | None = None, job_id: int | None = None, detail: str | None = None
+    ) -> None:
+        record = self.rundir.event(event, role=role, job_id=job_id, detail=detail)
         if self.hook is not None:
             self.hook(event, {**record, "launch": self})
 
@@ -569,8 +572,6 @@ class Launch:
                 except (OSError, urllib.error.URLError) as exc:
                     self.progress.line(f"metrics from {role}.{process} ({url}) unavailable: {exc}")
                     continue
-                from atomdyn_core.atomic import atomic_write_text
-
                 atomic_write_text(self.rundir.metrics(role, process), text)
 
     # -- shutdown ----------------------------------------------------------------------------------------
@@ -681,7 +682,7 @@ class Launch:
             model=self.model.name,
             runtime=self.config.runtime,
             platform=platform_label(self.engine),
-            lock_digest=_lock_digest(self.options.lock_path),
+            lock_digest=_lock_digest(self.options.lock_path, self.config.project_dir),
             config=self.config.redacted(),
             jobs=list(self.jobs.values()),
             placement_verified=placement,
@@ -695,8 +696,6 @@ class Launch:
         )
         self._event("done", detail="pass" if passed else f"fail: {self.failure}")
         self.progress.line(f"{'PASS' if passed else 'FAIL'}: {self.rundir.path}")
-        from atomdyn_launchers.rundir import read_jsonl
-
         return Outcome(
             run_id=self.rundir.run_id,
             run_dir=self.rundir.path,
