@@ -169,9 +169,14 @@ def test_truncated_and_garbage_files_never_crash_and_never_pass(mocker_run: Path
         b"\x00\xff garbage {{{ \n" + os.urandom(5000)
     )
     (mocker_run / "timeline.jsonl").write_bytes(b'{"t": 1, "event": "submitted"}\n\x89PNG\r\n{"t": 2, "ev')
+    with open(mocker_run / "requests.jsonl", "rb+") as out:  # a 3 MB line of garbage before the cut record
+        body = out.read()
+        out.seek(0)
+        out.write(b"\xff" * (3 << 20) + b"\n" + body)
     signals = collect_signals(mocker_run)
     assert signals.get("requests.total") == 5
     assert any("truncated last line" in p for p in signals.problems)
+    assert "requests.jsonl: 1 line(s) are not JSON objects and were ignored" in signals.problems
     assert any("not JSON objects" in p for p in signals.problems)
     failed = _failed(mocker_run)
     assert failed["timeline"] == "timeline.complete is False, expected == True"

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from atomdyn_launchers.evidence import logscan, prom
 
@@ -26,6 +26,7 @@ _BAD_STATES = frozenset(
     {"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 )
 _MAX_EVENTS = 5000
+_MAX_RECORD = 1 << 20  # a JSON-lines record longer than this is garbage, skipped without being held
 _MAX_LATENCIES = 100_000
 _EXCERPT_HEAD = 4
 
@@ -77,11 +78,25 @@ class Signals:
         self.excerpts.setdefault(group, []).append(line)
 
 
+def _lines(handle: IO[bytes], limit: int = _MAX_RECORD) -> Iterator[bytes]:
+    """Lines of at most ``limit`` bytes; a longer one is yielded as ``b""`` (bad) without being held whole."""
+    while True:
+        raw = handle.readline(limit)
+        if not raw:
+            return
+        if len(raw) == limit and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):  # skip the rest of the over-long line
+                raw = handle.readline(limit)
+            yield b"\x00\n"
+            continue
+        yield raw
+
+
 def _jsonl(path: Path, signals: Signals) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """Complete, valid JSON-object lines of ``path`` with their numbers; bad lines become problems."""
     bad = 0
     with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, 1):
+        for number, raw in enumerate(_lines(handle), 1):
             if not raw.endswith(b"\n"):
                 signals.problems.append(f"{path.name}:{number}: truncated last line ignored")
                 break
