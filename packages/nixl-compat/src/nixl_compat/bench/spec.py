@@ -1,0 +1,87 @@
+"""What one bench run measures: the cache shape, the sweep, the devices, the UCX settings to try."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nixl_compat.bench.layout import KVShape
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class UcxConfig:
+    """UCX environment for both agents of one pair of processes (UCX reads it when the agent starts)."""
+
+    name: str
+    env: tuple[tuple[str, str], ...] = ()
+    progress_thread: bool = True  # NIXL's own progress thread; it spins, which costs a core
+
+    @classmethod
+    def parse(cls, text: str) -> UcxConfig:
+        """`NAME` or `NAME:VAR=VALUE,...` with UCX_* variables and `progress_thread=on|off`."""
+        name, _, rest = text.partition(":")
+        if not name:
+            raise ValueError(f"UCX config {text!r}: empty name (expected NAME or NAME:VAR=VALUE,...)")
+        pairs, progress = [], True
+        for item in filter(None, rest.split(",")):
+            var, eq, value = item.partition("=")
+            if eq and var == "progress_thread" and value in ("on", "off"):
+                progress = value == "on"
+            elif eq and var.startswith("UCX_"):
+                pairs.append((var, value))
+            else:
+                raise ValueError(
+                    f"UCX config {text!r}: {item!r} is neither UCX_VAR=VALUE nor progress_thread=on|off"
+                )
+        return cls(name, tuple(pairs), progress)
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    device: str = "cpu"  # cpu: DRAM numpy buffers; cuda: VRAM torch tensors
+    src_gpu: int = 0
+    dst_gpu: int = 0
+    shape: KVShape = field(default_factory=KVShape)
+    num_blocks: int = 64
+    block_counts: tuple[int, ...] = (1, 4, 16, 64)
+    sizes: tuple[int, ...] = (1 * MiB, 16 * MiB, 256 * MiB)
+    lanes: tuple[int, ...] = (1, 4)
+    iters: int = 200
+    warmup: int = 3
+    timeout_s: float = 300.0
+    ucx: tuple[UcxConfig, ...] = (UcxConfig("default"),)
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+        if self.iters < 2:
+            raise ValueError(f"iters must be at least 2 (one cold, one warm), got {self.iters}")
+        too_many = [n for n in self.block_counts if n <= 0 or n > self.num_blocks]
+        if too_many:
+            raise ValueError(f"block counts {too_many} must be in 1..num_blocks ({self.num_blocks})")
+        if any(s <= 0 for s in self.sizes) or any(lane <= 0 for lane in self.lanes):
+            raise ValueError("sizes and lanes must be positive")
+        names = [u.name for u in self.ucx]
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"UCX config names must be non-empty and unique, got {names}")
+
+    def iters_for(self, nbytes: int) -> int:
+        """Fewer repetitions for big transfers so a sweep stays within minutes."""
+        if nbytes >= 64 * MiB:
+            return max(10, self.iters // 10)
+        return self.iters
+
+
+def quick_spec(device: str = "cpu") -> BenchSpec:
+    """Correctness run for CI: the real block shape, few repetitions, small sweep."""
+    return BenchSpec(
+        device=device,
+        num_blocks=4,
+        block_counts=(1, 2),
+        sizes=(1 * MiB,),
+        lanes=(1, 2),
+        iters=5,
+        warmup=1,
+        timeout_s=120.0,
+    )

@@ -1,0 +1,139 @@
+"""`nixl-compat doctor` and `nixl-compat bench`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from nixl_compat.bench.layout import KVShape
+from nixl_compat.bench.spec import BenchSpec, MiB, UcxConfig, quick_spec
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    """Comma-separated sizes in MiB (fractions allowed)."""
+    try:
+        return tuple(int(float(v) * MiB) for v in text.split(",") if v)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated MiB sizes, got {text!r}") from exc
+
+
+def _ucx(text: str) -> UcxConfig:
+    try:
+        return UcxConfig.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "bench", help="KV-transfer benchmark: naive vs best NIXL path vs raw copy, two processes"
+    )
+    p.add_argument("--quick", action="store_true", help="correctness run: few iterations, small sweep")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--src-gpu", type=int, default=0)
+    p.add_argument("--dst-gpu", type=int, default=None, help="default: 1 when two GPUs are visible, else 0")
+    p.add_argument("--layers", type=int, default=36)
+    p.add_argument("--kv-heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--block-tokens", type=int, default=16)
+    p.add_argument("--dtype-bytes", type=int, default=2, help="2 for bf16/fp16, 1 for fp8")
+    p.add_argument("--num-blocks", type=int, default=64)
+    p.add_argument("--blocks", type=_ints, default=(1, 4, 16, 64), help="block counts per transfer")
+    p.add_argument("--sizes-mib", type=_sizes, default=(1 * MiB, 16 * MiB, 256 * MiB))
+    p.add_argument("--lanes", type=_ints, default=(1, 4), help="descriptors a contiguous range is split into")
+    p.add_argument("--iters", type=int, default=200)
+    p.add_argument("--ucx", type=_ucx, action="append", help="NAME[:UCX_VAR=VALUE,...]; repeat to compare")
+    p.add_argument("--platform", help="label for the evidence (default derived from the device)")
+    p.add_argument("--json", type=Path, help="write the result document here")
+    p.add_argument("--plot", type=Path, help="write a PNG plot here (needs matplotlib)")
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from nixl_compat.bench.plot import plot_available, write_plot
+    from nixl_compat.bench.run import format_table, run_bench, write_json
+
+    dst = args.dst_gpu
+    if args.device == "cuda" and dst is None:
+        import torch
+
+        dst = 1 if torch.cuda.device_count() > 1 else 0
+    if args.quick:
+        spec = quick_spec(args.device)
+        spec = BenchSpec(**{**spec.__dict__, "src_gpu": args.src_gpu, "dst_gpu": dst or 0})
+    else:
+        shape = KVShape(args.layers, args.kv_heads, args.head_dim, args.block_tokens, args.dtype_bytes)
+        spec = BenchSpec(
+            device=args.device,
+            src_gpu=args.src_gpu,
+            dst_gpu=dst or 0,
+            shape=shape,
+            num_blocks=args.num_blocks,
+            block_counts=args.blocks,
+            sizes=args.sizes_mib,
+            lanes=args.lanes,
+            iters=args.iters,
+            ucx=tuple(args.ucx) if args.ucx else (UcxConfig("default"),),
+        )
+    if args.quick and args.ucx:
+        spec = BenchSpec(**{**spec.__dict__, "ucx": tuple(args.ucx)})
+    json_path: Path | None = args.json
+    doc = run_bench(spec, args.platform, (lambda d: write_json(d, json_path)) if json_path else None)
+    print(format_table(doc))
+    if json_path:
+        print(f"wrote {json_path}")
+    if args.plot:
+        if plot_available():
+            write_plot(doc, args.plot)
+            print(f"wrote {args.plot}")
+        else:
+            print(f"no plot: matplotlib is not installed ({args.plot} not written)", file=sys.stderr)
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from nixl_compat.doctor import format_report, run_doctor
+
+    report = run_doctor(
+        device=args.device,
+        expect_net_devices=tuple(args.expect_net_device or ()),
+        timeout_s=args.timeout,
+    )
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(format_report(report))
+    return 1 if report["selftest"].get("ok") is False or "error" in report["backend"] else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nixl-compat", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("doctor", help="which NIXL backend, which UCX, which transports; a loopback self-test")
+    d.add_argument("--json", action="store_true", help="machine-readable report for evidence")
+    d.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="self-test memory")
+    d.add_argument("--expect-net-device", action="append", help="interface UCX should use (repeatable)")
+    d.add_argument("--timeout", type=float, default=60.0)
+    _bench_parser(sub)
+    args = parser.parse_args(argv)
+    try:
+        return _doctor(args) if args.command == "doctor" else _bench(args)
+    except (ValueError, TimeoutError, RuntimeError, ImportError) as exc:
+        print(f"nixl-compat {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Issue 9 batch on an NVIDIA GPU machine: NIXL doctor and the VRAM KV-transfer bench, everything under $OUT.
+# Usage (repository root, wheels of nixl-cu13 and nixl for cp312 in $WHEELS, default .whl-nixl):
+#   OUT=/some/dir scripts/gpu/run_h200.sh [quick]
+# Nothing is fetched: the wheels are installed --no-deps (torch is already there).
+set -euo pipefail
+
+: "${OUT:?set OUT to the directory that receives the evidence}"
+WHEELS=${WHEELS:-.whl-nixl}
+MODE=${1:-full}
+SITE=$(mktemp -d /tmp/nixl-compat-site.XXXXXX)
+LOG="$OUT/run.log"
+
+# Shared GPUs: never let a library turn NVLink multicast on.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 NIXL_LOG_LEVEL=WARN
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl
+export PYTHONPATH="$SITE:$PWD/packages/nixl-compat/src:$PWD/packages/core/src${PYTHONPATH:+:$PYTHONPATH}"
+
+{
+  echo "== machine"
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv || true
+  nvidia-smi topo -m || true
+  python3 -c 'import torch, numpy; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count(), "numpy", numpy.__version__)'
+} >"$LOG" 2>&1
+
+GPUS=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+DST=$(( GPUS > 1 ? 1 : 0 ))
+
+echo "== doctor" >>"$LOG"
+python3 -m nixl_compat.cli doctor --json >"$OUT/h200-doctor.json" 2>>"$LOG" || echo "doctor: rc=$?" >>"$LOG"
+
+if [ "$MODE" = quick ]; then
+  COMMON=(--device cuda --blocks "1,4" --num-blocks 8 --sizes-mib "1,256" --lanes "1,4" --iters 50)
+  CONFIGS=(--ucx default --ucx noprog:progress_thread=off)
+  LOCAL_CONFIGS=(--ucx default)
+else
+  COMMON=(--device cuda --blocks "1,4,16,64" --num-blocks 64 --sizes-mib "1,16,256,1024" --lanes "1,4,16" --iters 200)
+  CONFIGS=(--ucx default --ucx noprog:progress_thread=off --ucx streams16:UCX_CUDA_IPC_MAX_STREAMS=16
+    --ucx "noprog-streams16:UCX_CUDA_IPC_MAX_STREAMS=16,progress_thread=off")
+  LOCAL_CONFIGS=(--ucx default --ucx noprog:progress_thread=off)
+fi
+
+echo "== bench GPU0 -> GPU$DST" >>"$LOG"
+timeout 300 python3 -m nixl_compat.cli bench "${COMMON[@]}" "${CONFIGS[@]}" --src-gpu 0 --dst-gpu "$DST" \
+  --json "$OUT/h200-bench-gpu0-gpu$DST.json" --plot "$OUT/h200-bench-gpu0-gpu$DST.png" >>"$LOG" 2>&1 ||
+  echo "bench GPU0 -> GPU$DST: rc=$?" >>"$LOG"
+if [ "$DST" = 1 ]; then
+  echo "== bench within GPU0" >>"$LOG"
+  timeout 150 python3 -m nixl_compat.cli bench "${COMMON[@]}" "${LOCAL_CONFIGS[@]}" --src-gpu 0 --dst-gpu 0 \
+    --json "$OUT/h200-bench-gpu0-gpu0.json" --plot "$OUT/h200-bench-gpu0-gpu0.png" >>"$LOG" 2>&1 ||
+    echo "bench within GPU0: rc=$?" >>"$LOG"
+fi
+echo "== done" >>"$LOG"
