@@ -77,7 +77,7 @@ def demo(
         outcome = run("disagg", **options)
         print(f"run directory: {outcome.run_dir}")
         collected = evidence_cli.collect(outcome.run_dir, Path(evidence))
-        verified = evidence_cli.verify([outcome.run_dir])
+        verified = evidence_cli.verify([outcome.run_dir, Path(evidence) / outcome.run_dir.name])
     finally:
         if started and not keep_cluster:
             cluster.down()
