@@ -42,6 +42,13 @@ def test_default_request_counts() -> None:
     assert LaunchOptions(kind="disagg", requests=3).resolved_requests() == 3
 
 
+def test_run_refuses_a_non_numeric_request_count(tmp_path: Path) -> None:
+    from atomdyn_launchers.launch import run
+
+    with pytest.raises(PreflightError, match="requests must be a number, not 'many'"):
+        run("disagg", _config(tmp_path), requests="many")
+
+
 def test_roles_per_kind(tmp_path: Path) -> None:
     cfg = _config(tmp_path)
     assert [(r.role, r.node, r.mode, r.with_frontend) for r in plan_roles("agg-single", cfg)] == [

@@ -717,5 +717,12 @@ def run(
 ) -> Outcome:
     """One call for tools (``nox -s demo``): resolve the cluster config, run ``kind``, return the outcome."""
     cfg = config or resolve_cluster_config(config_path)
+    for name, kind_of in (("requests", int), ("concurrency", int), ("ready_timeout_s", float)):
+        value = options.get(name)
+        if isinstance(value, str):  # from a command line (invoke passes untyped options as text)
+            try:
+                options[name] = kind_of(value)
+            except ValueError:
+                raise PreflightError(f"{name} must be a number, not {value!r}") from None
     opts = LaunchOptions(kind=kind, **options)  # type: ignore[arg-type]
     return Launch(cfg, opts, progress=progress, hook=hook).run()
