@@ -143,3 +143,17 @@ def test_log_lines_parse_and_malformed_ones_are_named() -> None:
         parse_registration(line.replace(" offset=33554432", ""))
     with pytest.raises(ValueError, match="malformed"):
         parse_registration("dmabuf-shim: reg maybe backend=hsa")
+
+
+def test_invoke_collection_runs_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    from invoke.context import Context
+    from invoke.exceptions import Exit
+
+    from dmabuf_shim.invoke_tasks import bench, env, ns
+
+    assert ns.name == "dmabuf" and set(ns.tasks) == {"env", "bench"}
+    env(Context())
+    assert capsys.readouterr().out.startswith(f"LD_PRELOAD={dmabuf_shim.library_path()}")
+    with pytest.raises(Exit) as failed:
+        bench(Context(), iterations=0)
+    assert failed.value.code == 2
