@@ -85,6 +85,7 @@ class ClusterConfig:
     slurm_conf: Path | None = None
     slurm_extra_args: tuple[str, ...] = ()
     node_addrs: tuple[tuple[str, str], ...] = ()
+    docker_host: str | None = None
     # Where the object came from (a file, or the local cluster); not a key.
     source: str = field(default="<memory>", compare=False)
 
@@ -96,6 +97,10 @@ class ClusterConfig:
     def node_address(self, node: str) -> str:
         """The address to reach ``node`` from the submit host: NODE_ADDRS when given, else the name itself."""
         return dict(self.node_addrs).get(node, node)
+
+    def docker_host_for(self, node: str) -> str | None:
+        """DOCKER_HOST for jobs on ``node`` (``%n`` in the template is the node name); None: the node's default."""
+        return self.docker_host.replace("%n", node) if self.docker_host else None
 
     def require_etcd(self) -> str:
         if not self.etcd_endpoint:
@@ -225,6 +230,15 @@ def _node_addrs(value: str) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _docker_host(value: str) -> str:
+    scheme = value.split("://", 1)[0]
+    if "://" not in value or scheme not in ("unix", "tcp", "ssh"):
+        raise ValueError(f"{value!r} is not a docker daemon address (unix:///PATH, tcp://HOST:PORT, ssh://HOST)")
+    if scheme == "unix" and not value.startswith("unix:///"):
+        raise ValueError(f"{value!r}: a unix socket needs an absolute path (unix:///PATH)")
+    return value
+
+
 def _render_args(value: object) -> str:
     return shlex.join(cast("tuple[str, ...]", value))
 
@@ -253,6 +267,7 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("SLURM_CONF", _abs_path, required=False),
     _Spec("SLURM_EXTRA_ARGS", _extra_args, required=False, render=_render_args),
     _Spec("NODE_ADDRS", _node_addrs, required=False, render=_render_addrs),
+    _Spec("DOCKER_HOST", _docker_host, required=False),
 )
 KEYS: tuple[str, ...] = tuple(spec.key for spec in _SPECS)
 assert {s.attr for s in _SPECS} | {"source"} == {f.name for f in fields(ClusterConfig)}

@@ -11,8 +11,10 @@ from atomdyn_launchers.localcluster.cluster import LocalCluster, LocalClusterErr
 __all__ = ["LocalClusterError", "down", "main", "status", "up"]
 
 
-def cluster_from(state_dir: str | None, venv: str | None = None) -> LocalCluster:
-    return LocalCluster(Path(state_dir) if state_dir else None, python_venv=Path(venv) if venv else None)
+def cluster_from(state_dir: str | None, venv: str | None = None, docker: bool = False) -> LocalCluster:
+    return LocalCluster(
+        Path(state_dir) if state_dir else None, python_venv=Path(venv) if venv else None, docker=docker
+    )
 
 
 def up(cluster: LocalCluster) -> int:
@@ -23,6 +25,8 @@ def up(cluster: LocalCluster) -> int:
         print(f"local cluster up in {result.seconds:.2f} s ({cluster.state_dir})")
     cfg = result.config
     print(f"  nodes {', '.join(n for n, _ in cfg.node_addrs)}; etcd {cfg.etcd_endpoint}")
+    if cfg.docker_host:
+        print(f"  one docker daemon per node: DOCKER_HOST={cfg.docker_host} (%n = node)")
     print(f"  export SLURM_CONF={cfg.slurm_conf}  # for sinfo/sbatch by hand")
     return 0
 
@@ -49,8 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=("up", "status", "down"))
     parser.add_argument("--state-dir", help="default: <repo>/.atomdyn/cluster")
     parser.add_argument("--venv", help="python virtualenv the jobs use (default: <repo>/.venv)")
+    parser.add_argument("--docker", action="store_true", help="up: one docker daemon per node (own cache)")
     args = parser.parse_args(argv)
-    cluster = cluster_from(args.state_dir, args.venv)
+    cluster = cluster_from(args.state_dir, args.venv, args.docker)
     try:
         return {"up": up, "status": status, "down": down}[args.command](cluster)
     except LocalClusterError as exc:

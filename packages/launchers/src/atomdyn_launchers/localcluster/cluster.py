@@ -30,6 +30,7 @@ import urllib.error
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
@@ -40,7 +41,7 @@ from atomdyn_launchers.config import (
     find_repo_root,
     load_cluster_config,
 )
-from atomdyn_launchers.localcluster import netns, procs, slurmconf
+from atomdyn_launchers.localcluster import dockerd, netns, procs, slurmconf
 from atomdyn_launchers.localcluster.layout import (
     ACCOUNT,
     ETCD_CLIENT_PORT,
@@ -151,15 +152,18 @@ class LocalCluster:
         gpus_per_node: int = 2,
         nodes: tuple[str, ...] = ("node1", "node2"),
         owner_pid: int | None = None,
+        docker: bool = False,
     ) -> None:
         """``owner_pid``: the cluster belongs to that process (a test session); once it is gone,
-        :func:`prune_orphans` may take the cluster down. Without an owner a cluster is never pruned."""
+        :func:`prune_orphans` may take the cluster down. Without an owner a cluster is never pruned.
+        ``docker``: also one Docker daemon per node (own cache and socket; see ``dockerd.py``)."""
         self.state_dir = (state_dir or default_local_state_dir()).resolve()
         self.shared_dir = (shared_dir or self.state_dir.parent).resolve()
         self.project_dir = (project_dir or find_repo_root()).resolve()
         self.python_venv = python_venv or self.project_dir / ".venv"
         self.gpus_per_node = gpus_per_node
         self.nodes = nodes
+        self.docker = docker
         self.tag = tag_for(self.state_dir)
         self.owner = procs.identify("owner", owner_pid) if owner_pid is not None else None
 
@@ -173,7 +177,12 @@ class LocalCluster:
             record = self._read_record()
             if record is not None:
                 status = self.status()
-                if status.healthy and self.config().gpus_per_node == self.gpus_per_node:
+                same_docker = self.config().docker_host is not None
+                if (
+                    status.healthy
+                    and self.config().gpus_per_node == self.gpus_per_node
+                    and same_docker == self.docker
+                ):
                     config = self.config()
                     if (config.shared_dir, config.project_dir, config.python_venv) != (
                         self.shared_dir,
@@ -184,7 +193,7 @@ class LocalCluster:
                         config = self._write_config(record[0])
                     self._ensure_model(config, log)
                     return UpResult(True, time.monotonic() - start, config)
-                reason = "; ".join(status.problems) or "GPUS_PER_NODE changed"
+                reason = "; ".join(status.problems) or "GPUS_PER_NODE or per-node docker daemons changed"
                 log(f"cluster was partly up or differently shaped ({reason}): restarting it")
                 self._teardown()
             self._teardown_strays()
@@ -261,6 +270,8 @@ class LocalCluster:
         if os.geteuid() != 0:
             raise LocalClusterError("the local cluster needs root (network namespaces, mounts, slurmd)")
         missing = missing_tools()
+        if self.docker and dockerd.dockerd_binary() is None:
+            missing.append("dockerd")
         if missing:
             raise LocalClusterError(
                 "missing tools: " + ", ".join(missing) + " (Debian: slurmctld slurmd slurm-client munge "
@@ -286,6 +297,8 @@ class LocalCluster:
             atomic_write_bytes(key, os.urandom(1024), mode=0o400)
         for node in layout.nodes:
             (layout.node_dir(node) / "spool").mkdir(parents=True, exist_ok=True)
+            if self.docker:
+                layout.docker_dir(node).mkdir(parents=True, exist_ok=True)
             for dev in layout.gpu_devices(node, self.gpus_per_node):
                 dev.parent.mkdir(parents=True, exist_ok=True)
                 if not dev.exists():
@@ -343,8 +356,19 @@ class LocalCluster:
             for node in layout.nodes
         ]
         watch = [munged, etcd, ctld, *slurmds]
+        if self.docker:
+            binary = dockerd.dockerd_binary() or "dockerd"
+            for node in layout.nodes:
+                run_dir = dockerd.exec_root(layout.tag, node)
+                run_dir.mkdir(parents=True, exist_ok=True)
+                data = layout.docker_dir(node) / "data"
+                argv = dockerd.argv(binary, data, layout.docker_socket(node), run_dir)
+                watch.append(spawn(f"dockerd-{node}", self._in_host(layout, node, argv)))
         self._wait(lambda: _etcd_health(layout.etcd_endpoint) == "healthy", "etcd /health", watch, layout)
         self._wait(lambda: self._nodes_ready(layout), "both slurmd nodes idle in sinfo", watch, layout)
+        for node in layout.nodes if self.docker else ():
+            sock = layout.docker_socket(node)
+            self._wait(partial(dockerd.ping, sock), f"{node}'s docker daemon at {sock}", watch, layout)
 
     def _in_host(self, layout: Layout, host: str, argv: list[str]) -> list[str]:
         """argv run as host ``host`` of the cluster: its network namespace, own mounts and hostname."""
@@ -372,6 +396,7 @@ class LocalCluster:
             etcd_endpoint=layout.etcd_endpoint,
             slurm_conf=layout.slurm_conf,
             node_addrs=tuple((n, layout.node_addr(n)) for n in layout.nodes),
+            docker_host=layout.docker_host_template if self.docker else None,
         )
         config.write(
             layout.env_file, header=f"Local cluster {layout.tag} (generated by cluster.up; do not edit)"
@@ -482,8 +507,10 @@ class LocalCluster:
             return 1
 
     def _teardown_strays(self) -> None:
-        """Namespaces and the host veth of an `up` that crashed before writing its record."""
+        """Namespaces and the host veth of an `up` that crashed before writing its record; the per-node docker
+        daemons' runtime state (its mounts lived in the nodes' mount namespaces, gone with them)."""
         netns.destroy(self.tag, f"{self.tag}h")
+        shutil.rmtree(dockerd.exec_root(self.tag, "x").parent, ignore_errors=True)
 
     # -- record --------------------------------------------------------------------------------------------
 

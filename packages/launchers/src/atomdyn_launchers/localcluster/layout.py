@@ -151,6 +151,19 @@ class Layout:
     def gpu_devices(self, node: str, count: int) -> list[Path]:
         return [self.node_dir(node) / "dev" / f"gpu{i}" for i in range(count)]
 
+    # -- per-node docker daemons (optional) -----------------------------------------------------------------
+    def docker_dir(self, node: str) -> Path:
+        """The node's own image cache: it outlives down/up, as a real node's would."""
+        return self.node_dir(node) / "docker"
+
+    def docker_socket(self, node: str) -> Path:
+        return self.docker_dir(node) / "docker.sock"
+
+    @property
+    def docker_host_template(self) -> str:
+        """DOCKER_HOST for the generated config: ``%n`` is replaced by the node a job runs on."""
+        return f"unix://{self.state_dir / 'nodes' / '%n' / 'docker' / 'docker.sock'}"
+
     @property
     def etcd_dir(self) -> Path:
         return self.state_dir / "etcd"
