@@ -16,6 +16,8 @@ def warnings(report: dict[str, object]) -> str:
 def test_healthy_cpu_host_reports_cma_and_no_warnings() -> None:
     report = doctor(env_for(), "--device", "cpu")
     assert report["_exit"] == 0
+    assert report["platform"] == "rehearsal (CPU, DRAM), not MI355X"
+    assert "lock_digest" in report and "fingerprint" in report
     assert report["backend"]["module"] == "nixl_cu13" and report["backend"]["version"] == "1.5.1"
     assert report["ucx"]["version"].startswith("1.")
     assert "DRAM_SEG" in report["ucx"]["ucx_mem_types"]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from nixl_compat.bench.layout import KVShape
 from nixl_compat.bench.spec import BenchSpec, MiB, UcxConfig, quick_spec
+from nixl_compat.evidence import sanitized_json
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -110,9 +110,10 @@ def _doctor(args: argparse.Namespace) -> int:
         device=args.device,
         expect_net_devices=tuple(args.expect_net_device or ()),
         timeout_s=args.timeout,
+        platform=args.platform,
     )
     if args.json:
-        print(json.dumps(report, indent=1))
+        print(sanitized_json(report))
     else:
         print(format_report(report))
     return 1 if report["selftest"].get("ok") is False or "error" in report["backend"] else 0
@@ -126,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     d.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="self-test memory")
     d.add_argument("--expect-net-device", action="append", help="interface UCX should use (repeatable)")
     d.add_argument("--timeout", type=float, default=60.0)
+    d.add_argument("--platform", help="label for the evidence (default derived from the GPUs seen)")
     _bench_parser(sub)
     args = parser.parse_args(argv)
     try:

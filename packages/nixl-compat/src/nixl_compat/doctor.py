@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from nixl_compat.evidence import default_platform, evidence_labels
 from nixl_compat.resolve import BackendResolutionError, distribution_of, resolve_backend
 from nixl_compat.selftest import run_selftest
 from nixl_compat.ucxinfo import NETWORK_TLS, parse_proto_info
@@ -121,19 +122,37 @@ def _ucx_warnings(choices: list[dict[str, Any]], expect: tuple[str, ...], host_k
     return out
 
 
+def _gpu_names(count: int) -> list[str]:
+    if not count:
+        return []
+    import torch
+
+    return [str(torch.cuda.get_device_name(i)) for i in range(count)]
+
+
 def run_doctor(
-    device: str = "auto", expect_net_devices: tuple[str, ...] = (), timeout_s: float = 60.0
+    device: str = "auto",
+    expect_net_devices: tuple[str, ...] = (),
+    timeout_s: float = 60.0,
+    platform: str | None = None,
 ) -> dict[str, Any]:
-    backend, warnings = _backend_section()
-    warnings += _shadow_warnings()
-    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("UCX_", "NIXL_"))}
-    report: dict[str, Any] = {"backend": backend, "environment": env, "selftest": {}, "warnings": warnings}
-    if "error" in backend:
-        report["selftest"] = {"skipped": "no backend"}
-        return report
     gpus = 0 if device == "cpu" else _gpu_count()
     if device == "cuda" and gpus == 0:
         raise RuntimeError("doctor --device cuda: torch sees no CUDA GPU")
+    backend, warnings = _backend_section()
+    warnings += _shadow_warnings()
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("UCX_", "NIXL_"))}
+    report: dict[str, Any] = {
+        "schema": "nixl-compat-doctor/1",
+        **evidence_labels(platform or default_platform(_gpu_names(gpus))),
+        "backend": backend,
+        "environment": env,
+        "selftest": {},
+        "warnings": warnings,
+    }
+    if "error" in backend:
+        report["selftest"] = {"skipped": "no backend"}
+        return report
     devices = ["cpu"] + (["cuda"] if gpus else [])
     tests: dict[str, Any] = {}
     for dev in devices:

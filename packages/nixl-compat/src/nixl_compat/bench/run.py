@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import platform
 import time
@@ -13,6 +12,7 @@ from typing import Any
 
 from nixl_compat.bench.spec import BenchSpec, MiB, UcxConfig
 from nixl_compat.bench.worker import initiator_main, target_main
+from nixl_compat.evidence import default_platform, evidence_labels, sanitized_json
 
 SCHEMA = "nixl-compat-bench/1"
 
@@ -57,31 +57,14 @@ def _context(spec: BenchSpec, label: str | None) -> dict[str, Any]:
         out["backend"] = {"module": res.module_name, "distribution": res.distribution, "version": res.version}
     except ImportError as exc:
         out["backend"] = {"error": str(exc)}
+    names: list[str] = []
     if spec.device == "cuda":
         import torch
 
-        names = {torch.cuda.get_device_name(i) for i in {spec.src_gpu, spec.dst_gpu}}
-        out["gpus"] = sorted(names)
+        names = sorted({torch.cuda.get_device_name(i) for i in {spec.src_gpu, spec.dst_gpu}})
+        out["gpus"] = names
         out["torch"] = torch.__version__
-        default = " + ".join(sorted(names)) + " (NVIDIA), not MI355X"
-        if all("H200" in n for n in names):
-            default = "H200 (NVIDIA), not MI355X"
-    else:
-        default = "rehearsal (CPU, DRAM), not MI355X"
-    out["platform"] = label or default
-    try:
-        from atomdyn_core.fingerprint import collect_fingerprint
-
-        out["fingerprint"] = collect_fingerprint()
-    except ImportError as exc:
-        out["fingerprint"] = {"unavailable": str(exc)}
-    try:
-        from atomdyn_core.lock import load_lock
-
-        out["lock_digest"] = load_lock().digest
-    except (ImportError, OSError, ValueError) as exc:
-        out["lock_digest"] = f"unavailable: {exc}"
-    return out
+    return {**evidence_labels(label or default_platform(names)), **out}
 
 
 def evaluate_goals(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -161,15 +144,7 @@ def run_bench(
 def write_json(doc: dict[str, Any], path: Path) -> None:
     from atomdyn_core.atomic import atomic_write_text
 
-    text = json.dumps(doc, indent=1, sort_keys=False) + "\n"
-    try:
-        from atomdyn_core.sanitize import sanitize
-
-        text = sanitize(text)
-        json.loads(text)  # the sanitizer must leave valid JSON behind
-    except ImportError:
-        pass
-    atomic_write_text(path, text)
+    atomic_write_text(path, sanitized_json(doc))
 
 
 def format_table(doc: dict[str, Any]) -> str:
