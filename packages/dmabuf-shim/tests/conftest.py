@@ -48,6 +48,8 @@ class Programs:
     host_app: Path
     probe: Path
     reentrant_hsa: Path
+    plugin: Path
+    plugin_loader: Path
     shim: Path
 
     def run(
@@ -111,6 +113,14 @@ def programs(tmp_path_factory: pytest.TempPathFactory) -> Programs:
             ("ibverbs",),
             ["-shared", "-fPIC", f"-I{C_DIR}"],
         ),
+        plugin=compile_program(
+            C_DIR / "reg_app.c",
+            out / "libreg_app_plugin.so",
+            doubles,
+            all_libs,
+            ["-shared", "-fPIC", "-Dmain=reg_app_main", f"-I{C_DIR}"],
+        ),
+        plugin_loader=compile_program(C_DIR / "plugin_loader.c", out / "plugin_loader", doubles),
         shim=shim,
     )
 

@@ -66,6 +66,14 @@ def test_interior_sub_allocation_lands_on_its_own_bytes(
     assert r.log[0].endswith(f"classify={classify}")
 
 
+def test_libibverbs_loaded_locally_by_a_plugin_is_still_found(programs: Programs) -> None:
+    # UCX dlopen()s its IB module with RTLD_LOCAL: libibverbs is then outside the global scope
+    r = programs.run(programs.plugin_loader, str(programs.plugin), "gpu-write", "hsa", "var", "100")
+    assert r.int("reg") == 1 and r.int("landed") == 1 and r.int("sentinel_intact") == 1
+    assert r.int("dmabuf") == 1 and r.int("failures") == 0
+    assert "ibverbs=1 reg_dmabuf=1" in r.log[0]
+
+
 @pytest.mark.parametrize("classify", ["on-failure", "always"])
 def test_host_memory_passes_through_untouched(programs: Programs, classify: str) -> None:
     r = programs.run(programs.reg_app, "host", "200", env={"DMABUF_SHIM_CLASSIFY": classify})

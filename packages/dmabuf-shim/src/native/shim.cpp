@@ -304,7 +304,7 @@ bool close_export(Backend backend, int fd) {
 }
 
 // Registers GPU memory through dma-buf. Returns false when addr is not GPU memory.
-// plain_errno: the errno of a plain call already made and failed, 0 when none was made.
+// plain_errno: the errno of a plain call already made and failed, -1 when none was made.
 bool register_gpu(Kind kind, ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access,
                   int plain_errno, ibv_mr** out) {
     DepthGuard guard;
@@ -326,7 +326,7 @@ bool register_gpu(Kind kind, ibv_pd* pd, void* addr, size_t length, uint64_t iov
         int n = snprintf(detail + used_detail, sizeof(detail) - used_detail, "%s%s", used_detail ? "," : "", item);
         if (n > 0) used_detail = std::min(sizeof(detail) - 1, used_detail + static_cast<size_t>(n));
     };
-    if (plain_errno != 0) note("plain_errno", static_cast<unsigned int>(plain_errno), false);
+    if (plain_errno > 0) note("plain_errno", static_cast<unsigned int>(plain_errno), false);
     uint64_t offset = 0;
     int status = 0;
     int fd = -1;
@@ -343,7 +343,7 @@ bool register_gpu(Kind kind, ibv_pd* pd, void* addr, size_t length, uint64_t iov
         bump(kFallback);
         ibv_mr* mr = nullptr;
         int err = plain_errno;
-        if (plain_errno == 0) {
+        if (plain_errno < 0) {
             mr = call_real(kind, pd, addr, length, iova, access);
             err = errno;
         }
@@ -384,7 +384,7 @@ inline ibv_mr* dispatch(Kind kind, ibv_pd* pd, void* addr, size_t length, uint64
     bump(kRegistrations);
     ibv_mr* mr = nullptr;
     bool gpu = g_use_hsa || g_use_cuda;
-    if (gpu && g_classify_always && register_gpu(kind, pd, addr, length, iova, access, 0, &mr)) return mr;
+    if (gpu && g_classify_always && register_gpu(kind, pd, addr, length, iova, access, -1, &mr)) return mr;
     mr = call_real(kind, pd, addr, length, iova, access);
     if (mr != nullptr) {
         bump(kPassthrough);
