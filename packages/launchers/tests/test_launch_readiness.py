@@ -205,3 +205,13 @@ def test_health_parsers_follow_dynamo_answers() -> None:
         ],
     }
     assert frontend_instances(body) == {"backend": 1, "prefill": 1}
+
+
+def test_register_helper_reports_an_unreachable_etcd() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "atomdyn_launchers.readiness", "register", "--etcd", "http://127.0.0.1:9",
+         "--key", "k", "--role", "decode"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 5
+    assert "register: etcd at http://127.0.0.1:9 is unreachable" in done.stderr

@@ -498,7 +498,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] != "register":
         print("usage: python -m atomdyn_launchers.readiness register --etcd URL --key KEY --role ROLE …")
         return 2
-    return register_main(argv[1:])
+    try:
+        return register_main(argv[1:])
+    except ReadinessError as exc:
+        print(f"register: {exc}", file=sys.stderr, flush=True)
+        return 5
 
 
 if __name__ == "__main__":
