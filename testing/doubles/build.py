@@ -33,15 +33,20 @@ CFLAGS = (
     "-pthread",
 )
 
-# key -> (soname, sources, extra link flags)
-LIBRARIES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
-    "ibverbs": (
+VERSION_SCRIPT = f"-Wl,--version-script={SRC / 'ibverbs_double.map'}"
+
+# key -> (subdirectory of out_dir, soname, sources, extra compile and link flags)
+LIBRARIES: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
+    "ibverbs": ("", "libibverbs.so.1", ("ibverbs_double.c",), (VERSION_SCRIPT,)),
+    "hsa": ("", "libhsa-runtime64.so.1", ("hsa_double.c", "gpu_heap.c"), ()),
+    "cuda": ("", "libcuda.so.1", ("cuda_double.c", "gpu_heap.c"), ()),
+    # an rdma-core older than 34: no ibv_reg_dmabuf_mr; alone in its directory
+    "ibverbs_no_dmabuf": (
+        "rdma-core-pre34",
         "libibverbs.so.1",
         ("ibverbs_double.c",),
-        (f"-Wl,--version-script={SRC / 'ibverbs_double.map'}",),
+        ("-DIBV_DOUBLE_NO_DMABUF", VERSION_SCRIPT),
     ),
-    "hsa": ("libhsa-runtime64.so.1", ("hsa_double.c", "gpu_heap.c"), ()),
-    "cuda": ("libcuda.so.1", ("cuda_double.c", "gpu_heap.c"), ()),
 }
 
 
@@ -86,7 +91,8 @@ def build_doubles(out_dir: Path) -> dict[str, Path]:
     """Compile the doubles into out_dir (skipped when sources and flags are unchanged).
 
     Returns paths keyed "ibverbs", "hsa", "cuda" (the shared libraries), "lib_dir" and "include_dir"
-    (hsa_min.h, cuda_min.h and gpu_double.h for programs that use the doubles).
+    (hsa_min.h, cuda_min.h and gpu_double.h for programs that use the doubles), and "ibverbs_no_dmabuf":
+    the verbs double without ibv_reg_dmabuf_mr (rdma-core < 34), alone in its own directory.
     """
     if not VERBS_HEADER.is_file():
         raise DoubleBuildError(f"{VERBS_HEADER} is missing: install the Debian package libibverbs-dev")
@@ -97,12 +103,14 @@ def build_doubles(out_dir: Path) -> dict[str, Path]:
     stamp = out_dir / ".doubles.sha256"
     fingerprint = _fingerprint(cc)
     fresh = stamp.is_file() and stamp.read_text() == fingerprint
-    for key, (soname, sources, link_flags) in LIBRARIES.items():
-        target = out_dir / soname
+    for key, (subdir, soname, sources, flags) in LIBRARIES.items():
+        lib_dir = out_dir / subdir
+        lib_dir.mkdir(exist_ok=True)
+        target = lib_dir / soname
         result[key] = target
         if fresh and target.is_file():
             continue
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{soname}.", dir=out_dir)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{soname}.", dir=lib_dir)
         os.close(fd)
         try:
             _run(
@@ -112,7 +120,7 @@ def build_doubles(out_dir: Path) -> dict[str, Path]:
                     f"-I{INCLUDE}",
                     "-shared",
                     f"-Wl,-soname,{soname}",
-                    *link_flags,
+                    *flags,
                     "-o",
                     tmp_name,
                     *(str(SRC / s) for s in sources),
@@ -121,7 +129,7 @@ def build_doubles(out_dir: Path) -> dict[str, Path]:
             os.replace(tmp_name, target)
         finally:
             Path(tmp_name).unlink(missing_ok=True)
-        _link_dev_name(out_dir, soname)
+        _link_dev_name(lib_dir, soname)
     fd, tmp_name = tempfile.mkstemp(prefix=".stamp.", dir=out_dir)
     with os.fdopen(fd, "w") as handle:
         handle.write(fingerprint)

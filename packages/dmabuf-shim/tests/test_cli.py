@@ -60,6 +60,15 @@ def test_env_check_notes_a_node_without_gpu_runtimes(programs: Programs, verbs_o
     assert "note: no GPU runtime found" in result.stdout
 
 
+def test_env_check_notes_an_rdma_core_without_dmabuf(programs: Programs) -> None:
+    env = python_env(programs, preload=False)
+    env["LD_LIBRARY_PATH"] = f"{programs.doubles['ibverbs_no_dmabuf'].parent}:{programs.doubles['lib_dir']}"
+    result = cli("env", "--check", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "reg_dmabuf=0" in result.stdout
+    assert "note: libibverbs has no ibv_reg_dmabuf_mr (rdma-core < 34)" in result.stdout
+
+
 def test_counters_of_the_preloaded_copy_are_readable_from_python(programs: Programs) -> None:
     script = """
 import ctypes, json

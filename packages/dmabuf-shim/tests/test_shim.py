@@ -134,6 +134,17 @@ def test_failed_export_falls_back_to_the_plain_call(programs: Programs) -> None:
     assert reg.detail == "plain_errno:22,export_status:0x1003"
 
 
+def test_rdma_core_without_dmabuf_registration_leaves_the_plain_result(programs: Programs) -> None:
+    pre34 = programs.doubles["ibverbs_no_dmabuf"].parent
+    env = {"LD_LIBRARY_PATH": f"{pre34}:{programs.doubles['lib_dir']}"}
+    r = programs.run(programs.reg_app, "gpu-write", "hsa", "const", "0", env=env)
+    assert (r.int("reg"), r.int("errno")) == (0, EINVAL)
+    assert "reg_dmabuf=0" in r.log[0]
+    [reg] = registrations(r)
+    assert (reg.ok, reg.path, reg.detail) == (False, "plain", "plain_errno:22,no_ibv_reg_dmabuf_mr")
+    assert (r.int("fallback"), r.int("failures")) == (1, 1)
+
+
 def test_reentrant_runtime_calls_go_straight_to_libibverbs(programs: Programs) -> None:
     # the runtime calls ibv_reg_mr(NULL, ...) from its constructor (during the shim's initialisation)
     # and from inside the export; both must reach libibverbs directly, without deadlock or recursion

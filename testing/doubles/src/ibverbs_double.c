@@ -331,6 +331,7 @@ EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len
 	return reg_user(pd, addr, length, iova, access);
 }
 
+#ifndef IBV_DOUBLE_NO_DMABUF /* -DIBV_DOUBLE_NO_DMABUF: an rdma-core older than 34 (no IBVERBS_1.12) */
 /* Where the object behind a dma-buf fd lives, from the exporter's memfd name. */
 static int resolve_dmabuf(int fd, uint64_t *base, uint64_t *size)
 {
@@ -376,6 +377,7 @@ EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size
 	 * rdma-core reports the dma-buf offset as mr->addr for these MRs. */
 	return new_mr(pd, (uint8_t *)(base + offset), iova, length, (unsigned int)access, (void *)(uintptr_t)offset);
 }
+#endif
 
 EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 {
