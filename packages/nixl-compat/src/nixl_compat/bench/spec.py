@@ -16,6 +16,7 @@ class UcxConfig:
     name: str
     env: tuple[tuple[str, str], ...] = ()
     progress_thread: bool = True  # NIXL's own progress thread; it spins, which costs a core
+    threads: int = 0  # NIXL UCX backend worker threads (0: one worker, NIXL's default)
 
     @classmethod
     def parse(cls, text: str) -> UcxConfig:
@@ -23,18 +24,20 @@ class UcxConfig:
         name, _, rest = text.partition(":")
         if not name:
             raise ValueError(f"UCX config {text!r}: empty name (expected NAME or NAME:VAR=VALUE,...)")
-        pairs, progress = [], True
+        pairs, progress, threads = [], True, 0
         for item in filter(None, rest.split(",")):
             var, eq, value = item.partition("=")
             if eq and var == "progress_thread" and value in ("on", "off"):
                 progress = value == "on"
+            elif eq and var == "threads" and value.isdigit():
+                threads = int(value)
             elif eq and var.startswith("UCX_"):
                 pairs.append((var, value))
             else:
                 raise ValueError(
-                    f"UCX config {text!r}: {item!r} is neither UCX_VAR=VALUE nor progress_thread=on|off"
+                    f"UCX config {text!r}: {item!r} is not UCX_VAR=VALUE, progress_thread=on|off or threads=N"
                 )
-        return cls(name, tuple(pairs), progress)
+        return cls(name, tuple(pairs), progress, threads)
 
 
 @dataclass(frozen=True)
