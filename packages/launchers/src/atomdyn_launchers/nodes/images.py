@@ -147,6 +147,15 @@ def manifest_covers(directory: Path, tags: Sequence[str]) -> Manifest | None:
     return manifest
 
 
+def recorded_ids(directory: Path, tags: Sequence[str]) -> dict[str, str]:
+    """Image ids the archive manifest records for those of ``tags`` it holds (empty without a manifest)."""
+    try:
+        manifest = read_manifest(directory)
+    except ImageError:
+        return {}
+    return {t: manifest.images[t] for t in tags if t in manifest.images}
+
+
 def save_archive(docker: DockerCLI, tags: Sequence[str], directory: Path, node: str) -> Manifest:
     """``docker save`` the images into ``directory`` (temporary name, then rename), then the manifest."""
     ids = docker.image_ids(tags)

