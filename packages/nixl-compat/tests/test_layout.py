@@ -92,7 +92,8 @@ def test_spec_and_ucx_config_validation() -> None:
     assert UcxConfig.parse("x:UCX_TLS=cma,progress_thread=off") == UcxConfig(
         "x", (("UCX_TLS", "cma"),), False
     )
-    with pytest.raises(ValueError, match="neither UCX_VAR=VALUE"):
+    assert UcxConfig.parse("t:threads=2").threads == 2
+    with pytest.raises(ValueError, match="is not UCX_VAR=VALUE"):
         UcxConfig.parse("x:TLS=cma")
     with pytest.raises(ValueError, match="empty name"):
         UcxConfig.parse(":UCX_TLS=cma")
