@@ -11,6 +11,7 @@ MiB = 1024 * 1024
 HSA_STATUS_ERROR_INVALID_ALLOCATION = 0x1003
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_NOT_INITIALIZED = 3
+CUDA_ERROR_INVALID_CONTEXT = 201
 IBV_WC_SUCCESS = 0
 IBV_WC_REM_ACCESS_ERR = 10
 EINVAL, EBADF = 22, 9
@@ -27,11 +28,19 @@ def test_hsa_export_covers_the_whole_allocation_and_returns_an_unaligned_offset(
     assert r.int("overrun_status") == HSA_STATUS_ERROR_INVALID_ALLOCATION
     assert (r.int("info_type"), r.int("info_base_delta"), r.int("info_size")) == (1, 0, 64 * MiB)
     assert r.int("host_info_type") == 0
+    # pageable memory must be locked before the runtime copies from it; locked memory reports LOCKED (2)
+    assert r.int("copy_unlocked") == 0x1001
+    assert (r.int("lock"), r.int("locked_type"), r.int("copy"), r.int("copied")) == (0, 2, 0, 1)
+    assert (r.int("unlock"), r.int("unlock_again")) == (0, 0x1001)
+    assert r.int("status_string") == 1
 
 
 def test_cuda_export_is_exactly_the_aligned_range_and_rejects_unaligned_pointers(programs: Programs) -> None:
     r = programs.run(programs.probe, "cuda-export", preload=False)
     assert r.int("before_init") == CUDA_ERROR_NOT_INITIALIZED
+    assert r.int("no_context") == CUDA_ERROR_INVALID_CONTEXT
+    assert (r.int("htod"), r.int("dtoh"), r.int("copied")) == (0, 0, 1)
+    assert r.int("beyond") == CUDA_ERROR_INVALID_VALUE
     assert r.int("status") == 0 and r.int("fd_size") == MiB
     assert r.int("unaligned_status") == CUDA_ERROR_INVALID_VALUE
     assert r.int("open") == 1 and r.int("open_after") == 0

@@ -12,6 +12,7 @@ extern "C" {
 
 typedef unsigned long long CUdeviceptr;
 typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
 
 typedef enum {
 	CUDA_SUCCESS = 0,
@@ -53,9 +54,14 @@ CUresult cuDriverGetVersion(int *version);
 CUresult cuDeviceGetCount(int *count);
 CUresult cuDeviceGet(CUdevice *device, int ordinal);
 CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attrib, CUdevice device);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 CUresult cuMemFree_v2(CUdeviceptr dptr);
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr);
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
 CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
 CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType handleType,
 				       unsigned long long flags);
@@ -64,6 +70,9 @@ CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t si
 #define cuMemAlloc cuMemAlloc_v2
 #define cuMemFree cuMemFree_v2
 #define cuMemGetAddressRange cuMemGetAddressRange_v2
+#define cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2
+#define cuMemcpyHtoD cuMemcpyHtoD_v2
+#define cuMemcpyDtoH cuMemcpyDtoH_v2
 
 #ifdef __cplusplus
 }

@@ -105,6 +105,10 @@ hsa_status_t hsa_amd_portable_export_dmabuf(const void *ptr, size_t size, int *d
 hsa_status_t hsa_amd_portable_export_dmabuf_v2(const void *ptr, size_t size, int *dmabuf, uint64_t *offset,
 					       uint64_t flags);
 hsa_status_t hsa_amd_portable_close_dmabuf(int dmabuf);
+hsa_status_t hsa_amd_memory_lock(void *host_ptr, size_t size, hsa_agent_t *agents, int num_agent, void **agent_ptr);
+hsa_status_t hsa_amd_memory_unlock(void *host_ptr);
+hsa_status_t hsa_memory_copy(void *dst, const void *src, size_t size);
+hsa_status_t hsa_status_string(hsa_status_t status, const char **status_string);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,18 @@
 static atomic_int g_initialized;
 static atomic_long g_pointer_queries; /* test hook: how often callers asked what a pointer is */
 static struct gpu_heap g_heap = GPU_HEAP_INIT(GPU_DOUBLE_CUDA_BASE, "cuda-vram");
+static struct CUctx_st {
+	atomic_int refs;
+} g_primary;
+static __thread CUcontext t_current; /* the calling thread's current context */
+
+/* Allocation and copies need a current context, as in the driver. */
+static CUresult need_context(void)
+{
+	if (!atomic_load(&g_initialized))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return t_current == &g_primary && atomic_load(&g_primary.refs) > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
 
 EXPORT CUresult cuInit(unsigned int flags)
 {
@@ -68,10 +80,46 @@ EXPORT CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attrib, CUde
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
-EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
 	if (!atomic_load(&g_initialized))
 		return CUDA_ERROR_NOT_INITIALIZED;
+	if (pctx == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	atomic_fetch_add(&g_primary.refs, 1);
+	*pctx = &g_primary;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	if (!atomic_load(&g_initialized))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	int cur = atomic_load(&g_primary.refs);
+	while (cur > 0 && !atomic_compare_exchange_weak(&g_primary.refs, &cur, cur - 1))
+		;
+	return cur > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+	if (!atomic_load(&g_initialized))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (ctx != NULL && ctx != &g_primary)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	t_current = ctx;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	CUresult ctx = need_context();
+	if (ctx != CUDA_SUCCESS)
+		return ctx;
 	if (dptr == NULL || bytesize == 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	uint64_t base = 0;
@@ -83,8 +131,9 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-	if (!atomic_load(&g_initialized))
-		return CUDA_ERROR_NOT_INITIALIZED;
+	CUresult ctx = need_context();
+	if (ctx != CUDA_SUCCESS)
+		return ctx;
 	return gpu_heap_free(&g_heap, dptr) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -99,6 +148,39 @@ EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevic
 		*base = r.base;
 	if (size != NULL)
 		*size = r.size;
+	return CUDA_SUCCESS;
+}
+
+/* A copy's device side must lie inside one allocation. */
+static int device_range_ok(CUdeviceptr p, size_t n)
+{
+	struct gpu_region r;
+	return gpu_heap_find(&g_heap, p, &r) && p - r.base + n <= r.mapped;
+}
+
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+	CUresult ctx = need_context();
+	if (ctx != CUDA_SUCCESS)
+		return ctx;
+	if (n == 0)
+		return CUDA_SUCCESS;
+	if (src == NULL || !device_range_ok(dst, n))
+		return CUDA_ERROR_INVALID_VALUE;
+	memmove((void *)(uintptr_t)dst, src, n);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+	CUresult ctx = need_context();
+	if (ctx != CUDA_SUCCESS)
+		return ctx;
+	if (n == 0)
+		return CUDA_SUCCESS;
+	if (dst == NULL || !device_range_ok(src, n))
+		return CUDA_ERROR_INVALID_VALUE;
+	memmove(dst, (const void *)(uintptr_t)src, n);
 	return CUDA_SUCCESS;
 }
 

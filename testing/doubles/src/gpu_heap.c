@@ -60,6 +60,7 @@ int gpu_heap_alloc_device(struct gpu_heap *heap, size_t size, int tag, uint64_t 
 	r->size = size;
 	r->mapped = mapped;
 	r->memfd = fd;
+	r->owned = 1;
 	r->tag = tag;
 	link_region(heap, r);
 	pthread_mutex_unlock(&heap->lock);
@@ -82,11 +83,29 @@ int gpu_heap_alloc_host(struct gpu_heap *heap, size_t size, int tag, uint64_t *o
 	r->size = size;
 	r->mapped = mapped;
 	r->memfd = -1;
+	r->owned = 1;
 	r->tag = tag;
 	pthread_mutex_lock(&heap->lock);
 	link_region(heap, r);
 	pthread_mutex_unlock(&heap->lock);
 	*out = r->base;
+	return 0;
+}
+
+int gpu_heap_track(struct gpu_heap *heap, uint64_t base, size_t size, int tag)
+{
+	struct gpu_region *r = calloc(1, sizeof(*r));
+	if (r == NULL)
+		return ENOMEM;
+	r->base = base;
+	r->size = size;
+	r->mapped = size;
+	r->memfd = -1;
+	r->owned = 0;
+	r->tag = tag;
+	pthread_mutex_lock(&heap->lock);
+	link_region(heap, r);
+	pthread_mutex_unlock(&heap->lock);
 	return 0;
 }
 
@@ -102,7 +121,8 @@ int gpu_heap_free(struct gpu_heap *heap, uint64_t base)
 	pthread_mutex_unlock(&heap->lock);
 	if (r == NULL)
 		return EINVAL;
-	munmap((void *)r->base, r->mapped);
+	if (r->owned)
+		munmap((void *)r->base, r->mapped);
 	if (r->memfd >= 0)
 		close(r->memfd);
 	free(r);

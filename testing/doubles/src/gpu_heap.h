@@ -11,6 +11,7 @@ struct gpu_region {
 	size_t size;	/* bytes asked for */
 	size_t mapped;	/* bytes mapped: size rounded up to the page */
 	int memfd;	/* -1 for host (system pool) memory */
+	int owned;	/* 0: registered host memory (locked), not ours to unmap */
 	int tag;	/* caller-defined: which pool */
 	struct gpu_region *next;
 };
@@ -29,7 +30,9 @@ struct gpu_heap {
 int gpu_heap_alloc_device(struct gpu_heap *heap, size_t size, int tag, uint64_t *out);
 /* Host memory the runtime knows about (pinned/system pool): anonymous, outside the aperture. */
 int gpu_heap_alloc_host(struct gpu_heap *heap, size_t size, int tag, uint64_t *out);
-/* Frees the allocation starting exactly at base. Returns 0 or EINVAL. */
+/* Records existing host memory [base, base + size) under tag (e.g. locked memory). Returns 0 or an errno. */
+int gpu_heap_track(struct gpu_heap *heap, uint64_t base, size_t size, int tag);
+/* Frees the allocation starting exactly at base (or forgets a tracked range). Returns 0 or EINVAL. */
 int gpu_heap_free(struct gpu_heap *heap, uint64_t base);
 /* Copies the region containing addr into *out. Returns 1 when found. */
 int gpu_heap_find(struct gpu_heap *heap, uint64_t addr, struct gpu_region *out);

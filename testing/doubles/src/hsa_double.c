@@ -13,7 +13,7 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-enum { AGENT_CPU = 0x1001, AGENT_GPU = 0x2001, POOL_VRAM = 0x3001, POOL_SYSTEM = 0x3002 };
+enum { AGENT_CPU = 0x1001, AGENT_GPU = 0x2001, POOL_VRAM = 0x3001, POOL_SYSTEM = 0x3002, LOCKED = 0x3003 };
 
 static atomic_int g_refcount;
 static atomic_long g_pointer_queries; /* test hook: how often callers asked what a pointer is */
@@ -161,7 +161,9 @@ EXPORT hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t
 	memset(&full, 0, sizeof(full));
 	struct gpu_region r;
 	int found = gpu_heap_find(&g_heap, (uint64_t)ptr, &r);
-	full.type = found ? HSA_EXT_POINTER_TYPE_HSA : HSA_EXT_POINTER_TYPE_UNKNOWN;
+	full.type = !found ? HSA_EXT_POINTER_TYPE_UNKNOWN
+		    : r.tag == LOCKED ? HSA_EXT_POINTER_TYPE_LOCKED
+				      : HSA_EXT_POINTER_TYPE_HSA;
 	if (found) {
 		full.agentBaseAddress = (void *)r.base;
 		full.hostBaseAddress = (void *)r.base;
@@ -224,6 +226,82 @@ EXPORT hsa_status_t hsa_amd_portable_close_dmabuf(int dmabuf)
 	if (!initialized())
 		return HSA_STATUS_ERROR_NOT_INITIALIZED;
 	return close(dmabuf) == 0 ? HSA_STATUS_SUCCESS : HSA_STATUS_ERROR_RESOURCE_FREE;
+}
+
+EXPORT hsa_status_t hsa_amd_memory_lock(void *host_ptr, size_t size, hsa_agent_t *agents, int num_agent,
+					void **agent_ptr)
+{
+	if (!initialized())
+		return HSA_STATUS_ERROR_NOT_INITIALIZED;
+	if (host_ptr == NULL || size == 0 || agent_ptr == NULL || num_agent < 0 || (num_agent > 0 && agents == NULL))
+		return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+	for (int i = 0; i < num_agent; i++)
+		if (agents[i].handle != AGENT_CPU && agents[i].handle != AGENT_GPU)
+			return HSA_STATUS_ERROR_INVALID_AGENT;
+	struct gpu_region r;
+	if (gpu_heap_find(&g_heap, (uint64_t)host_ptr, &r))
+		return HSA_STATUS_ERROR_INVALID_ARGUMENT; /* runtime memory, or already locked */
+	if (gpu_heap_track(&g_heap, (uint64_t)host_ptr, size, LOCKED) != 0)
+		return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+	*agent_ptr = host_ptr; /* the GPU sees locked system memory at the same address here */
+	return HSA_STATUS_SUCCESS;
+}
+
+EXPORT hsa_status_t hsa_amd_memory_unlock(void *host_ptr)
+{
+	if (!initialized())
+		return HSA_STATUS_ERROR_NOT_INITIALIZED;
+	struct gpu_region r;
+	if (!gpu_heap_find(&g_heap, (uint64_t)host_ptr, &r) || r.tag != LOCKED || r.base != (uint64_t)host_ptr)
+		return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+	gpu_heap_free(&g_heap, r.base);
+	return HSA_STATUS_SUCCESS;
+}
+
+/* Either side must be memory the runtime knows (allocated or locked) and the range must stay inside it. */
+static int copy_side_ok(const void *p, size_t size)
+{
+	struct gpu_region r;
+	return gpu_heap_find(&g_heap, (uint64_t)p, &r) && (uint64_t)p - r.base + size <= r.mapped;
+}
+
+EXPORT hsa_status_t hsa_memory_copy(void *dst, const void *src, size_t size)
+{
+	if (!initialized())
+		return HSA_STATUS_ERROR_NOT_INITIALIZED;
+	if (size == 0)
+		return HSA_STATUS_SUCCESS;
+	if (dst == NULL || src == NULL || !copy_side_ok(dst, size) || !copy_side_ok(src, size))
+		return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+	memmove(dst, src, size);
+	return HSA_STATUS_SUCCESS;
+}
+
+EXPORT hsa_status_t hsa_status_string(hsa_status_t status, const char **status_string)
+{
+	static const struct {
+		int status;
+		const char *text;
+	} known[] = {
+		{ HSA_STATUS_SUCCESS, "success" },
+		{ HSA_STATUS_ERROR, "generic error" },
+		{ HSA_STATUS_ERROR_INVALID_ARGUMENT, "invalid argument" },
+		{ HSA_STATUS_ERROR_INVALID_ALLOCATION, "not a valid allocation" },
+		{ HSA_STATUS_ERROR_INVALID_AGENT, "invalid agent" },
+		{ HSA_STATUS_ERROR_OUT_OF_RESOURCES, "out of resources" },
+		{ HSA_STATUS_ERROR_RESOURCE_FREE, "error while releasing a resource" },
+		{ HSA_STATUS_ERROR_NOT_INITIALIZED, "runtime not initialised (hsa_init not called)" },
+		{ HSA_STATUS_ERROR_INVALID_MEMORY_POOL, "invalid memory pool" },
+	};
+	if (status_string == NULL)
+		return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
+		if (known[i].status == (int)status) {
+			*status_string = known[i].text;
+			return HSA_STATUS_SUCCESS;
+		}
+	}
+	return HSA_STATUS_ERROR_INVALID_ARGUMENT;
 }
 
 /* Test hook (not in ROCr): hsa_amd_pointer_info calls so far. */

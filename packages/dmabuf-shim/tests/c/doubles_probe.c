@@ -71,6 +71,21 @@ int main(int argc, char **argv)
 		       (long long)((uint8_t *)info.agentBaseAddress - pool), info.sizeInBytes);
 		hsa_amd_pointer_info(host, &info, NULL, NULL, NULL);
 		printf("host_info_type=%d\n", info.type);
+		static char page[8192];
+		hsa_agent_t gpu = { 0 };
+		hsa_iterate_agents(find_gpu, &gpu);
+		void *agent_ptr = NULL;
+		printf("copy_unlocked=%d\n", hsa_memory_copy(pool, page, 4096));
+		int lk = hsa_amd_memory_lock(page, sizeof(page), &gpu, 1, &agent_ptr);
+		hsa_amd_pointer_info(page, &info, NULL, NULL, NULL);
+		memset(page, 0x42, sizeof(page));
+		int cp = hsa_memory_copy(pool + 4096, agent_ptr, sizeof(page));
+		int unlock = hsa_amd_memory_unlock(page);
+		int unlock_again = hsa_amd_memory_unlock(page);
+		printf("lock=%d locked_type=%d copy=%d copied=%d unlock=%d unlock_again=%d\n", lk, info.type, cp,
+		       pool[4096] == 0x42 && pool[4096 + 8191] == 0x42, unlock, unlock_again);
+		const char *text = NULL;
+		printf("status_string=%d\n", hsa_status_string(HSA_STATUS_ERROR_INVALID_ALLOCATION, &text) == 0 && text);
 		return 0;
 	}
 	if (strcmp(mode, "cuda-export") == 0) {
@@ -78,8 +93,19 @@ int main(int argc, char **argv)
 		int fd = -1;
 		printf("before_init=%d\n", cuPointerGetAttribute(&fd, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, 0));
 		cuInit(0);
+		printf("no_context=%d\n", cuMemAlloc(&base, 64 * MiB));
+		CUcontext ctx = NULL;
+		if (cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+			DIE("CUDA context");
 		if (cuMemAlloc(&base, 64 * MiB) != CUDA_SUCCESS)
 			DIE("cuMemAlloc");
+		static char back[4096];
+		memset(back, 0x77, sizeof(back));
+		int up = cuMemcpyHtoD(base + 4096, back, sizeof(back));
+		memset(back, 0, sizeof(back));
+		int down = cuMemcpyDtoH(back, base + 4096, sizeof(back));
+		int beyond = cuMemcpyDtoH(back, base + 64 * MiB - 100, sizeof(back));
+		printf("htod=%d dtoh=%d copied=%d beyond=%d\n", up, down, back[0] == 0x77 && back[4095] == 0x77, beyond);
 		int st = cuMemGetHandleForAddressRange(&fd, base + 32 * MiB, 1 * MiB, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
 		printf("status=%d fd_size=%ld open=%d\n", st, fd_size(fd), cuda_double_open_exports());
 		close(fd);

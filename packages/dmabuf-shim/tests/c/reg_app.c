@@ -48,7 +48,10 @@ static uint8_t *gpu_alloc(const char *backend, size_t size)
 		return p;
 	}
 	CUdeviceptr d = 0;
-	cuInit(0);
+	CUcontext ctx = NULL;
+	if (cuInit(0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS ||
+	    cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+		DIE("CUDA context");
 	if (cuMemAlloc(&d, size) != CUDA_SUCCESS)
 		DIE("cuMemAlloc");
 	return (uint8_t *)(uintptr_t)d;
