@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 9 batch on an NVIDIA GPU machine: NIXL doctor and the VRAM KV-transfer bench, everything under $OUT.
 # Usage (repository root, wheels of nixl-cu13 and nixl for cp312 in $WHEELS, default .whl-nixl):
-#   OUT=/some/dir scripts/gpu/run_h200.sh [quick]
-# Nothing is fetched: the wheels are installed --no-deps (torch is already there).
+#   atomdyn-lock fetch --role gpu-evidence --cache .whl-nixl      # here, where pip works
+#   OUT=/some/dir scripts/gpu/run_h200.sh [quick]                  # there, carrying .whl-nixl
+# Nothing is fetched there: each wheel is checked against release-lock.json, then installed --no-deps.
 set -euo pipefail
 
 : "${OUT:?set OUT to the directory that receives the evidence}"
@@ -15,6 +16,20 @@ LOG="$OUT/run.log"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 NIXL_LOG_LEVEL=WARN
 
+PYTHONPATH="$PWD/packages/core/src" python3 - "$WHEELS"/*.whl <<'PY'
+import hashlib, sys
+from pathlib import Path
+from atomdyn_core.lock import load_lock
+by_name = {w.filename: w for w in load_lock().wheels.values()}
+for path in map(Path, sys.argv[1:]):
+    entry = by_name.get(path.name)
+    if entry is None:
+        sys.exit(f"{path.name}: not in release-lock.json")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != entry.sha256:
+        sys.exit(f"{path.name}: sha256 {digest} differs from the lock's {entry.sha256}")
+    print(f"{path.name}: sha256 matches the lock")
+PY
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl
 export PYTHONPATH="$SITE:$PWD/packages/nixl-compat/src:$PWD/packages/core/src${PYTHONPATH:+:$PYTHONPATH}"
 

@@ -56,3 +56,28 @@ def test_bench_rejects_bad_arguments_clearly() -> None:
     assert proc.returncode == 2 and "expected comma-separated integers" in proc.stderr
     proc = run_cli(["bench", "--num-blocks", "2", "--blocks", "4"], env_for())
     assert proc.returncode == 2 and "block counts [4] must be in 1..num_blocks (2)" in proc.stderr
+
+
+def test_json_still_written_when_matplotlib_is_missing(tmp_path: Path) -> None:
+    blocker = tmp_path / "block"
+    (blocker / "matplotlib").mkdir(parents=True)
+    (blocker / "matplotlib" / "__init__.py").write_text("raise ImportError('matplotlib is absent here')\n")
+    out_json, out_png = tmp_path / "b.json", tmp_path / "b.png"
+    proc = run_cli(["bench", "--quick", "--json", str(out_json), "--plot", str(out_png)], env_for(blocker))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(out_json.read_text())["complete"]
+    assert not out_png.exists()
+    assert "no plot: matplotlib is not installed" in proc.stderr
+
+
+def test_invoke_collection_maps_exit_codes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from invoke.context import Context
+    from invoke.exceptions import Exit
+
+    from nixl_compat.invoke_tasks import ns
+
+    assert set(ns.task_names) == {"doctor", "bench"}
+    monkeypatch.setenv("NIXL_COMPAT_BACKEND", "nixl_cu12")  # not installed: the doctor must fail
+    with pytest.raises(Exit) as failed:
+        ns["doctor"](Context(), device="cpu")
+    assert failed.value.code == 1
