@@ -2,7 +2,7 @@
 # Issue 9 batch on an NVIDIA GPU machine: NIXL doctor and the VRAM KV-transfer bench, everything under $OUT.
 # Usage (repository root, wheels of nixl-cu13 and nixl for cp312 in $WHEELS, default .whl-nixl):
 #   atomdyn-lock fetch --role gpu-evidence --cache .whl-nixl      # here, where pip works
-#   OUT=/some/dir scripts/gpu/run_h200.sh [quick]                  # there, carrying .whl-nixl
+#   OUT=/some/dir scripts/gpu/run_h200.sh [full|lean|quick]        # there, carrying .whl-nixl
 # Nothing is fetched there: each wheel is checked against release-lock.json, then installed --no-deps.
 set -euo pipefail
 
@@ -46,6 +46,7 @@ DST=$(( GPUS > 1 ? 1 : 0 ))
 echo "== doctor" >>"$LOG"
 python3 -m nixl_compat.cli doctor --json >"$OUT/h200-doctor.json" 2>>"$LOG" || echo "doctor: rc=$?" >>"$LOG"
 
+LOCAL=yes
 if [ "$MODE" = quick ]; then
   COMMON=(--device cuda --blocks "1,4" --num-blocks 8 --sizes-mib "1,256" --lanes "1,4" --iters 50)
   CONFIGS=(--ucx default --ucx noprog:progress_thread=off)
@@ -55,13 +56,17 @@ else
   CONFIGS=(--ucx default --ucx noprog:progress_thread=off --ucx streams16:UCX_CUDA_IPC_MAX_STREAMS=16
     --ucx "noprog-streams16:UCX_CUDA_IPC_MAX_STREAMS=16,progress_thread=off")
   LOCAL_CONFIGS=(--ucx default --ucx noprog:progress_thread=off)
+  if [ "$MODE" = lean ]; then  # the two configurations that matter, GPU0 -> GPU1 only
+    CONFIGS=(--ucx default --ucx noprog:progress_thread=off)
+    LOCAL=no
+  fi
 fi
 
 echo "== bench GPU0 -> GPU$DST" >>"$LOG"
 timeout 300 python3 -m nixl_compat.cli bench "${COMMON[@]}" "${CONFIGS[@]}" --src-gpu 0 --dst-gpu "$DST" \
   --json "$OUT/h200-bench-gpu0-gpu$DST.json" --plot "$OUT/h200-bench-gpu0-gpu$DST.png" >>"$LOG" 2>&1 ||
   echo "bench GPU0 -> GPU$DST: rc=$?" >>"$LOG"
-if [ "$DST" = 1 ]; then
+if [ "$DST" = 1 ] && [ "$LOCAL" = yes ]; then
   echo "== bench within GPU0" >>"$LOG"
   timeout 150 python3 -m nixl_compat.cli bench "${COMMON[@]}" "${LOCAL_CONFIGS[@]}" --src-gpu 0 --dst-gpu 0 \
     --json "$OUT/h200-bench-gpu0-gpu0.json" --plot "$OUT/h200-bench-gpu0-gpu0.png" >>"$LOG" 2>&1 ||
