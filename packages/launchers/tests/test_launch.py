@@ -299,6 +299,49 @@ def test_ctrl_c_stops_the_jobs(config: ClusterConfig, tmp_path: Path) -> None:
     _assert_nothing_left(config, Outcome(run_dir.name, run_dir, False, run["failure"]))
 
 
+def test_jobs_stop_themselves_when_the_launcher_dies_hard(config: ClusterConfig, tmp_path: Path) -> None:
+    env_file = tmp_path / "cluster.env"
+    config.write(env_file)
+    code = (
+        "import sys\nfrom pathlib import Path\n"
+        "from atomdyn_launchers.config import load_cluster_config\n"
+        "from atomdyn_launchers.launch import run\n"
+        "run('disagg', load_cluster_config(Path(sys.argv[1])), requests=2000, concurrency=1)\n"
+    )
+    before = set(config.runs_dir.iterdir()) if config.runs_dir.exists() else set()
+    proc = subprocess.Popen([sys.executable, "-c", code, str(env_file)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    run_dir: list[Path] = []
+    try:
+
+        def first_good() -> bool:
+            for path in set(config.runs_dir.iterdir()) - before if config.runs_dir.exists() else ():
+                if any(e["event"] == "first_good_response" for e in read_jsonl(path / "timeline.jsonl")):
+                    run_dir.append(path)
+                    return True
+            return False
+
+        _wait_for("the run to serve its first response", first_good, timeout_s=120)
+        proc.kill()  # no chance to clean up: the jobs must notice on their own
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    killed_at = time.monotonic()
+    timeline = read_jsonl(run_dir[0] / "timeline.jsonl")
+    job_ids = [int(e["job_id"]) for e in timeline if e["event"] == "submitted"]
+    slurm = Slurm(config)
+    for job_id in job_ids:
+        slurm.wait_terminal(job_id, timeout=45)
+    assert time.monotonic() - killed_at < 45
+    for role in ("prefill", "decode"):
+        log = (run_dir[0] / "logs" / f"{role}.register.log").read_text()
+        assert "the launcher is gone" in log
+    assert not (run_dir[0] / "run.json").exists()  # the launcher never finished its record
+    _assert_nothing_left(config, Outcome(run_dir[0].name, run_dir[0], False, None))
+    assert EtcdClient(config.require_etcd()).get_prefix(f"atomdyn/runs/{run_dir[0].name}/")[0] == {}
+
+
 # --- preflight faults: a clear error, and nothing submitted or created ----------------------------------------
 
 

@@ -268,10 +268,12 @@ class Launch:
         self.etcd = readiness.EtcdClient(self.etcd_endpoint)
         self.prefix = readiness.run_prefix(self.rundir.run_id)
         self.watcher = readiness.RoleWatcher(self.etcd, self.prefix, self.events)
+        self.presence = readiness.Presence(self.etcd, readiness.launcher_key(self.rundir.run_id))
         with _interrupts_as_keyboard():
             try:
                 try:
                     self.watcher.start()
+                    self.presence.start()
                     self._submit_all()
                     self._wait_ready()
                     self._first_good()
@@ -288,6 +290,7 @@ class Launch:
                 self._cancel_hard()
             finally:
                 self.watcher.stop()
+                self.presence.stop()  # after the jobs settled: its expiry is what stops orphaned jobs
                 outcome = self._record()
         return outcome
 
@@ -329,6 +332,7 @@ class Launch:
         args += ["-m", "atomdyn_launchers.readiness", "register"]
         args += ["--etcd", self.etcd_endpoint, "--key", self.prefix + spec.role, "--role", spec.role]
         args += ["--job-id", Shell('"${SLURM_JOB_ID:-}"'), "--timeout", f"{self._ready_timeout():.0f}"]
+        args += ["--launcher-key", readiness.launcher_key(self.rundir.run_id)]
         for proc in plan.processes:
             args += ["--pid", Shell(f'{proc.name}="${pid_var(proc.name)}"')]
         if spec.with_frontend:

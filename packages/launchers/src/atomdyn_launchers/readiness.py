@@ -56,6 +56,10 @@ def run_prefix(run_id: str) -> str:
     return f"{KEY_ROOT}/{run_id}/roles/"
 
 
+def launcher_key(run_id: str) -> str:
+    return f"{KEY_ROOT}/{run_id}/launcher"
+
+
 @dataclass(frozen=True)
 class Endpoint:
     host: str
@@ -327,6 +331,7 @@ class _RegisterArgs:
     frontend_health: list[str] = field(default_factory=list)
     timeout_s: float = 600.0
     ttl_s: int = LEASE_TTL_S
+    launcher_key: str | None = None
 
 
 def _pairs(values: Sequence[str], what: str) -> dict[str, int]:
@@ -352,6 +357,7 @@ def register_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--frontend-health", action="append", default=[], help="URL of a frontend /health")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--ttl", type=int, default=LEASE_TTL_S)
+    parser.add_argument("--launcher-key", help="stop (exit 6) when this key vanishes: the launcher is gone")
     ns = parser.parse_args(argv)
     args = _RegisterArgs(
         etcd=ns.etcd,
@@ -365,6 +371,7 @@ def register_main(argv: Sequence[str] | None = None) -> int:
         frontend_health=list(ns.frontend_health),
         timeout_s=ns.timeout,
         ttl_s=ns.ttl,
+        launcher_key=ns.launcher_key,
     )
     return register(args)
 
@@ -430,6 +437,14 @@ def register(args: _RegisterArgs) -> int:
             if client.keepalive(lease) <= 0:
                 print("register: lease lost", file=sys.stderr, flush=True)
                 return 4
+            if args.launcher_key and args.launcher_key not in client.get_prefix(args.launcher_key)[0]:
+                # The launcher died without stopping the run (its lease expired): stop this role.
+                print(
+                    f"register: {args.launcher_key} vanished: the launcher is gone",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return 6
     finally:
         try:
             client.revoke(lease)
@@ -440,7 +455,41 @@ def register(args: _RegisterArgs) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The launcher's side: a watch feeding a queue
+# The launcher's side: its presence, and a watch feeding a queue
+
+
+class Presence:
+    """The launcher's key under a lease kept alive by a thread. If the launcher dies hard, the lease expires,
+    the key vanishes and each role's helper stops its job: nothing outlives the launcher by more than ~15 s."""
+
+    def __init__(self, client: EtcdClient, key: str, ttl_s: int = LEASE_TTL_S) -> None:
+        self.client = client
+        self.key = key
+        self.ttl_s = ttl_s
+        self._stop = threading.Event()
+        self._lease: int | None = None
+        self._thread = threading.Thread(target=self._run, name="etcd-presence", daemon=True)
+
+    def start(self) -> None:
+        self._lease = self.client.grant(self.ttl_s)
+        value = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+        self.client.put(self.key, json.dumps(value), self._lease)
+        self._thread.start()
+
+    def _run(self) -> None:
+        assert self._lease is not None
+        while not self._stop.wait(self.ttl_s / 3):
+            with contextlib.suppress(ReadinessError):  # a transient etcd error: the next refresh retries
+                self.client.keepalive(self._lease)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        if self._lease is not None:
+            with contextlib.suppress(ReadinessError):
+                self.client.revoke(self._lease)
+            self._lease = None
 
 
 @dataclass(frozen=True)
