@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -53,8 +52,8 @@ def test_the_design_cards_packages_exist() -> None:
 
 @pytest.mark.parametrize("package", PACKAGES, ids=[p.name for p in PACKAGES])
 def test_package_layout(package: Path) -> None:
-    meta = tomllib.loads((package / "pyproject.toml").read_text(encoding="utf-8"))
-    assert meta["project"]["requires-python"].startswith(">=3.10"), "nothing may tie a package to 3.11"
+    pyproject = (package / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'^requires-python = ">=3\.10', pyproject, re.M), "nothing may tie a package to 3.11"
     assert (package / "README.md").is_file() and (package / "tests").is_dir()
     typed = list((package / "src").glob("*/py.typed"))
     assert typed, f"{package.name}: src/<module>/py.typed missing"
