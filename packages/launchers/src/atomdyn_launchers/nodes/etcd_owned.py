@@ -280,7 +280,7 @@ def serve(binary: Path, record: Path, log: Path) -> int:
     signal.signal(signal.SIGINT, on_signal)
     status = 1
     info: dict[str, Any] = {"endpoint": endpoint, "node": socket.gethostname(), "pid": proc.pid,
-                            "binary": str(binary), "job_id": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
+                            "binary": str(binary), "data_dir": str(data), "job_id": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _health(endpoint):

@@ -1,0 +1,205 @@
+"""The invoke collection ``nodes``: ``invoke nodes.prepare | nodes.check | nodes.bench``."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from invoke.collection import Collection
+from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
+
+from atomdyn_core.atomic import atomic_write_json
+from atomdyn_launchers.config import ClusterConfig, ClusterConfigError, resolve_cluster_config
+from atomdyn_launchers.nodes import check as node_check
+from atomdyn_launchers.nodes import images, jobs
+from atomdyn_launchers.nodes import rehearsal as recipe
+from atomdyn_launchers.nodes.prepare import (
+    DEFAULT_STRATEGY,
+    PYTHON,
+    STRATEGIES,
+    PrepareError,
+    PrepareReport,
+    PrepareSpec,
+    archive_dir,
+    default_nodes,
+    prepare,
+)
+from atomdyn_launchers.slurm import SlurmError
+
+_HELP = {
+    "config": "cluster.env to use (default: $ATOMDYN_CLUSTER_ENV, else the local cluster)",
+    "nodes": "comma-separated nodes (default: PRIMARY_NODE, PREFILL_NODE, DECODE_NODE)",
+    "image": "an image to prepare/check (repeatable; default: DYNAMO_ATOM_IMAGE and NIXL_IMAGE)",
+}
+
+
+def _config(path: str | None) -> ClusterConfig:
+    try:
+        return resolve_cluster_config(Path(path) if path else None)
+    except ClusterConfigError as exc:
+        raise Exit(f"error: {exc}", code=2) from exc
+
+
+def _nodes(config: ClusterConfig, nodes: str) -> list[str]:
+    return [n.strip() for n in nodes.split(",") if n.strip()] if nodes else default_nodes(config)
+
+
+def _spec(
+    config: ClusterConfig, image: Sequence[str], rehearse: bool, build_args: str, shim_wheel: str
+) -> PrepareSpec:
+    wheel = Path(shim_wheel) if shim_wheel else None
+    if rehearse:
+        return recipe.rehearsal_spec(config, shim_wheel=wheel)
+    tags = tuple(image) or tuple(i for i in (config.dynamo_atom_image, config.nixl_image) if i)
+    # Building on a node runs the image builder there, against that node's daemon ($DOCKER_HOST).
+    step = (PYTHON, "-m", "atomdyn_images.cli", "build", *shlex.split(build_args))
+    try:
+        return PrepareSpec(images=tags, build_steps=(step,), shim_wheel=wheel)
+    except PrepareError as exc:
+        raise Exit(f"error: {exc} (or pass --rehearsal)", code=2) from exc
+
+
+@task(
+    iterable=["image"],
+    help={
+        **_HELP,
+        "rehearsal": "the rehearsal's images: the stand-in base and a small image built on it",
+        "strategy": f"load (save once to SHARED_DIR/images, verify, docker load) or build on each node "
+        f"(default {DEFAULT_STRATEGY}, the faster in `invoke nodes.bench`)",
+        "build_args": "arguments for `atomdyn-images build` on the nodes (e.g. '--atom-variant rocm7.1 ...')",
+        "shim_wheel": "dmabuf-shim wheel to install (hash-checked) into SHARED_DIR/dmabuf-shim and check",
+        "json_out": "also write the report as JSON to this file",
+    },
+)
+def prepare_task(
+    c: Context,
+    config: str | None = None,
+    strategy: str = DEFAULT_STRATEGY,
+    image: list[str] | None = None,
+    rehearsal: bool = False,
+    build_args: str = "",
+    shim_wheel: str = "",
+    nodes: str = "",
+    json_out: str = "",
+) -> None:
+    """Make the pinned images present in every node's Docker cache (and the dma-buf helper); idempotent."""
+    if strategy not in STRATEGIES:
+        raise Exit(f"error: --strategy must be one of {', '.join(STRATEGIES)}", code=2)
+    cfg = _config(config)
+    spec = _spec(cfg, image or [], rehearsal, build_args, shim_wheel)
+    try:
+        report = prepare(cfg, spec, strategy=strategy, nodes=_nodes(cfg, nodes), log=print)
+    except (PrepareError, SlurmError, jobs.NodeJobError) as exc:
+        raise Exit(f"FAIL: {exc}", code=1) from exc
+    print(report.table())
+    if json_out:
+        atomic_write_json(
+            Path(json_out), {"strategy": report.strategy, "seconds": report.seconds, "nodes": report.nodes}
+        )
+
+
+@task(
+    iterable=["image"],
+    help={
+        **_HELP,
+        "engine": "engine profile whose needs decide what is checked (default: ENGINE_PROFILE)",
+        "kind": "agg or disagg: which configured image the run would use (default agg)",
+        "json_out": "also write the report as JSON to this file (for evidence)",
+    },
+)
+def check_task(
+    c: Context,
+    config: str | None = None,
+    engine: str = "",
+    kind: str = "agg",
+    image: list[str] | None = None,
+    nodes: str = "",
+    json_out: str = "",
+) -> None:
+    """Per-node preflight: devices, RDMA ports and GIDs, advertised address, Docker, image, shared dir, model."""
+    cfg = _config(config)
+    try:
+        report = node_check.check_nodes(
+            cfg, _nodes(cfg, nodes), engine=engine or None, image_tags=image or None, kind=kind
+        )
+    except (SlurmError, jobs.NodeJobError) as exc:
+        raise Exit(f"FAIL: {exc}", code=1) from exc
+    print(report.table())
+    if json_out:
+        atomic_write_json(Path(json_out), report.to_json())
+    if not report.ok:
+        raise Exit(code=1)
+
+
+def wipe(config: ClusterConfig, nodes: Sequence[str], tags: Sequence[str]) -> None:
+    """Empty each node's image cache of ``tags`` and the build cache (the bench starts from nothing)."""
+    for node in nodes:
+        docker = images.DockerCLI(jobs.docker_host(config, node))
+        for tag in tags:
+            if docker.image_id(tag):
+                docker.run("rmi", "-f", tag)
+        docker.run("image", "prune", "-af")
+        docker.run("builder", "prune", "-af")
+
+
+@task(
+    help={
+        "config": _HELP["config"],
+        "nodes": _HELP["nodes"],
+        "shim_wheel": "also install and check this dmabuf-shim wheel in each timed prepare",
+    }
+)
+def bench(c: Context, config: str | None = None, nodes: str = "", shim_wheel: str = "") -> None:
+    """Time preparing the nodes from empty caches: building on each node vs loading the saved archive.
+
+    Needs per-node Docker daemons the submit host can reach (`invoke cluster.up --docker`): it empties the
+    nodes' caches between measurements."""
+    cfg = _config(config)
+    if not cfg.docker_host:
+        raise Exit("error: nodes.bench needs per-node docker daemons (`invoke cluster.up --docker`)", code=2)
+    node_list = _nodes(cfg, nodes)
+    spec = recipe.rehearsal_spec(cfg, shim_wheel=Path(shim_wheel) if shim_wheel else None)
+    figures: dict[str, float] = {}
+
+    def timed(name: str, strategy: str, fresh_archive: bool) -> PrepareReport:
+        wipe(cfg, node_list, spec.images)
+        if fresh_archive:
+            for path in archive_dir(cfg).glob("images-*.tar"):
+                path.unlink()
+            (archive_dir(cfg) / images.MANIFEST_NAME).unlink(missing_ok=True)
+        start = time.monotonic()
+        report = prepare(cfg, spec, strategy=strategy, nodes=node_list)
+        figures[name] = time.monotonic() - start
+        print(report.table(), flush=True)
+        return report
+
+    try:
+        timed("build on each node", "build", True)
+        first = timed("load, archive saved first", "load", True)
+        timed("load the saved archive", "load", False)
+        start = time.monotonic()
+        prepare(cfg, spec, strategy="load", nodes=node_list)
+        figures["second prepare (verify only)"] = time.monotonic() - start
+    except (PrepareError, SlurmError, jobs.NodeJobError, images.ImageError) as exc:
+        raise Exit(f"FAIL: {exc}", code=1) from exc
+    saved = first.saved or {}
+    print(f"\npreparing {len(node_list)} nodes from empty caches ({', '.join(spec.images)}):")
+    for name, seconds in figures.items():
+        print(f"  {name:<30} {seconds:6.2f} s")
+    print(f"  (the one-off build + save on {saved.get('node')} took {float(saved.get('seconds', 0)):.2f} s)")
+    faster = "load" if figures["load the saved archive"] < figures["build on each node"] else "build"
+    print(f"faster: {faster}; default strategy: {DEFAULT_STRATEGY}")
+    print(json.dumps({k: round(v, 2) for k, v in figures.items()}))
+
+
+ns = Collection("nodes")
+ns.add_task(prepare_task, name="prepare")
+ns.add_task(check_task, name="check")
+ns.add_task(bench)
+
+__all__ = ["ns"]

@@ -1,0 +1,261 @@
+"""Cluster preparation on the real local cluster with one Docker daemon per node (issue 10).
+
+Each node's daemon has its own cache, so a node that was not prepared really lacks the image. The images are
+the rehearsal's: the stand-in base (`atomdyn-images standin`) and a small image built on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import IN_CI, require_cluster_infrastructure
+
+from atomdyn_launchers.config import ClusterConfig, PreflightError
+from atomdyn_launchers.localcluster import LocalCluster
+from atomdyn_launchers.localcluster.dockerd import dockerd_binary
+from atomdyn_launchers.nodes import images, jobs
+from atomdyn_launchers.nodes.check import FAIL, NOT_NEEDED, PASS, check_nodes
+from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, OwnedEtcdError
+from atomdyn_launchers.nodes.invoke_tasks import wipe
+from atomdyn_launchers.nodes.prepare import PrepareError, PrepareSpec, archive_dir, prepare
+from atomdyn_launchers.nodes.rehearsal import IMAGE_TAG, rehearsal_spec
+from atomdyn_launchers.readiness import EtcdClient
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[3]
+NODES = ["node1", "node2"]
+
+
+def _need(condition: bool, what: str) -> None:
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"{what} is missing in CI: .ci/run must install it")
+    pytest.skip(f"{what} is not available here")
+
+
+@pytest.fixture(scope="module")
+def docker_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A second local cluster, this one with a Docker daemon inside each node."""
+    require_cluster_infrastructure()
+    _need(dockerd_binary() is not None, "dockerd (Debian package docker.io)")
+    base = tmp_path_factory.mktemp("nodes")
+    cluster = LocalCluster(
+        base / "state",
+        shared_dir=base / "shared",
+        project_dir=REPO,
+        python_venv=Path(sys.prefix),
+        owner_pid=os.getpid(),
+        docker=True,
+    )
+    cluster.up(log=lambda message: print(message, file=sys.stderr))
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="module")
+def config(docker_cluster: LocalCluster) -> ClusterConfig:
+    return docker_cluster.config()
+
+
+@pytest.fixture(scope="module")
+def shim_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real dmabuf-shim wheel, built from packages/dmabuf-shim like a release would."""
+    out = tmp_path_factory.mktemp("shim-wheel")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--disable-pip-version-check", str(REPO / "packages" / "dmabuf-shim"), "-w", str(out)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    _need(done.returncode == 0, f"a buildable dmabuf-shim (pip wheel failed: {done.stderr[-400:]})")
+    return next(out.glob("dmabuf_shim-*.whl"))
+
+
+def _daemon(config: ClusterConfig, node: str) -> images.DockerCLI:
+    return images.DockerCLI(jobs.docker_host(config, node))
+
+
+def _reset(config: ClusterConfig, spec: PrepareSpec, *, archive: bool) -> None:
+    wipe(config, NODES, spec.images)
+    if archive:
+        shutil.rmtree(archive_dir(config) / "x", ignore_errors=True)
+        for path in archive_dir(config).glob("images-*.tar"):
+            path.unlink()
+        (archive_dir(config) / images.MANIFEST_NAME).unlink(missing_ok=True)
+
+
+def test_cluster_config_names_each_nodes_own_daemon(config: ClusterConfig) -> None:
+    hosts = {node: jobs.docker_host(config, node) for node in NODES}
+    assert hosts["node1"] != hosts["node2"]
+    for node, host in hosts.items():
+        assert (
+            host == f"unix://{config.shared_dir.parent / 'state' / 'nodes' / node / 'docker' / 'docker.sock'}"
+        )
+        assert _daemon(config, node).version()
+
+
+def test_prepare_both_strategies_from_empty_caches_and_second_prepare_is_a_no_op(
+    config: ClusterConfig, shim_wheel: Path
+) -> None:
+    spec = rehearsal_spec(config, shim_wheel=shim_wheel)
+
+    _reset(config, spec, archive=True)
+    assert all(i is None for n in NODES for i in _daemon(config, n).image_ids(spec.images).values())
+    built = prepare(config, spec, strategy="build", nodes=NODES)
+    for node in NODES:
+        result = built.nodes[node]
+        assert result["ok"], result
+        assert result["actions"][0] == f"built {', '.join(spec.images)}"
+        assert "dmabuf-shim env --check ok" in result["actions"]
+        assert any("dmabuf-shim: check ok" in line for line in result["shim"]["check"])
+        assert all(_daemon(config, node).image_ids(spec.images).values())
+    # Built on each node: two separate caches, two separate builds of the small image.
+    assert built.nodes["node1"]["images"][IMAGE_TAG] != built.nodes["node2"]["images"][IMAGE_TAG]
+    again = prepare(config, spec, strategy="build", nodes=NODES)
+    for node in NODES:
+        assert again.nodes[node]["actions"][0] == "images present: verified, not rebuilt"
+        assert again.nodes[node]["images"] == built.nodes[node]["images"]
+
+    _reset(config, spec, archive=True)
+    first = prepare(config, spec, strategy="load", nodes=NODES)
+    assert first.saved is not None and first.saved["node"] == "node1"
+    manifest = images.read_manifest(archive_dir(config))
+    assert manifest.sha256 == images.sha256_file(manifest.archive)
+    assert (
+        first.nodes["node1"]["actions"][0] == "images present with the manifest's ids: verified, not reloaded"
+    )
+    assert first.nodes["node2"]["actions"][0].startswith(f"loaded {manifest.archive.name}")
+
+    _reset(config, spec, archive=False)  # empty caches, the saved archive kept
+    loaded = prepare(config, spec, strategy="load", nodes=NODES)
+    assert loaded.saved is None
+    for node in NODES:
+        assert loaded.nodes[node]["actions"][0].startswith(f"loaded {manifest.archive.name} (sha256 verified")
+        assert _daemon(config, node).image_ids(spec.images) == manifest.images
+    noop = prepare(config, spec, strategy="load", nodes=NODES)
+    for node in NODES:
+        assert (
+            noop.nodes[node]["actions"][0] == "images present with the manifest's ids: verified, not reloaded"
+        )
+        assert noop.nodes[node]["images"] == manifest.images
+    assert images.read_manifest(archive_dir(config)) == manifest  # nothing re-saved
+
+
+def test_tampered_image_archive_is_refused(config: ClusterConfig) -> None:
+    spec = rehearsal_spec(config)
+    if images.manifest_covers(archive_dir(config), spec.images) is None:
+        prepare(config, spec, strategy="load", nodes=["node1"])
+    manifest = images.read_manifest(archive_dir(config))
+    wipe(config, ["node2"], spec.images)
+    original = manifest.archive.read_bytes()
+    try:
+        tampered = bytearray(original)
+        tampered[len(tampered) // 2] ^= 0xFF  # same size, one byte changed
+        manifest.archive.write_bytes(bytes(tampered))
+        with pytest.raises(PrepareError) as refused:
+            prepare(config, spec, strategy="load", nodes=["node2"])
+        assert "node node2: image archive" in str(refused.value)
+        assert "does not match its manifest" in str(refused.value)
+        assert "refusing to load it" in str(refused.value)
+        assert all(i is None for i in _daemon(config, "node2").image_ids(spec.images).values())
+
+        # Appended bytes: the node checks the size first (prepare itself would re-save a resized archive).
+        manifest.archive.write_bytes(original + b"\0")
+        with pytest.raises(images.ImageError, match=r"bytes, its manifest says \d+: refusing to load it"):
+            images.load_verified(_daemon(config, "node2"), manifest)
+        assert all(i is None for i in _daemon(config, "node2").image_ids(spec.images).values())
+    finally:
+        manifest.archive.write_bytes(original)
+    restored = prepare(config, spec, strategy="load", nodes=["node2"])
+    assert restored.nodes["node2"]["images"] == manifest.images
+
+
+def test_unprepared_node_fails_the_preflight_naming_node_and_check(config: ClusterConfig) -> None:
+    spec = rehearsal_spec(config)
+    prepare(config, spec, strategy="load", nodes=NODES)
+    docker_config = dataclasses.replace(config, runtime="docker", dynamo_atom_image=IMAGE_TAG)
+    ready = check_nodes(docker_config, NODES)
+    assert ready.ok, ready.table()
+
+    wipe(config, ["node2"], spec.images)  # node2 loses its cache; node1 keeps it
+    report = check_nodes(docker_config, NODES)
+    statuses = {(n, c.name): c for n, checks in report.nodes.items() for c in checks}
+    assert statuses[("node1", "image")].status == PASS
+    assert "(matches the archive)" in statuses[("node1", "image")].detail
+    assert statuses[("node2", "image")].status == FAIL
+    assert report.failures() == [
+        ("node2", "image", f"{IMAGE_TAG} is not present on this node (run `invoke nodes.prepare`)")
+    ]
+    with pytest.raises(PreflightError) as refused:
+        report.require_ok()
+    assert f"node node2: check image failed: {IMAGE_TAG} is not present on this node" in str(refused.value)
+    table = report.table()
+    assert "node2  image         FAIL" in table and "1 failed" in table
+    prepare(config, spec, strategy="load", nodes=["node2"])
+    assert check_nodes(docker_config, NODES).ok
+
+
+def test_mocker_profile_needs_no_gpu_or_rdma_checks_and_says_so(config: ClusterConfig) -> None:
+    report = check_nodes(config, NODES)
+    assert report.ok, report.table()
+    for node in NODES:
+        by_name = {c.name: c for c in report.nodes[node]}
+        for name in ("gpu-devices", "rdma-devices", "gpu-memory", "dmabuf-shim", "docker", "image"):
+            assert by_name[name].status == NOT_NEEDED, by_name[name]
+        for name in ("advertise", "shared-dir", "model-path"):
+            assert by_name[name].status == PASS, by_name[name]
+        address = dict(config.node_addrs)[node]
+        assert by_name["advertise"].detail.startswith(f"side channel {address} (eth0)")
+    as_json = report.to_json()
+    assert as_json["ok"] is True and set(as_json["nodes"]) == set(NODES)
+    json.dumps(as_json)
+
+
+def test_atom_profile_on_this_cpu_cluster_fails_the_hardware_checks(config: ClusterConfig) -> None:
+    report = check_nodes(config, ["node1"], engine="atom")
+    failed = {check for _, check, _ in report.failures()}
+    assert {"gpu-devices", "rdma-devices", "rdma-ports"} <= failed
+    assert "advertise" not in failed and "shared-dir" not in failed
+
+
+def test_run_owned_etcd_starts_serves_and_is_gone(config: ClusterConfig, tmp_path: Path) -> None:
+    run_dir = config.runs_dir / f"owned-etcd-{tmp_path.name}"
+    run_dir.mkdir(parents=True)
+    owned = OwnedEtcd.start(config, run_dir, "node1")
+    record = json.loads((run_dir / "etcd.json").read_text())
+    assert record["endpoint"] == owned.endpoint
+    assert record["node"] == "node1" and record["version"] == "3.5.1"
+    assert owned.endpoint.startswith(f"http://{dict(config.node_addrs)['node1']}:")
+    client = EtcdClient(owned.endpoint)
+    client.put("atomdyn-test/key", "value")
+    assert client.get_prefix("atomdyn-test/")[0] == {"atomdyn-test/key": "value"}
+    pid = int(record["pid"])
+    assert Path(f"/proc/{pid}").exists()
+    stopped = owned.stop()
+    assert stopped["endpoint_gone"] and stopped["job_state"] == "COMPLETED"
+    final = json.loads((run_dir / "etcd.json").read_text())
+    assert final["stopped"] and final["exit_status"] == 0
+    assert not Path(f"/proc/{pid}").exists()
+    assert record["data_dir"].startswith("/tmp/atomdyn-etcd-") and not Path(record["data_dir"]).exists()
+
+
+def test_run_owned_etcd_without_the_lock_is_refused_before_submitting(
+    config: ClusterConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ATOMDYN_LOCK", raising=False)
+    run_dir = config.runs_dir / f"bad-etcd-{tmp_path.name}"
+    run_dir.mkdir(parents=True)
+    broken = dataclasses.replace(config, project_dir=tmp_path)  # no release-lock.json there
+    with pytest.raises(OwnedEtcdError, match=f"cannot read the release lock: .*{tmp_path}/release-lock.json"):
+        OwnedEtcd.start(broken, run_dir, "node1")
+    assert not (run_dir / "scripts" / "etcd.sh").exists()
