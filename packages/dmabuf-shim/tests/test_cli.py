@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import Programs, python_env
 
 import dmabuf_shim
-from conftest import Programs, python_env
 from dmabuf_shim.cli import preload_value
 from dmabuf_shim.logformat import parse_registration
 

@@ -6,8 +6,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import Programs, Result
+
 from dmabuf_shim.logformat import Registration, parse_registration
 
 MiB = 1024 * 1024
