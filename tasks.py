@@ -91,8 +91,9 @@ def _package_collections() -> list[Collection]:
     from atomdyn_launchers.cluster_tasks import ns as cluster
     from atomdyn_launchers.evidence.invoke_tasks import ns as evidence_ns
     from atomdyn_launchers.launch_tasks import agg_ns, disagg_ns
+    from dmabuf_shim.invoke_tasks import ns as dmabuf
 
-    return [cluster, agg_ns, disagg_ns, evidence_ns, validate]
+    return [cluster, agg_ns, disagg_ns, evidence_ns, validate, dmabuf]
 
 
 ns = Collection(demo)
