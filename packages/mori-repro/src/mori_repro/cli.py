@@ -14,7 +14,7 @@ from typing import Any
 
 from mori_repro import __version__
 from mori_repro.exitcodes import ExitCode
-from mori_repro.native import NativeError, binary_path, run_loopback
+from mori_repro.native import NativeError, UsageError, binary_path, run_loopback
 from mori_repro.report import write_bundle
 from mori_repro.system import collect
 
@@ -118,6 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
     try:
         return _cmd_run(ns) if ns.command == "run" else _cmd_report(ns)
+    except UsageError as exc:
+        print(f"mori-repro: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
     except NativeError as exc:
         print(f"mori-repro: {exc}", file=sys.stderr)
         return int(ExitCode.INTERNAL_ERROR)

@@ -21,6 +21,10 @@ class NativeError(RuntimeError):
     """The native program is missing or produced output that is not its JSON report."""
 
 
+class UsageError(NativeError):
+    """The native program rejected its arguments (its message names the problem)."""
+
+
 def binary_path() -> Path:
     """The installed program: mori_repro/bin/mori-repro-loopback, put there by the CMake install step."""
     path = Path(__file__).resolve().parent / "bin" / BINARY_NAME
@@ -60,7 +64,7 @@ def run_loopback(
     except subprocess.TimeoutExpired as exc:
         raise NativeError(f"{BINARY_NAME} did not finish within {timeout_s:.0f} s") from exc
     if proc.returncode == ExitCode.USAGE:
-        raise NativeError(proc.stderr.strip() or f"{BINARY_NAME} rejected its arguments")
+        raise UsageError(proc.stderr.strip().splitlines()[0] if proc.stderr.strip() else "bad arguments")
     try:
         report = json.loads(proc.stdout)
     except json.JSONDecodeError as exc:
