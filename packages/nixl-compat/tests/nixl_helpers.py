@@ -1,4 +1,6 @@
-"""Shared helpers: subprocesses with a constructed environment (fake ROCm torch, stand-in nixl_rocm).
+"""Test helpers: subprocesses with a constructed environment (fake ROCm torch, stand-in nixl_rocm).
+
+A uniquely named module (not conftest), so several packages' suites can share one pytest session.
 
 Each scenario runs in a fresh interpreter because backend resolution happens once per process, at import.
 """
@@ -65,11 +67,6 @@ def require_nixl() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(msg)
         pytest.skip(msg)
-
-
-@pytest.fixture(autouse=True)
-def _nixl_present() -> None:
-    require_nixl()
 
 
 def make_fake_torch(root: Path, *, hip: str | None, cuda: str | None) -> Path:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import env_for, run_cli
+from nixl_helpers import env_for, run_cli
 
 
 @pytest.mark.integration

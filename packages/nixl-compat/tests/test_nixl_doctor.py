@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import doctor, env_for, make_fake_torch, make_nixl_rocm
+from nixl_helpers import doctor, env_for, make_fake_torch, make_nixl_rocm
 
 
 def warnings(report: dict[str, object]) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 from textwrap import dedent
 
 import pytest
-from conftest import env_for, make_fake_torch, make_nixl_rocm, run_ok
+from nixl_helpers import env_for, make_fake_torch, make_nixl_rocm, run_ok
 
 # (vLLM releases, the statements they run); each must leave upstream's own objects behind.
 FORMS = {

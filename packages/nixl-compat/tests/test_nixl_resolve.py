@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import env_for, make_fake_torch, make_nixl_rocm, run_ok, run_py
+from nixl_helpers import env_for, make_fake_torch, make_nixl_rocm, run_ok, run_py
 
 from nixl_compat.resolve import probe_host
 
