@@ -149,7 +149,8 @@ Json Rdma::describe() const {
 }
 
 ibv_mr* Rdma::reg_host(void* buf, size_t n) {
-    return api_.reg_mr(pd_, buf, n, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+    // The staging buffer is only a local SGE (WRITE source, READ sink): local write is all it needs.
+    return api_.reg_mr(pd_, buf, n, IBV_ACCESS_LOCAL_WRITE);
 }
 
 ibv_mr* Rdma::reg_dmabuf(uint64_t offset, size_t length, uint64_t iova, int fd, int* err_no) {

@@ -185,3 +185,17 @@ def test_gpu_present_but_no_rdma_device_still_reports_the_export(hsa_env: dict[s
         "object_starts_at": 0,
     }
     assert report["gpu"]["backend"] == "hsa"
+
+
+def test_registration_refused_by_the_nic_is_not_blamed_on_the_offset(hsa_env: dict[str, str]) -> None:
+    """Firmware refusing remote write fails both registrations: the fix is not confirmed (exit 11)."""
+    env = dict(hsa_env, IBV_DOUBLE_REJECT_ACCESS="2")  # IBV_ACCESS_REMOTE_WRITE
+    result = run_program(["--json", "--backend=hsa"], env)
+    assert result.returncode == ExitCode.FIX_NOT_CONFIRMED, result.stdout + result.stderr
+    report = result.report()
+    assert report["verdict"] == "fix-not-confirmed"
+    assert [m["outcome"] for m in report["modes"]] == ["registration-rejected", "registration-rejected"]
+    assert report["summary"] == (
+        "fix not confirmed: with the exporter's offset (33554432) the registration was rejected "
+        "(errno 22, Invalid argument)"
+    )
