@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -151,10 +152,13 @@ def wipe(config: ClusterConfig, nodes: Sequence[str], tags: Sequence[str]) -> No
     help={
         "config": _HELP["config"],
         "nodes": _HELP["nodes"],
+        "runs": "measurements of each kind (default 3; medians are compared)",
         "shim_wheel": "also install and check this dmabuf-shim wheel in each timed prepare",
     }
 )
-def bench(c: Context, config: str | None = None, nodes: str = "", shim_wheel: str = "") -> None:
+def bench(
+    c: Context, config: str | None = None, nodes: str = "", runs: int = 3, shim_wheel: str = ""
+) -> None:
     """Time preparing the nodes from empty caches: building on each node vs loading the saved archive.
 
     Needs per-node Docker daemons the submit host can reach (`invoke cluster.up --docker`): it empties the
@@ -164,37 +168,49 @@ def bench(c: Context, config: str | None = None, nodes: str = "", shim_wheel: st
         raise Exit("error: nodes.bench needs per-node docker daemons (`invoke cluster.up --docker`)", code=2)
     node_list = _nodes(cfg, nodes)
     spec = recipe.rehearsal_spec(cfg, shim_wheel=Path(shim_wheel) if shim_wheel else None)
-    figures: dict[str, float] = {}
+    figures: dict[str, list[float]] = {}
 
-    def timed(name: str, strategy: str, fresh_archive: bool) -> PrepareReport:
-        wipe(cfg, node_list, spec.images)
+    def timed(name: str, strategy: str, empty: bool, fresh_archive: bool) -> PrepareReport:
+        if empty:
+            wipe(cfg, node_list, spec.images)
         if fresh_archive:
             for path in archive_dir(cfg).glob("images-*.tar"):
                 path.unlink()
             (archive_dir(cfg) / images.MANIFEST_NAME).unlink(missing_ok=True)
         start = time.monotonic()
         report = prepare(cfg, spec, strategy=strategy, nodes=node_list)
-        figures[name] = time.monotonic() - start
-        print(report.table(), flush=True)
+        figures.setdefault(name, []).append(time.monotonic() - start)
+        if report.saved:
+            figures.setdefault("(one-off build + save on one node)", []).append(
+                float(report.saved["seconds"])
+            )
         return report
 
     try:
-        timed("build on each node", "build", True)
-        first = timed("load, archive saved first", "load", True)
-        timed("load the saved archive", "load", False)
-        start = time.monotonic()
-        prepare(cfg, spec, strategy="load", nodes=node_list)
-        figures["second prepare (verify only)"] = time.monotonic() - start
+        for i in range(int(runs)):
+            timed(BUILD, "build", True, True)
+            timed("load, archive saved first", "load", True, True)
+            timed(LOAD, "load", True, False)
+            timed("second prepare (verify only)", "load", False, False)
+            print(
+                f"run {i + 1}/{runs}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in figures.items()),
+                flush=True,
+            )
     except (PrepareError, SlurmError, jobs.NodeJobError, images.ImageError) as exc:
         raise Exit(f"FAIL: {exc}", code=1) from exc
-    saved = first.saved or {}
-    print(f"\npreparing {len(node_list)} nodes from empty caches ({', '.join(spec.images)}):")
-    for name, seconds in figures.items():
-        print(f"  {name:<30} {seconds:6.2f} s")
-    print(f"  (the one-off build + save on {saved.get('node')} took {float(saved.get('seconds', 0)):.2f} s)")
-    faster = "load" if figures["load the saved archive"] < figures["build on each node"] else "build"
+    medians = {name: statistics.median(values) for name, values in figures.items()}
+    print(
+        f"\npreparing {len(node_list)} nodes from empty caches ({', '.join(spec.images)}), median of {runs}:"
+    )
+    for name, values in figures.items():
+        print(f"  {name:<36} {medians[name]:6.2f} s  (min {min(values):.2f}, max {max(values):.2f})")
+    faster = "load" if medians[LOAD] < medians[BUILD] else "build"
     print(f"faster: {faster}; default strategy: {DEFAULT_STRATEGY}")
-    print(json.dumps({k: round(v, 2) for k, v in figures.items()}))
+    print(json.dumps({k: round(v, 2) for k, v in medians.items()}))
+
+
+BUILD = "build on each node"
+LOAD = "load the saved archive"
 
 
 ns = Collection("nodes")
