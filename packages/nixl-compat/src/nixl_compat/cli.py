@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from nixl_compat._torch import import_torch
 from nixl_compat.bench.layout import KVShape
 from nixl_compat.bench.spec import BenchSpec, MiB, UcxConfig, quick_spec
 from nixl_compat.evidence import sanitized_json
@@ -67,7 +68,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     dst = args.dst_gpu
     if args.device == "cuda" and dst is None:
-        import torch
+        torch = import_torch()
 
         dst = 1 if torch.cuda.device_count() > 1 else 0
     if args.quick:

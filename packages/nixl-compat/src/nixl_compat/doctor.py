@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from nixl_compat._torch import import_torch
 from nixl_compat.evidence import default_platform, evidence_labels
 from nixl_compat.resolve import BackendResolutionError, distribution_of, resolve_backend
 from nixl_compat.selftest import run_selftest
@@ -28,7 +29,7 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 def _gpu_count() -> int:
     if importlib.util.find_spec("torch") is None:
         return 0
-    import torch
+    torch = import_torch()
 
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
 
@@ -125,7 +126,7 @@ def _ucx_warnings(choices: list[dict[str, Any]], expect: tuple[str, ...], host_k
 def _gpu_names(count: int) -> list[str]:
     if not count:
         return []
-    import torch
+    torch = import_torch()
 
     return [str(torch.cuda.get_device_name(i)) for i in range(count)]
 

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from nixl_compat._torch import import_torch
 from nixl_compat.bench.layout import Descs
 
 
@@ -74,7 +75,7 @@ class CudaBuffer:
     mem_type = "VRAM"
 
     def __init__(self, nbytes: int, device: int) -> None:
-        import torch
+        torch = import_torch()
 
         self._torch: Any = torch
         self.tensor: Any = torch.zeros(nbytes, dtype=torch.uint8, device=f"cuda:{device}")
@@ -108,7 +109,7 @@ class CudaBuffer:
 def init_device(device: str, gpu: int) -> None:
     """Make `gpu` current and its CUDA context exist before a NIXL agent starts (UCX binds to it)."""
     if device == "cuda":
-        import torch
+        torch = import_torch()
 
         torch.cuda.set_device(gpu)
         torch.zeros(1, device=f"cuda:{gpu}")
@@ -142,7 +143,7 @@ def raw_copy_times(
         if not np.array_equal(src.array, dst.array):
             raise RuntimeError("raw copy: destination differs from source")
         return times, times
-    import torch
+    torch = import_torch()
 
     s, d = CudaBuffer(nbytes, src_gpu), CudaBuffer(nbytes, dst_gpu)
     s.fill(1)

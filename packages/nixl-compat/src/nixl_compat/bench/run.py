@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from nixl_compat._torch import import_torch
 from nixl_compat.bench.spec import BenchSpec, MiB, UcxConfig
 from nixl_compat.bench.worker import initiator_main, target_main
 from nixl_compat.evidence import default_platform, evidence_labels, sanitized_json
@@ -59,7 +60,7 @@ def _context(spec: BenchSpec, label: str | None) -> dict[str, Any]:
         out["backend"] = {"error": str(exc)}
     names: list[str] = []
     if spec.device == "cuda":
-        import torch
+        torch = import_torch()
 
         names = sorted({torch.cuda.get_device_name(i) for i in {spec.src_gpu, spec.dst_gpu}})
         out["gpus"] = names
