@@ -92,8 +92,9 @@ def _package_collections() -> list[Collection]:
     from atomdyn_launchers.evidence.invoke_tasks import ns as evidence_ns
     from atomdyn_launchers.launch_tasks import agg_ns, disagg_ns
     from dmabuf_shim.invoke_tasks import ns as dmabuf
+    from nixl_compat.invoke_tasks import ns as nixl
 
-    return [cluster, agg_ns, disagg_ns, evidence_ns, validate, dmabuf]
+    return [cluster, agg_ns, disagg_ns, evidence_ns, validate, dmabuf, nixl]
 
 
 ns = Collection(demo)
