@@ -16,7 +16,9 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 def quick_start_lines() -> list[str]:
     match = re.search(r"^## Quick start\n.*?^```[^\n]*\n(.*?)^```", README, re.M | re.S)
     assert match, "README has no Quick start code block"
-    return [line for line in match.group(1).splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [
+        line for line in match.group(1).splitlines() if line.strip() and not line.lstrip().startswith("#")
+    ]
 
 
 def test_quick_start_is_two_lines_and_ci_runs_the_test_line_verbatim() -> None:
@@ -60,7 +62,9 @@ def test_package_layout(package: Path) -> None:
 
 
 def test_no_registry_host_names_in_tracked_files() -> None:
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     hosts = ("pypi" + ".org", "pythonhosted" + ".org", "deb.debian" + ".org", "registry.npmjs" + ".org")
     offenders = []
     for name in tracked:
