@@ -233,7 +233,9 @@ def _node_addrs(value: str) -> tuple[tuple[str, str], ...]:
 def _docker_host(value: str) -> str:
     scheme = value.split("://", 1)[0]
     if "://" not in value or scheme not in ("unix", "tcp", "ssh"):
-        raise ValueError(f"{value!r} is not a docker daemon address (unix:///PATH, tcp://HOST:PORT, ssh://HOST)")
+        raise ValueError(
+            f"{value!r} is not a docker daemon address (unix:///PATH, tcp://HOST:PORT, ssh://HOST)"
+        )
     if scheme == "unix" and not value.startswith("unix:///"):
         raise ValueError(f"{value!r}: a unix socket needs an absolute path (unix:///PATH)")
     return value
