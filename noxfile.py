@@ -48,7 +48,7 @@ def lint(session: nox.Session) -> None:
         rendered = Path(session.create_tmp()) / "dockerfiles"
         session.run(render, "render", "--out", str(rendered), "--allow-unrecorded", external=True)
         dockerfiles = sorted(str(p) for p in rendered.glob("Dockerfile*"))
-        session.run("hadolint", *dockerfiles, external=True)
+        session.run(str(Path(sys.executable).parent / "hadolint"), *dockerfiles, external=True)
 
 
 @nox.session
