@@ -24,6 +24,7 @@ class GpuBackend {
    public:
     virtual ~GpuBackend() = default;
     virtual Json describe() const = 0;
+    virtual std::string summary() const = 0;  // one line for the text output
     virtual bool alloc(size_t size, uint64_t* ptr, std::string* err) = 0;
     virtual void release(uint64_t ptr) = 0;
     virtual bool to_device(uint64_t dst, const void* src, size_t n, std::string* err) = 0;

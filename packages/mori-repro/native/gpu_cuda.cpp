@@ -63,6 +63,11 @@ class CudaBackend final : public GpuBackend {
             .set("cuda_export", mode_);
     }
 
+    std::string summary() const override {
+        return "CUDA driver " + std::to_string(version_ / 1000) + "." + std::to_string((version_ % 1000) / 10) +
+               ", " + name_ + ", export of the " + mode_ + " (" + lib_.path() + ")";
+    }
+
     bool alloc(size_t size, uint64_t* ptr, std::string* err) override {
         CUdeviceptr p = 0;
         if (!check(api_.mem_alloc(&p, size), "cuMemAlloc", err)) return false;

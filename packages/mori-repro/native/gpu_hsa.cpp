@@ -80,6 +80,10 @@ class HsaBackend final : public GpuBackend {
             .set("export_api", "hsa_amd_portable_export_dmabuf");
     }
 
+    std::string summary() const override {
+        return "HSA " + version_ + ", agent " + name_ + " (" + lib_.path() + ")";
+    }
+
     bool alloc(size_t size, uint64_t* ptr, std::string* err) override {
         void* p = nullptr;
         if (!check(api_.pool_allocate(pool_, size, 0, &p), "hsa_amd_memory_pool_allocate", err)) return false;

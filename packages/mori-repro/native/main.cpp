@@ -126,6 +126,11 @@ class Repro {
         internal_ = std::move(why);
         return finish(EXIT_INTERNAL, "internal error: " + internal_);
     }
+    // For the steps of run_mode: record the internal error and stop the run.
+    bool stop_internal(std::string why) {
+        fail_internal(std::move(why));
+        return false;
+    }
     int finish(int code, std::string summary) {
         exit_code_ = code;
         summary_ = std::move(summary);
@@ -227,18 +232,18 @@ bool Repro::run_mode(const std::string& name, const std::string& role, ModeResul
     // Reset: sentinel at the base, zeros everywhere else.
     std::fill(image_.begin(), image_.end(), 0);
     std::memcpy(image_.data(), sentinel_.data(), sentinel_.size());
-    if (!gpu_->to_device(base_, image_.data(), image_.size(), &err)) return fail_internal(err), false;
+    if (!gpu_->to_device(base_, image_.data(), image_.size(), &err)) return stop_internal(err);
 
     const uint64_t sub_ptr = base_ + o_.sub_offset;
     Export ex;
-    if (!gpu_->export_dmabuf(sub_ptr, o_.sub_size, &ex, &err)) return fail_internal(err), false;
+    if (!gpu_->export_dmabuf(sub_ptr, o_.sub_size, &ex, &err)) return stop_internal(err);
     r->reg_offset = role == "bug" ? 0 : ex.offset;
     ibv_mr* mr = rdma_->reg_dmabuf(r->reg_offset, o_.sub_size, sub_ptr, ex.fd, &r->reg_errno);
     // The MR holds its own reference to the dma-buf; keeping the fd open would only leak it.
     r->fd_closed = gpu_->close_dmabuf(ex.fd, &err);
     if (!r->fd_closed) {
         if (mr != nullptr) rdma_->dereg(mr);
-        return fail_internal(err), false;
+        return stop_internal(err);
     }
     r->registered = mr != nullptr;
     if (mr == nullptr) {
@@ -261,9 +266,8 @@ bool Repro::run_mode(const std::string& name, const std::string& role, ModeResul
         ibv_mr* host = rdma_->reg_host(staging.data(), staging.size());
         if (host == nullptr) {
             rdma_->dereg(mr);
-            return fail_internal(std::string("ibv_reg_mr of the host staging buffer failed: ") +
-                                 std::strerror(errno)),
-                   false;
+            return stop_internal(std::string("ibv_reg_mr of the host staging buffer failed: ") +
+                                 std::strerror(errno));
         }
         ibv_qp* qp = rdma_->connect_self(&err);
         bool ok = qp != nullptr;
@@ -274,7 +278,7 @@ bool Repro::run_mode(const std::string& name, const std::string& role, ModeResul
         if (qp != nullptr) rdma_->destroy(qp);
         rdma_->dereg(host);
         rdma_->dereg(mr);
-        if (!ok) return fail_internal(err), false;
+        if (!ok) return stop_internal(err);
         r->readback_matches = r->read.completed &&
                               std::memcmp(staging.data() + n, pattern.data(), pattern.size()) == 0;
         for (const Completion* c : {&r->write, &r->read}) {
@@ -287,7 +291,7 @@ bool Repro::run_mode(const std::string& name, const std::string& role, ModeResul
         }
     }
 
-    if (!gpu_->to_host(image_.data(), base_, image_.size(), &err)) return fail_internal(err), false;
+    if (!gpu_->to_host(image_.data(), base_, image_.size(), &err)) return stop_internal(err);
     r->checked = true;
     r->sentinel_intact = std::memcmp(image_.data(), sentinel_.data(), sentinel_.size()) == 0;
     r->data_at_sub = std::memcmp(image_.data() + o_.sub_offset, pattern.data(), pattern.size()) == 0;
@@ -442,8 +446,8 @@ Json Repro::report() const {
 std::string Repro::human() const {
     std::string out = "mori-repro: " + summary_ + "\n";
     for (const auto& m : missing_) out += "  missing " + m.component + ": " + m.detail + "\n";
-    if (gpu_) out += "  gpu: " + gpu_->describe().dump() + "\n";
-    if (rdma_) out += "  rdma: " + rdma_->describe().dump() + "\n";
+    if (gpu_) out += "  gpu: " + gpu_->summary() + "\n";
+    if (rdma_) out += "  rdma: " + rdma_->summary() + "\n";
     if (exported_)
         out += "  export: the fd covers the " + preflight_.covers + " (" + std::to_string(preflight_.fd_size) +
                " bytes); the exporter's offset of the sub-allocation is " + std::to_string(preflight_.offset) + "\n";

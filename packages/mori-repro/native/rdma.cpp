@@ -148,6 +148,13 @@ Json Rdma::describe() const {
         .set("gid", gid_text(gid_));
 }
 
+std::string Rdma::summary() const {
+    return device_name_ + " port " + std::to_string(cfg_.port) + " (" +
+           (port_.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand") + ", MTU " +
+           std::to_string(128 << port_.active_mtu) + "), GID[" + std::to_string(cfg_.gid_index) + "] " +
+           gid_text(gid_) + ", firmware " + (fw_ver_.empty() ? "unknown" : fw_ver_);
+}
+
 ibv_mr* Rdma::reg_host(void* buf, size_t n) {
     // The staging buffer is only a local SGE (WRITE source, READ sink): local write is all it needs.
     return api_.reg_mr(pd_, buf, n, IBV_ACCESS_LOCAL_WRITE);

@@ -58,6 +58,7 @@ class Rdma {
     // On failure says which component the environment lacks ("rdma" or "dma-buf") and exactly what.
     bool open(std::string* component, std::string* missing);
     Json describe() const;
+    std::string summary() const;
 
     ibv_mr* reg_host(void* buf, size_t n);
     ibv_mr* reg_dmabuf(uint64_t offset, size_t length, uint64_t iova, int fd, int* err_no);
