@@ -43,8 +43,8 @@ class CommandOutput:
     output: str
 
 
-def run_command(argv: Sequence[str]) -> CommandOutput:
-    exe = shutil.which(argv[0])
+def run_command(argv: Sequence[str], search_path: str | None = None) -> CommandOutput:
+    exe = shutil.which(argv[0], path=search_path)
     if exe is None:
         return CommandOutput(tuple(argv), None, f"{argv[0]}: not installed")
     try:
@@ -87,7 +87,9 @@ def rocm_version(env: Mapping[str, str]) -> str | None:
     return _read(root / ".info/version")
 
 
-def rdma_sysfs(root: Path = Path("/sys/class/infiniband")) -> list[dict[str, str | None]]:
+def rdma_sysfs(
+    root: Path = Path("/sys/class/infiniband"), modules: Path = Path("/sys/module")
+) -> list[dict[str, str | None]]:
     """Per RDMA device: kernel driver, its module version, and firmware, straight from sysfs."""
     devices: list[dict[str, str | None]] = []
     if not root.is_dir():
@@ -95,7 +97,7 @@ def rdma_sysfs(root: Path = Path("/sys/class/infiniband")) -> list[dict[str, str
     for dev in sorted(root.iterdir()):
         driver_link = dev / "device" / "driver"
         driver = os.path.basename(os.readlink(driver_link)) if driver_link.is_symlink() else None
-        module_version = _read(Path("/sys/module") / driver / "version") if driver else None
+        module_version = _read(modules / driver / "version") if driver else None
         devices.append(
             {
                 "name": dev.name,
@@ -126,7 +128,7 @@ def collect(env: Mapping[str, str], rdma_device: str | None) -> dict[str, object
         "rdma_devices": rdma_sysfs(),
         "commands": [
             {"argv": list(c.argv), "returncode": c.returncode, "output": c.output}
-            for c in (run_command(argv) for argv in commands)
+            for c in (run_command(argv, env.get("PATH")) for argv in commands)
         ],
         "environment": relevant_environment(env),
     }
