@@ -11,7 +11,6 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_core.sanitize import Sanitizer
-
 from mori_repro import __version__
 
 BUNDLE_FILES = ("report.md", "result.json", "system.json")
