@@ -58,7 +58,8 @@ def tests(session: nox.Session) -> None:
     for package in PACKAGES:
         if (package / "tests").is_dir():
             session.log(f"== {package.name}")
-            python(session, "-m", "pytest", *extra, cwd=str(package))  # type: ignore[arg-type]
+            with session.chdir(package):
+                python(session, "-m", "pytest", *extra)
     python(session, "-m", "pytest", *extra, "tests")
 
 
