@@ -19,6 +19,7 @@ import pytest
 from conftest import IN_CI, require_cluster_infrastructure
 
 from atomdyn_launchers.config import ClusterConfig, PreflightError
+from atomdyn_launchers.launch import Launch, LaunchOptions, run
 from atomdyn_launchers.localcluster import LocalCluster
 from atomdyn_launchers.localcluster.dockerd import dockerd_binary
 from atomdyn_launchers.nodes import images, jobs
@@ -27,7 +28,7 @@ from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, OwnedEtcdError
 from atomdyn_launchers.nodes.invoke_tasks import wipe
 from atomdyn_launchers.nodes.prepare import PrepareError, PrepareSpec, archive_dir, prepare
 from atomdyn_launchers.nodes.rehearsal import IMAGE_TAG, rehearsal_spec
-from atomdyn_launchers.readiness import EtcdClient
+from atomdyn_launchers.readiness import EtcdClient, ReadinessError
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[3]
@@ -258,4 +259,44 @@ def test_run_owned_etcd_without_the_lock_is_refused_before_submitting(
     broken = dataclasses.replace(config, project_dir=tmp_path)  # no release-lock.json there
     with pytest.raises(OwnedEtcdError, match=f"cannot read the release lock: .*{tmp_path}/release-lock.json"):
         OwnedEtcd.start(broken, run_dir, "node1")
-    assert not (run_dir / "scripts" / "etcd.sh").exists()
+    assert not (run_dir / "scripts" / "etcd.sbatch").exists()
+
+
+def test_run_refuses_to_submit_when_a_node_is_unprepared(config: ClusterConfig) -> None:
+    spec = rehearsal_spec(config)
+    prepare(config, spec, strategy="load", nodes=NODES)
+    wipe(config, ["node2"], spec.images)
+    docker_config = dataclasses.replace(config, runtime="docker", dynamo_atom_image=IMAGE_TAG)
+    runs_before = sorted(config.runs_dir.glob("*-disagg-*")) if config.runs_dir.is_dir() else []
+    with pytest.raises(PreflightError) as refused:
+        run("disagg", docker_config, requests=1)
+    message = str(refused.value)
+    assert f"node node2: check image failed: {IMAGE_TAG} is not present on this node" in message
+    assert "node node1" not in message
+    assert (sorted(config.runs_dir.glob("*-disagg-*")) if config.runs_dir.is_dir() else []) == runs_before
+    # The explicit skip flag leaves the node check out (the rest of the preflight still runs).
+    Launch(docker_config, LaunchOptions(kind="disagg", node_check=False)).preflight()
+    prepare(config, spec, strategy="load", nodes=["node2"])
+
+
+def test_disagg_run_with_run_owned_etcd_serves_the_run_and_leaves_nothing(config: ClusterConfig) -> None:
+    _need(
+        any(Path(sys.prefix).glob("lib/python3*/site-packages/dynamo/mocker/__main__.py")),
+        "ai-dynamo in this venv (the rehearsal's mock engine)",
+    )
+    no_etcd = dataclasses.replace(config, etcd_endpoint=None)
+    outcome = run("disagg", no_etcd, requests=4, concurrency=2)
+    assert outcome.passed, outcome.failure
+    record = json.loads((outcome.run_dir / "etcd.json").read_text())
+    assert record["node"] == config.prefill_node and record["version"] == "3.5.1"
+    assert record["stopped"] and record["exit_status"] == 0
+    # The roles registered in the run's own etcd: their registrations name its endpoint's node addresses.
+    run_record = json.loads((outcome.run_dir / "run.json").read_text())
+    assert set(run_record["registrations"]) == {"prefill", "decode"}
+    assert all(r.ok and r.prefill_worker_id != r.decode_worker_id for r in outcome.results)
+    assert not Path(f"/proc/{record['pid']}").exists()
+    assert not Path(record["data_dir"]).exists()
+    with pytest.raises(ReadinessError):
+        EtcdClient(record["endpoint"], timeout_s=1.0).version()
+    scripts = (outcome.run_dir / "scripts" / "prefill.sbatch").read_text()
+    assert record["endpoint"] in scripts and config.etcd_endpoint not in scripts

@@ -30,6 +30,9 @@ from atomdyn_core.atomic import atomic_write_text
 from atomdyn_core.lock import find_lock_path, load_lock
 from atomdyn_launchers import readiness
 from atomdyn_launchers.config import ClusterConfig, PreflightError, resolve_cluster_config
+from atomdyn_launchers.nodes.check import check_nodes
+from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, OwnedEtcdError, owned_etcd_node
+from atomdyn_launchers.nodes.jobs import NodeJobError, docker_host
 from atomdyn_launchers.profiles.engines import (
     DockerRuntime,
     Ports,
@@ -78,6 +81,7 @@ class LaunchOptions:
     speedup_ratio: float = 10.0
     runs_root: Path | None = None  # default: <SHARED_DIR>/runs
     lock_path: Path | None = None
+    node_check: bool = True  # nodes.check on the run's nodes before submitting (--skip-node-check)
 
     def resolved_requests(self) -> int:
         return self.requests if self.requests is not None else DEFAULT_REQUESTS[self.kind]
@@ -214,7 +218,8 @@ class Launch:
 
     @property
     def etcd_endpoint(self) -> str:
-        return self.config.require_etcd()
+        owned: OwnedEtcd | None = getattr(self, "owned_etcd", None)  # ETCD_ENDPOINT empty: the run's own
+        return owned.endpoint if owned is not None else self.config.require_etcd()
 
     def _runtime(self) -> Runtime:
         if self.config.runtime == "venv":
@@ -256,8 +261,18 @@ class Launch:
                 f"model profile {self.model.name} needs {self.model.gpus_per_worker} GPUs per worker; "
                 f"GPUS_PER_NODE is {self.config.gpus_per_node}"
             )
-        preflight(self.config, [r.node for r in self.roles], slurm=self.slurm)
-        readiness.EtcdClient(self.etcd_endpoint).version()
+        nodes = list(dict.fromkeys(r.node for r in self.roles))
+        preflight(self.config, nodes, slurm=self.slurm, need_etcd=self.config.etcd_endpoint is not None)
+        if self.config.etcd_endpoint is not None:
+            readiness.EtcdClient(self.etcd_endpoint).version()
+        if self.options.node_check:
+            try:
+                report = check_nodes(
+                    self.config, nodes, engine=self.engine, kind=self.options.kind, slurm=self.slurm
+                )
+            except NodeJobError as exc:
+                raise PreflightError(f"node check could not run: {exc}") from exc
+            report.require_ok()
 
     def run(self) -> Outcome:
         """Run once. Preflight errors raise PreflightError before anything is created or submitted."""
@@ -265,6 +280,8 @@ class Launch:
         runs_root = self.options.runs_root or self.config.runs_dir
         self.rundir = RunDir.create(runs_root, self.options.kind, self.engine)
         self.progress.line(f"run {self.rundir.run_id} -> {self.rundir.path}")
+        if self.config.etcd_endpoint is None:
+            self._start_owned_etcd()
         self.etcd = readiness.EtcdClient(self.etcd_endpoint)
         self.prefix = readiness.run_prefix(self.rundir.run_id)
         self.watcher = readiness.RoleWatcher(self.etcd, self.prefix, self.events)
@@ -291,8 +308,29 @@ class Launch:
             finally:
                 self.watcher.stop()
                 self.presence.stop()  # after the jobs settled: its expiry is what stops orphaned jobs
+                self._stop_owned_etcd()
                 outcome = self._record()
         return outcome
+
+    def _start_owned_etcd(self) -> None:
+        """No ETCD_ENDPOINT: etcd at the lock's version in a job of its own, endpoint from etcd.json."""
+        node = owned_etcd_node(self.config, self.options.kind)
+        try:
+            self.owned_etcd = OwnedEtcd.start(
+                self.config, self.rundir.path, node, slurm=self.slurm, lock_path=self.options.lock_path
+            )
+        except (OwnedEtcdError, SlurmError) as exc:
+            raise PreflightError(f"run-owned etcd: {exc}") from exc
+        self.progress.line(f"run-owned etcd at {self.etcd_endpoint} (job {self.owned_etcd.job_id} on {node})")
+
+    def _stop_owned_etcd(self) -> None:
+        owned: OwnedEtcd | None = getattr(self, "owned_etcd", None)
+        if owned is None:
+            return
+        try:
+            owned.stop()
+        except (OwnedEtcdError, SlurmError, TimeoutError) as exc:
+            self._fail(f"run-owned etcd did not stop: {exc}")
 
     def _fail(self, message: str) -> None:
         if self.failure is None:
@@ -395,6 +433,7 @@ class Launch:
                 gres=f"gpu:{plan.gpus}" if plan.gpus else None,
                 output=self.rundir.slurm_out(spec.role),
                 chdir=self.rundir.path,
+                env={"DOCKER_HOST": docker_host(self.config, spec.node)} if self.config.docker_host else None,
             )
             self.jobs[spec.role].job_id = job_id
             self.job_states[spec.role] = "SUBMITTED"

@@ -26,6 +26,7 @@ _HELP = {
     "concurrency": "requests in flight at once (default 8)",
     "ready_timeout": "seconds to wait for every role to be ready (default: 120 mocker, 3600 GPU engines)",
     "run_dir_file": "also write the run directory's path to this file (pass or fail), for scripts",
+    "skip_node_check": "do not run nodes.check on the run's nodes before submitting",
 }
 
 
@@ -70,6 +71,7 @@ def agg_run(
     concurrency: int = 8,
     ready_timeout: float | None = None,
     run_dir_file: str | None = None,
+    skip_node_check: bool = False,
 ) -> None:
     """Aggregated smoke run: one node (prefix caching on), or two separately pinned worker jobs."""
     if nodes not in (1, 2):
@@ -84,6 +86,7 @@ def agg_run(
             requests=requests,
             concurrency=concurrency,
             ready_timeout_s=ready_timeout,
+            node_check=not skip_node_check,
         ),
         run_dir_file,
     )
@@ -99,6 +102,7 @@ def disagg_run(
     concurrency: int = 8,
     ready_timeout: float | None = None,
     run_dir_file: str | None = None,
+    skip_node_check: bool = False,
 ) -> None:
     """Disaggregated run: a prefill job on PREFILL_NODE, a decode job with the frontend on DECODE_NODE."""
     _finish(
@@ -110,6 +114,7 @@ def disagg_run(
             requests=requests,
             concurrency=concurrency,
             ready_timeout_s=ready_timeout,
+            node_check=not skip_node_check,
         ),
         run_dir_file,
     )

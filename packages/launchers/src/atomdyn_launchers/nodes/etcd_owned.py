@@ -167,7 +167,7 @@ class OwnedEtcd:
             "--log",
             str(run_dir / "logs" / "etcd.log"),
         ]
-        script = run_dir / "scripts" / "etcd.sh"
+        script = run_dir / "scripts" / "etcd.sbatch"
         atomic_write_text(script, jobs.script(config, MODULE, args), mode=0o755)
         output = run_dir / "logs" / "etcd.slurm.out"
         job_id = slurm.submit(script, job_name="atomdyn-etcd", nodelist=node, output=output, chdir=run_dir)
