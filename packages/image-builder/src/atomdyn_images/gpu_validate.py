@@ -19,6 +19,7 @@ from atomdyn_core.atomic import atomic_write_text
 from atomdyn_images.engine import find_client
 from atomdyn_launchers.config import ClusterConfig, PreflightError
 from atomdyn_launchers.profiles.engines import DockerRuntime
+from atomdyn_launchers.sbatch import Arg, Shell
 from atomdyn_launchers.slurm import JobInfo, Slurm
 
 VENDORS = {"atom": "amd", "vllm": "nvidia"}
@@ -47,15 +48,16 @@ class GpuValidation:
         return out
 
 
-def _without_memlock(argv: list[str]) -> list[str]:
+def _without_memlock(argv: list[Arg]) -> list[Arg]:
     """Without GPUs nothing is pinned for RDMA, and an unprivileged host may refuse to raise the limit."""
-    out: list[str] = []
+    out: list[Arg] = []
     skip = False
     for index, arg in enumerate(argv):
         if skip:
             skip = False
             continue
-        if arg == "--ulimit" and index + 1 < len(argv) and argv[index + 1].startswith("memlock="):
+        following = argv[index + 1] if index + 1 < len(argv) else ""
+        if arg == "--ulimit" and isinstance(following, str) and following.startswith("memlock="):
             skip = True
             continue
         out.append(arg)
@@ -65,14 +67,17 @@ def _without_memlock(argv: list[str]) -> list[str]:
 def job_script(config: ClusterConfig, image: str, run_dir: Path, docker: str) -> str:
     vendor = VENDORS.get(config.engine_profile, "none")
     runtime = DockerRuntime(image, f"atomdyn-validate-{run_dir.name}", [], vendor, docker=docker)
-    argv = runtime.tool(["atomdyn-validate", "--json"])
+    # The checks ask the GPU stack questions (ROCm torch, the active vLLM platform): the job gets the devices.
+    argv = list(runtime.wrap("check", ["atomdyn-validate", "--json"], {}, devices=True).argv)
     if vendor == "none":
         argv = _without_memlock(argv)
-    command = " ".join(shlex.quote(a) for a in argv)
+    command = " ".join(a.text if isinstance(a, Shell) else shlex.quote(a) for a in argv)
     report = shlex.quote(str(run_dir / "validate.json"))
+    prelude = "".join(f"{line}\n" for line in runtime.prelude())
     return (
         "#!/bin/bash\n"
         "set -u\n"
+        f"{prelude}"
         f"{command} >{report}.tmp\n"
         "status=$?\n"
         f"mv {report}.tmp {report}\n"
