@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import nox
+from nox.command import CommandFailed
 
 ROOT = Path(__file__).resolve().parent
 PACKAGES = sorted(p.parent for p in ROOT.glob("packages/*/pyproject.toml"))
@@ -53,14 +54,19 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Every package's tests, then the repository-level tests (README and lock agreement, release reproducibility)."""
+    """Every package's tests, then the repository-level tests; one failing suite does not hide the others."""
     extra = list(session.posargs)
-    for package in PACKAGES:
-        if (package / "tests").is_dir():
-            session.log(f"== {package.name}")
-            with session.chdir(package):
-                python(session, "-m", "pytest", *extra)
-    python(session, "-m", "pytest", *extra, "tests")
+    suites = [(p.name, p) for p in PACKAGES if (p / "tests").is_dir()] + [("repository", ROOT)]
+    failed = []
+    for name, directory in suites:
+        session.log(f"== {name}")
+        with session.chdir(directory):
+            try:
+                python(session, "-m", "pytest", *extra, *(["tests"] if directory == ROOT else []))
+            except CommandFailed:
+                failed.append(name)
+    if failed:
+        session.error(f"test suites failed: {', '.join(failed)}")
 
 
 @nox.session
