@@ -29,6 +29,11 @@ def python(session: nox.Session, *args: str, **kwargs: object) -> None:
     session.run(sys.executable, *args, **kwargs)  # type: ignore[arg-type]
 
 
+def tool(name: str) -> str:
+    """A console script of the project environment (nox does not put it on PATH for venv-less sessions)."""
+    return str(Path(sys.executable).parent / name)
+
+
 def shell_scripts() -> list[str]:
     tracked = subprocess.run(
         ["git", "ls-files", "*.sh", ".ci/run"], cwd=ROOT, capture_output=True, text=True, check=True
@@ -44,12 +49,10 @@ def lint(session: nox.Session) -> None:
     for package in PACKAGES:
         python(session, "-m", "mypy", "--strict", str(package / "src"))
     session.run("shellcheck", *shell_scripts(), external=True)
-    render = shutil.which("atomdyn-images", path=str(Path(sys.executable).parent))
-    if render:
-        rendered = Path(session.create_tmp()) / "dockerfiles"
-        session.run(render, "render", "--out", str(rendered), "--allow-unrecorded", external=True)
-        dockerfiles = sorted(str(p) for p in rendered.glob("Dockerfile*"))
-        session.run(str(Path(sys.executable).parent / "hadolint"), *dockerfiles, external=True)
+    # The production rendering (every ATOM variant), not a test's: what users build is what gets linted.
+    rendered = Path(session.create_tmp()) / "dockerfiles"
+    session.run(tool("atomdyn-images"), "render", "--out", str(rendered), "--allow-unrecorded", external=True)
+    session.run(tool("hadolint"), *sorted(str(p) for p in rendered.glob("Dockerfile*")), external=True)
 
 
 @nox.session
@@ -72,19 +75,19 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def demo(session: nox.Session) -> None:
     """The local rehearsal end to end: cluster up, disaggregated run with the mock engine, evidence verified, cluster down."""
-    session.run("invoke", "demo", external=True)
+    session.run(tool("invoke"), "demo", *session.posargs, external=True)
 
 
 @nox.session
 def build_images(session: nox.Session) -> None:
     """Build the pinned base image and the NIXL/ROCm overlay from release-lock.json (arguments go to the builder)."""
-    session.run("atomdyn-images", "build", *session.posargs, external=True)
+    session.run(tool("atomdyn-images"), "build", *session.posargs, external=True)
 
 
 @nox.session
 def patch(session: nox.Session) -> None:
     """Apply patches/series to a NIXL source tree: `nox -s patch -- PATH` (or a tarball URL verified by the lock)."""
-    session.run("atomdyn-images", "patch", *session.posargs, external=True)
+    session.run(tool("atomdyn-images"), "patch", *session.posargs, external=True)
 
 
 def source_date_epoch() -> str:
