@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_text
-from atomdyn_core.fetch import FetchError, obtain, sha256_file
+from atomdyn_core.fetch import FetchError, obtain, sha256_file, wheel_artifact
 from atomdyn_core.lock import find_lock_path, load_lock, parse_lock
 
 
@@ -32,7 +32,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             dest = Path(tmp) / wheel.filename
             try:
-                obtain(wheel, dest)
+                obtain(wheel_artifact(wheel), dest)
             except FetchError as exc:
                 print(f"kept   {wheel.name}: {exc}", file=sys.stderr)
                 continue

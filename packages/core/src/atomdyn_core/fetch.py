@@ -57,6 +57,29 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+@dataclass(frozen=True)
+class Artifact:
+    """One file to bring in verified: from ``url``, a mirror directory, or pip's index (``pip_requirement``)."""
+
+    what: str  # for messages and provenance, e.g. "wheel nixl" or "source ucx archive"
+    filename: str
+    sha256: str | None
+    size: int | None
+    url: str = ""
+    pip_requirement: str = ""
+
+
+def wheel_artifact(wheel: Wheel) -> Artifact:
+    return Artifact(
+        what=f"wheel {wheel.name}",
+        filename=wheel.filename,
+        sha256=wheel.sha256,
+        size=wheel.size,
+        url=wheel.url if wheel.source == "url" else "",
+        pip_requirement=wheel.requirement if wheel.source == "pypi" else "",
+    )
+
+
 def fetch_wheel(
     wheel: Wheel,
     cache_dir: Path,
@@ -66,40 +89,52 @@ def fetch_wheel(
     progress: Progress | None = None,
 ) -> FetchResult:
     """Bring ``wheel`` into ``cache_dir`` verified; a verified copy already there is reused."""
+    return fetch_artifact(
+        wheel_artifact(wheel), cache_dir, mirror=mirror, allow_unrecorded=allow_unrecorded, progress=progress
+    )
+
+
+def fetch_artifact(
+    artifact: Artifact,
+    cache_dir: Path,
+    *,
+    mirror: str | None = None,
+    allow_unrecorded: bool = False,
+    progress: Progress | None = None,
+) -> FetchResult:
+    """Bring ``artifact`` into ``cache_dir``; it gets its final name only once size and sha256 matched."""
     overrides: list[str] = []
-    require_recorded(
-        f"wheel {wheel.name} sha256", wheel.sha256, override=allow_unrecorded, overrides_used=overrides
-    )
-    require_recorded(
-        f"wheel {wheel.name} size", wheel.size, override=allow_unrecorded, overrides_used=overrides
-    )
+    what = artifact.what
+    require_recorded(f"{what} sha256", artifact.sha256, override=allow_unrecorded, overrides_used=overrides)
+    require_recorded(f"{what} size", artifact.size, override=allow_unrecorded, overrides_used=overrides)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    final = cache_dir / wheel.filename
-    if final.is_file() and wheel.sha256 is not None and _matches(final, wheel):
-        return FetchResult(final, wheel.sha256, final.stat().st_size, "cache", True, overrides)
+    final = cache_dir / artifact.filename
+    if final.is_file() and artifact.sha256 is not None and _matches(final, artifact):
+        return FetchResult(final, artifact.sha256, final.stat().st_size, "cache", True, overrides)
 
     with tempfile.TemporaryDirectory(prefix=".fetch-", dir=cache_dir) as tmp:
-        staged = Path(tmp) / wheel.filename
-        origin = obtain(wheel, staged, mirror, progress)
+        staged = Path(tmp) / artifact.filename
+        origin = obtain(artifact, staged, mirror, progress)
         actual_size = staged.stat().st_size
         actual_sha = sha256_file(staged)
-        if wheel.size is not None and actual_size != wheel.size:
+        # The hash first: it is the stronger statement and names both digests.
+        if artifact.sha256 is not None and actual_sha != artifact.sha256:
             staged.unlink()
             raise VerificationError(
-                f"{wheel.filename}: size mismatch: expected {wheel.size} bytes, got {actual_size} (from {origin}); file removed"
+                f"{artifact.filename}: sha256 mismatch: expected {artifact.sha256}, actual {actual_sha} (from {origin}); file removed"
             )
-        if wheel.sha256 is not None and actual_sha != wheel.sha256:
+        if artifact.size is not None and actual_size != artifact.size:
             staged.unlink()
             raise VerificationError(
-                f"{wheel.filename}: sha256 mismatch: expected {wheel.sha256}, actual {actual_sha} (from {origin}); file removed"
+                f"{artifact.filename}: size mismatch: expected {artifact.size} bytes, got {actual_size} (from {origin}); file removed"
             )
         staged.replace(final)
     if overrides:
         # The override travels with the artifact: whoever uses this file can see it was not verified.
         atomic_write_json(
-            cache_dir / f"{wheel.filename}.provenance.json",
+            cache_dir / f"{artifact.filename}.provenance.json",
             {
-                "filename": wheel.filename,
+                "filename": artifact.filename,
                 "sha256": actual_sha,
                 "size": actual_size,
                 "origin": origin,
@@ -109,28 +144,32 @@ def fetch_wheel(
     return FetchResult(final, actual_sha, actual_size, origin, False, overrides)
 
 
-def _matches(path: Path, wheel: Wheel) -> bool:
-    return path.stat().st_size == wheel.size and sha256_file(path) == wheel.sha256
+def _matches(path: Path, artifact: Artifact) -> bool:
+    return path.stat().st_size == artifact.size and sha256_file(path) == artifact.sha256
 
 
-def obtain(wheel: Wheel, dest: Path, mirror: str | None = None, progress: Progress | None = None) -> str:
-    """Download ``wheel`` to ``dest`` WITHOUT verifying it; returns where it came from. Callers verify."""
+def obtain(
+    artifact: Artifact, dest: Path, mirror: str | None = None, progress: Progress | None = None
+) -> str:
+    """Download ``artifact`` to ``dest`` WITHOUT verifying it; returns where it came from. Callers verify."""
     if mirror:
-        return _from_mirror(wheel, dest, mirror, progress)
-    if wheel.source == "url":
-        return _from_url(wheel.url, dest, wheel.size, progress)
-    return _from_pip(wheel, dest)
+        return _from_mirror(artifact.filename, dest, mirror, progress)
+    if artifact.url:
+        return _from_url(artifact.url, dest, artifact.size, progress)
+    if artifact.pip_requirement:
+        return _from_pip(artifact.filename, artifact.pip_requirement, dest)
+    raise FetchError(f"{artifact.what}: no URL, mirror or package index to fetch {artifact.filename} from")
 
 
-def _from_mirror(wheel: Wheel, dest: Path, mirror: str, progress: Progress | None) -> str:
+def _from_mirror(filename: str, dest: Path, mirror: str, progress: Progress | None) -> str:
     root = Path(mirror.removeprefix("file://"))
     if not root.is_dir():
         raise FetchError(f"mirror directory {root} does not exist")
-    candidate = root / wheel.filename
+    candidate = root / filename
     if not candidate.is_file():
-        raise FetchError(f"{wheel.filename} is missing from the mirror {root}")
+        raise FetchError(f"{filename} is missing from the mirror {root}")
     with candidate.open("rb") as src, dest.open("wb") as out:
-        _copy(src, out, wheel.filename, candidate.stat().st_size, progress)
+        _copy(src, out, filename, candidate.stat().st_size, progress)
     return f"mirror:{candidate}"
 
 
@@ -152,7 +191,7 @@ def _from_url(url: str, dest: Path, expected_size: int | None, progress: Progres
     raise FetchError(f"cannot download {url}: {last_error}")
 
 
-def _from_pip(wheel: Wheel, dest: Path) -> str:
+def _from_pip(filename: str, requirement: str, dest: Path) -> str:
     """``pip download`` the exact file through pip's configured index, for the interpreter its tags name."""
     command = [
         sys.executable,
@@ -165,13 +204,13 @@ def _from_pip(wheel: Wheel, dest: Path) -> str:
         "--dest",
         str(dest.parent),
     ]
-    command += _platform_args(wheel.filename)
-    command.append(wheel.requirement)
+    command += _platform_args(filename)
+    command.append(requirement)
     completed = subprocess.run(command, capture_output=True, text=True, check=False)
     if completed.returncode != 0 or not dest.is_file():
         tail = (completed.stderr or completed.stdout).strip().splitlines()[-3:]
-        raise FetchError(f"pip could not download {wheel.filename} ({wheel.requirement}): {' | '.join(tail)}")
-    return f"pip:{wheel.requirement}"
+        raise FetchError(f"pip could not download {filename} ({requirement}): {' | '.join(tail)}")
+    return f"pip:{requirement}"
 
 
 def _platform_args(filename: str) -> list[str]:
