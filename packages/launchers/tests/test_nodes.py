@@ -16,21 +16,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import IN_CI, require_cluster_infrastructure
 
 from atomdyn_launchers.config import ClusterConfig, PreflightError
 from atomdyn_launchers.launch import Launch, LaunchOptions, run
-from atomdyn_launchers.localcluster import LocalCluster
+from atomdyn_launchers.localcluster import LocalCluster, missing_tools
 from atomdyn_launchers.localcluster.dockerd import dockerd_binary
 from atomdyn_launchers.nodes import images, jobs
-from atomdyn_launchers.nodes.check import FAIL, NOT_NEEDED, PASS, check_nodes
+from atomdyn_launchers.nodes.check import FAIL, NOT_NEEDED, PASS, UNKNOWN, check_nodes
 from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, OwnedEtcdError
 from atomdyn_launchers.nodes.invoke_tasks import wipe
 from atomdyn_launchers.nodes.prepare import PrepareError, PrepareSpec, archive_dir, prepare
 from atomdyn_launchers.nodes.rehearsal import IMAGE_TAG, rehearsal_spec
 from atomdyn_launchers.readiness import EtcdClient, ReadinessError
+from atomdyn_launchers.slurm import Slurm
 
 pytestmark = pytest.mark.integration
+IN_CI = os.environ.get("CI") == "true"
 REPO = Path(__file__).resolve().parents[3]
 NODES = ["node1", "node2"]
 
@@ -46,7 +47,8 @@ def _need(condition: bool, what: str) -> None:
 @pytest.fixture(scope="module")
 def docker_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A second local cluster, this one with a Docker daemon inside each node."""
-    require_cluster_infrastructure()
+    _need(os.geteuid() == 0, "root (the local cluster)")
+    _need(not missing_tools(), f"the local cluster's tools ({', '.join(missing_tools())})")
     _need(dockerd_binary() is not None, "dockerd (Debian package docker.io)")
     base = tmp_path_factory.mktemp("nodes")
     cluster = LocalCluster(
@@ -300,3 +302,28 @@ def test_disagg_run_with_run_owned_etcd_serves_the_run_and_leaves_nothing(config
         EtcdClient(record["endpoint"], timeout_s=1.0).version()
     scripts = (outcome.run_dir / "scripts" / "prefill.sbatch").read_text()
     assert record["endpoint"] in scripts and config.etcd_endpoint not in scripts
+
+
+def test_check_on_a_busy_node_is_reported_unknown_not_waited_for(
+    config: ClusterConfig, tmp_path: Path
+) -> None:
+    slurm = Slurm(config)
+    blocker_script = tmp_path / "blocker.sbatch"
+    blocker_script.write_text("#!/bin/bash\nexec tail -f /dev/null\n")
+    blocker = slurm.submit(
+        blocker_script, nodelist="node2", output=tmp_path / "b.out", extra_args=["--exclusive"]
+    )
+    try:
+        slurm.wait_for(blocker, lambda i: i.state == "RUNNING", timeout=30, what="running")
+        report = check_nodes(config, NODES, pending_grace_s=2.0)
+    finally:
+        slurm.cancel([blocker])
+        slurm.wait_terminal(blocker, timeout=30)
+    assert report.ok, report.table()
+    [busy] = report.nodes["node2"]
+    assert busy.name == "job" and busy.status == UNKNOWN
+    assert busy.detail.startswith("checks not run: job ") and busy.detail.endswith("node busy")
+    assert "(Resources)" in busy.detail
+    assert {c.name for c in report.nodes["node1"]} >= {"advertise", "shared-dir", "model-path"}
+    check_job = int(busy.detail.split()[4])
+    assert slurm.job(check_job).state == "CANCELLED"

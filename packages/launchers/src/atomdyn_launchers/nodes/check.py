@@ -43,6 +43,9 @@ MODULE = "atomdyn_launchers.nodes.check"
 PASS, FAIL, NOT_NEEDED, UNKNOWN = "pass", "fail", "not needed", "unknown"
 SYSFS_IB = Path("/sys/class/infiniband")
 CHECK_TIMEOUT_S = 300.0
+# A check job that cannot start (the node is busy with another job) is not waited for: its checks are
+# reported "unknown" and the run goes on to queue behind that job like any other would.
+PENDING_GRACE_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,7 @@ def check_nodes(
     kind: str | None = None,
     slurm: Slurm | None = None,
     timeout_s: float = CHECK_TIMEOUT_S,
+    pending_grace_s: float = PENDING_GRACE_S,
 ) -> CheckReport:
     """Run the node-side checks on every node (one job each, in parallel) and collect the report."""
     engine = engine or config.engine_profile
@@ -159,9 +163,13 @@ def check_nodes(
         ],
         timeout_s=timeout_s,
         slurm=slurm,
+        pending_grace_s=pending_grace_s,
     )
     report = CheckReport(engine, config.runtime, {})
     for node, run in runs.items():
+        if run.pending:
+            report.nodes[node] = [Check("job", UNKNOWN, f"checks not run: {run.pending}")]
+            continue
         if run.result is None:
             report.errors[node] = f"job {run.job_id} ended {run.state} without a result: {run.output_tail}"
             continue

@@ -24,6 +24,7 @@ from atomdyn_launchers.config import ClusterConfig
 from atomdyn_launchers.slurm import Slurm
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+_POLL_S = 0.2  # how often job states are read while waiting (bounded by the caller's timeout)
 
 
 class NodeJobError(RuntimeError):
@@ -37,6 +38,7 @@ class NodeRun:
     state: str
     result: dict[str, Any] | None
     output_tail: str
+    pending: str | None = None  # why the job never started (cancelled after the pending grace)
 
 
 def work_dir(config: ClusterConfig, kind: str) -> Path:
@@ -77,8 +79,11 @@ def submit_and_wait(
     timeout_s: float,
     slurm: Slurm | None = None,
     env: Mapping[str, str] | None = None,
+    pending_grace_s: float | None = None,
 ) -> dict[str, NodeRun]:
-    """Submit one job per node (``args_for(node, result_path)``), wait for all, return node -> run."""
+    """Submit one job per node (``args_for(node, result_path)``), wait for all, return node -> run.
+    ``pending_grace_s``: a job still pending after that long (a busy node) is cancelled and reported as such
+    instead of being waited for."""
     slurm = slurm or Slurm(config)
     jobs: dict[str, tuple[int, Path, Path]] = {}
     for node in nodes:
@@ -90,16 +95,30 @@ def submit_and_wait(
             path, job_name=f"atomdyn-{label}", nodelist=node, output=out, chdir=work, env=env
         )
         jobs[node] = (job_id, result, out)
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
     runs: dict[str, NodeRun] = {}
-    for node, (job_id, result, out) in jobs.items():
-        left = max(1.0, deadline - time.monotonic())
-        try:
-            info = slurm.wait_terminal(job_id, timeout=left)
-        except TimeoutError as exc:
-            slurm.cancel([j for j, _, _ in jobs.values()])
-            raise NodeJobError(f"{label} on {node}: {exc}") from exc
-        runs[node] = NodeRun(node, job_id, info.state, _read(result), _tail(out))
+    while len(runs) < len(jobs):
+        for node, (job_id, result, out) in jobs.items():
+            if node in runs:
+                continue
+            info = slurm.job(job_id)
+            if info.terminal:
+                runs[node] = NodeRun(node, job_id, info.state, _read(result), _tail(out))
+            elif (
+                info.state == "PENDING"
+                and pending_grace_s is not None
+                and time.monotonic() - start >= pending_grace_s
+            ):
+                slurm.cancel([job_id])
+                why = f"job {job_id} still pending after {pending_grace_s:.0f} s ({info.reason}): node busy"
+                runs[node] = NodeRun(node, job_id, info.state, None, "", pending=why)
+        if len(runs) == len(jobs):
+            break
+        if time.monotonic() - start >= timeout_s:
+            slurm.cancel([jobs[n][0] for n in jobs if n not in runs])
+            late = ", ".join(f"{n} (job {jobs[n][0]})" for n in jobs if n not in runs)
+            raise NodeJobError(f"{label}: not finished after {timeout_s:.0f} s on {late}")
+        time.sleep(_POLL_S)
     return runs
 
 
