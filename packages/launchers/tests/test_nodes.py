@@ -21,6 +21,8 @@ from atomdyn_launchers.config import ClusterConfig, PreflightError
 from atomdyn_launchers.launch import Launch, LaunchOptions, run
 from atomdyn_launchers.localcluster import LocalCluster, missing_tools
 from atomdyn_launchers.localcluster.dockerd import dockerd_binary
+from atomdyn_launchers.localcluster.dockerd import exec_root as dockerd_exec_root
+from atomdyn_launchers.localcluster.procs import Proc, alive
 from atomdyn_launchers.nodes import images, jobs
 from atomdyn_launchers.nodes.check import FAIL, NOT_NEEDED, PASS, UNKNOWN, check_nodes
 from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, OwnedEtcdError
@@ -327,3 +329,39 @@ def test_check_on_a_busy_node_is_reported_unknown_not_waited_for(
     assert {c.name for c in report.nodes["node1"]} >= {"advertise", "shared-dir", "model-path"}
     check_job = int(busy.detail.split()[4])
     assert slurm.job(check_job).state == "CANCELLED"
+
+
+def test_docker_daemons_are_part_of_the_cluster_and_stopped_by_down(
+    docker_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    status = docker_cluster.status()
+    assert status.healthy and {"dockerd-node1", "dockerd-node2"} <= {
+        d.name for d in status.daemons if d.alive
+    }
+    # A second cluster, brought up and down here: its daemons and their runtime state are gone afterwards.
+    cluster = LocalCluster(
+        tmp_path / "state",
+        shared_dir=tmp_path / "shared",
+        project_dir=REPO,
+        python_venv=Path(sys.prefix),
+        docker=True,
+    )
+    up = cluster.up()
+    try:
+        daemons = [d for d in cluster.status().daemons if d.name.startswith("dockerd-")]
+        record = json.loads((cluster.state_dir / "cluster.json").read_text())
+        recorded = [Proc.from_json(p) for p in record["procs"] if p["name"].startswith("dockerd-")]
+        assert len(daemons) == 2 and all(d.alive for d in daemons)
+        exec_root = dockerd_exec_root(cluster.tag, "node1")
+        assert exec_root.is_dir()
+        # The daemon runs inside its node: its network namespace is node1's.
+        node1 = next(d for d in daemons if d.name == "dockerd-node1")
+        assert os.readlink(f"/proc/{node1.pid}/ns/net") == os.readlink(
+            f"/proc/{next(d.pid for d in cluster.status().daemons if d.name == 'slurmd-node1')}/ns/net"
+        )
+        assert up.config.docker_host_for("node1") == f"unix://{cluster.layout().docker_socket('node1')}"
+    finally:
+        down = cluster.down()
+    assert down.killed == ()
+    assert len(recorded) == 2 and not any(alive(p) for p in recorded)
+    assert not exec_root.parent.exists()
