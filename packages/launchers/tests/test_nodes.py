@@ -291,6 +291,8 @@ def test_disagg_run_with_run_owned_etcd_serves_the_run_and_leaves_nothing(config
     no_etcd = dataclasses.replace(config, etcd_endpoint=None)
     outcome = run("disagg", no_etcd, requests=4, concurrency=2)
     assert outcome.passed, outcome.failure
+    node_check = json.loads((outcome.run_dir / "node-check.json").read_text())
+    assert node_check["ok"] is True and set(node_check["nodes"]) == set(NODES)
     record = json.loads((outcome.run_dir / "etcd.json").read_text())
     assert record["node"] == config.prefill_node and record["version"] == "3.5.1"
     assert record["stopped"] and record["exit_status"] == 0

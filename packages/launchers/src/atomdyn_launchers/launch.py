@@ -30,7 +30,7 @@ from atomdyn_core.atomic import atomic_write_text
 from atomdyn_core.lock import find_lock_path, load_lock
 from atomdyn_launchers import readiness
 from atomdyn_launchers.config import ClusterConfig, PreflightError, resolve_cluster_config
-from atomdyn_launchers.nodes.check import check_nodes
+from atomdyn_launchers.nodes.check import CheckReport, check_nodes
 from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, OwnedEtcdError, owned_etcd_node
 from atomdyn_launchers.nodes.jobs import NodeJobError, docker_host
 from atomdyn_launchers.profiles.engines import (
@@ -273,6 +273,7 @@ class Launch:
             except NodeJobError as exc:
                 raise PreflightError(f"node check could not run: {exc}") from exc
             report.require_ok()
+            self.node_report = report  # copied into the run directory once it exists (evidence)
 
     def run(self) -> Outcome:
         """Run once. Preflight errors raise PreflightError before anything is created or submitted."""
@@ -280,6 +281,11 @@ class Launch:
         runs_root = self.options.runs_root or self.config.runs_dir
         self.rundir = RunDir.create(runs_root, self.options.kind, self.engine)
         self.progress.line(f"run {self.rundir.run_id} -> {self.rundir.path}")
+        report: CheckReport | None = getattr(self, "node_report", None)
+        if report is not None:
+            atomic_write_text(
+                self.rundir.path / "node-check.json", json.dumps(report.to_json(), indent=2) + "\n"
+            )
         if self.config.etcd_endpoint is None:
             self._start_owned_etcd()
         self.etcd = readiness.EtcdClient(self.etcd_endpoint)
