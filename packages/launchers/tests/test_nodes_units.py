@@ -223,3 +223,24 @@ def test_dockerd_ping_is_false_for_anything_but_a_docker_daemon(tmp_path: Path) 
         server.close()
     argv = dockerd.argv("dockerd", Path("/d"), Path("/s.sock"), Path("/r"))
     assert "--iptables=false" in argv and "--bridge=none" in argv and "--host=unix:///s.sock" in argv
+
+
+def test_default_prepare_spec_builds_configured_images_with_a_work_directory_per_node() -> None:
+    from invoke.exceptions import Exit
+
+    from atomdyn_launchers.nodes.invoke_tasks import _spec
+    from atomdyn_launchers.nodes.prepare import NODE, PYTHON
+
+    config = parse_cluster_env(
+        BASE_ENV.replace("RUNTIME=venv", "RUNTIME=docker")
+        + "DYNAMO_ATOM_IMAGE=atomdyn-dynamo-atom:0.1.0\nNIXL_IMAGE=atomdyn-dynamo-atom-nixl-rocm:0.1.0\n"
+    )
+    spec = _spec(config, [], False, "--atom-variant rocm7.1 --compat-wheels dist/", "")
+    assert spec.images == ("atomdyn-dynamo-atom:0.1.0", "atomdyn-dynamo-atom-nixl-rocm:0.1.0")
+    assert spec.build_steps == (
+        (PYTHON, "-m", "atomdyn_images.cli", "build", "--workdir", f"/shared/checkout/build/images/nodes/{NODE}",
+         "--atom-variant", "rocm7.1", "--compat-wheels", "dist/"),
+    )  # fmt: skip
+    assert _spec(config, ["other:1"], False, "", "").images == ("other:1",)
+    with pytest.raises(Exit, match="nothing to prepare"):
+        _spec(parse_cluster_env(BASE_ENV), [], False, "", "")

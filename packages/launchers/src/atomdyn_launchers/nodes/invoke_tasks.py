@@ -21,6 +21,7 @@ from atomdyn_launchers.nodes import images, jobs
 from atomdyn_launchers.nodes import rehearsal as recipe
 from atomdyn_launchers.nodes.prepare import (
     DEFAULT_STRATEGY,
+    NODE,
     PYTHON,
     STRATEGIES,
     PrepareError,
@@ -57,8 +58,10 @@ def _spec(
     if rehearse:
         return recipe.rehearsal_spec(config, shim_wheel=wheel)
     tags = tuple(image) or tuple(i for i in (config.dynamo_atom_image, config.nixl_image) if i)
-    # Building on a node runs the image builder there, against that node's daemon ($DOCKER_HOST).
-    step = (PYTHON, "-m", "atomdyn_images.cli", "build", *shlex.split(build_args))
+    # Building on a node runs the image builder there, against that node's daemon ($DOCKER_HOST), with a
+    # work directory of its own: nodes building at once must not share staging directories.
+    workdir = str(config.project_dir / "build" / "images" / "nodes" / NODE)
+    step = (PYTHON, "-m", "atomdyn_images.cli", "build", "--workdir", workdir, *shlex.split(build_args))
     try:
         return PrepareSpec(images=tags, build_steps=(step,), shim_wheel=wheel)
     except PrepareError as exc:

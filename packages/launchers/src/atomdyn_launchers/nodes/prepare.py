@@ -38,6 +38,7 @@ from atomdyn_launchers.slurm import Slurm
 STRATEGIES = ("load", "build")
 DEFAULT_STRATEGY = "load"
 PYTHON = "{python}"  # in a build step: the node's Python (the job's interpreter)
+NODE = "{node}"  # in a build step argument: the node's name (e.g. a per-node work directory)
 MODULE = "atomdyn_launchers.nodes.prepare"
 
 
@@ -201,7 +202,9 @@ def _flock(path: Path) -> Iterator[None]:
         yield
 
 
-def _build(spec: dict[str, Any], docker: images.DockerCLI, actions: list[str], log_path: Path) -> None:
+def _build(
+    spec: dict[str, Any], node: str, docker: images.DockerCLI, actions: list[str], log_path: Path
+) -> None:
     tags: list[str] = spec["images"]
     if all(docker.image_ids(tags).values()):
         actions.append("images present: verified, not rebuilt")
@@ -209,7 +212,7 @@ def _build(spec: dict[str, Any], docker: images.DockerCLI, actions: list[str], l
     env = {**os.environ, "DOCKER_HOST": docker.host}
     with log_path.open("a") as log:
         for step in spec["build_steps"]:
-            argv = [sys.executable if a == PYTHON else a for a in step]
+            argv = [sys.executable if a == PYTHON else a.replace(NODE, node) for a in step]
             log.write(f"$ {' '.join(argv)}\n")
             log.flush()
             done = subprocess.run(
@@ -296,7 +299,7 @@ def prepare_node(
     try:
         result["docker_server"] = docker.version()
         if mode in ("build", "save"):
-            _build(spec, docker, actions, log_path)
+            _build(spec, node, docker, actions, log_path)
         if mode == "save":
             manifest = images.save_archive(docker, spec["images"], Path(spec["archive_dir"]), node)
             actions.append(f"saved {manifest.archive.name} ({manifest.size} bytes)")
