@@ -244,3 +244,23 @@ def test_default_prepare_spec_builds_configured_images_with_a_work_directory_per
     assert _spec(config, ["other:1"], False, "", "").images == ("other:1",)
     with pytest.raises(Exit, match="nothing to prepare"):
         _spec(parse_cluster_env(BASE_ENV), [], False, "", "")
+
+
+def test_node_job_script_is_shellcheck_clean(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import subprocess
+
+    from atomdyn_launchers.nodes import jobs
+
+    if shutil.which("shellcheck") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("shellcheck is missing in CI: .ci/run must install it")
+        pytest.skip("shellcheck is not installed")
+    config = parse_cluster_env(BASE_ENV.replace("PROJECT_DIR=/shared/checkout", f"PROJECT_DIR={tmp_path}"))
+    text = jobs.script(config, "atomdyn_launchers.nodes.check", ["--spec", "/a dir/it's.json"])
+    assert "PYTHONPATH=" in text  # no venv at PYTHON_VENV: the checkout's sources
+    script = tmp_path / "job.sh"
+    script.write_text(text)
+    done = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout
