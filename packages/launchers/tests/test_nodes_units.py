@@ -4,15 +4,19 @@ laid out like the kernel's /sys/class/infiniband: no RDMA device exists here), m
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
+import subprocess
 import threading
 from pathlib import Path
 
 import pytest
+from invoke.exceptions import Exit
 
 from atomdyn_launchers.config import ClusterConfigError, PreflightError, parse_cluster_env
 from atomdyn_launchers.localcluster import dockerd
-from atomdyn_launchers.nodes import images
+from atomdyn_launchers.nodes import images, jobs
 from atomdyn_launchers.nodes.check import (
     FAIL,
     NOT_NEEDED,
@@ -23,7 +27,8 @@ from atomdyn_launchers.nodes.check import (
     gid_text,
     rdma_ports,
 )
-from atomdyn_launchers.nodes.prepare import PrepareError, PrepareSpec
+from atomdyn_launchers.nodes.invoke_tasks import _spec
+from atomdyn_launchers.nodes.prepare import NODE, PYTHON, PrepareError, PrepareSpec
 
 BASE_ENV = """SLURM_ACCOUNT=a
 SLURM_PARTITION=p
@@ -226,11 +231,6 @@ def test_dockerd_ping_is_false_for_anything_but_a_docker_daemon(tmp_path: Path) 
 
 
 def test_default_prepare_spec_builds_configured_images_with_a_work_directory_per_node() -> None:
-    from invoke.exceptions import Exit
-
-    from atomdyn_launchers.nodes.invoke_tasks import _spec
-    from atomdyn_launchers.nodes.prepare import NODE, PYTHON
-
     config = parse_cluster_env(
         BASE_ENV.replace("RUNTIME=venv", "RUNTIME=docker")
         + "DYNAMO_ATOM_IMAGE=atomdyn-dynamo-atom:0.1.0\nNIXL_IMAGE=atomdyn-dynamo-atom-nixl-rocm:0.1.0\n"
@@ -247,12 +247,6 @@ def test_default_prepare_spec_builds_configured_images_with_a_work_directory_per
 
 
 def test_node_job_script_is_shellcheck_clean(tmp_path: Path) -> None:
-    import os
-    import shutil
-    import subprocess
-
-    from atomdyn_launchers.nodes import jobs
-
     if shutil.which("shellcheck") is None:
         if os.environ.get("CI") == "true":
             pytest.fail("shellcheck is missing in CI: .ci/run must install it")
