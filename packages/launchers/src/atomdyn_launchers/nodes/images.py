@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json
+from atomdyn_core.fetch import sha256_file
 
 MANIFEST_NAME = "archive-manifest.json"
 MANIFEST_SCHEMA = 1
@@ -77,14 +78,6 @@ class DockerCLI:
 
     def image_ids(self, tags: Sequence[str]) -> dict[str, str | None]:
         return {tag: self.image_id(tag) for tag in tags}
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

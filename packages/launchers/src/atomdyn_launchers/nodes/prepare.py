@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json, atomic_write_text
+from atomdyn_core.fetch import sha256_file
 from atomdyn_launchers.config import ClusterConfig
 from atomdyn_launchers.nodes import images, jobs
 from atomdyn_launchers.slurm import Slurm
@@ -123,7 +124,7 @@ def prepare(
         wheel = spec.shim_wheel.resolve()
         if not wheel.is_file():
             raise PrepareError(f"dmabuf-shim wheel {wheel} does not exist")
-        sha = images.sha256_file(wheel)  # taken here, checked on every node before installing
+        sha = sha256_file(wheel)  # taken here, checked on every node before installing
         shim = {"wheel": str(wheel), "sha256": sha, "target": str(shim_target(config, sha))}
     spec_path = work / "spec.json"
     atomic_write_json(
@@ -248,7 +249,7 @@ def _shim(shim: dict[str, str], node: str, actions: list[str]) -> dict[str, Any]
         if marker.is_file():
             actions.append(f"dmabuf-shim present in {target}")
         else:
-            actual = images.sha256_file(wheel)
+            actual = sha256_file(wheel)
             if actual != sha:
                 raise images.ImageError(
                     f"dmabuf-shim wheel {wheel} sha256 {actual} differs from the one taken at submission "
