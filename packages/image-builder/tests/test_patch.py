@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -100,6 +101,9 @@ def test_cli_patch_refuses_unrecorded_archive_without_override(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fx = make_fixture(tmp_path, "atomdyn-test-patch")
+    raw = json.loads(fx.lock_path.read_text())
+    raw["sources"]["ucx"]["archive"].update(sha256="unrecorded", size="unrecorded")
+    fx.write_lock(raw)
     rc = main(["patch", str(tmp_path / "ucx"), "--from-lock", "ucx", "--lock", str(fx.lock_path),
                "--source-mirror", str(fx.source_mirror), "--patches", str(PATCHES)])  # fmt: skip
     assert rc == 2

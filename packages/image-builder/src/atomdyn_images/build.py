@@ -39,6 +39,7 @@ class BuildOptions:
     native: str = "source"
     network: str = "none"
     targets: tuple[str, ...] = ("base", "overlay")
+    rehearsal: bool = False  # stand-in base and inputs (atomdyn_images.rehearsal): labeled and tagged as such
 
     def overrides(self, target: str = "overlay") -> list[str]:
         found = []
@@ -50,12 +51,14 @@ class BuildOptions:
             found.append(f"native-stage={self.native}")
         if self.allow_unrecorded:
             found.append("allow-unrecorded")
+        if self.rehearsal:
+            found.append("rehearsal")
         return found
 
     def render_options(self, target: str) -> render.RenderOptions:
         overrides = tuple(self.overrides(target))
         return render.RenderOptions(
-            self.atom_variant, self.base, self.native, overrides, self.allow_unrecorded
+            self.atom_variant, self.base, self.native, overrides, self.allow_unrecorded, self.rehearsal
         )
 
 
@@ -89,6 +92,7 @@ class BuildRecord:
     inputs: list[Input] = field(default_factory=list)
     images: list[ImageRecord] = field(default_factory=list)
     error: str = ""  # set when the build failed: what is recorded is what happened before the failure
+    rehearsal: bool = False  # true: stand-in base and inputs, the images prove the flow, not the product
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -190,7 +194,12 @@ def _stand_in_native(context: Path, nixl_version: str) -> None:
 
 
 def _stage_source(
-    lock: Lock, name: str, options: BuildOptions, record: BuildRecord, patches: list[patching.Patch]
+    lock: Lock,
+    name: str,
+    options: BuildOptions,
+    record: BuildRecord,
+    patches: list[patching.Patch],
+    extract: bool = True,
 ) -> None:
     source = lock.sources.get(name)
     if source is None:
@@ -206,6 +215,8 @@ def _stage_source(
         raise BuildError(str(exc)) from exc
     record.overrides.extend(o for o in archive.overrides if o not in record.overrides)
     record.inputs.append(Input("source", name, archive.sha256, archive.origin, source.commit))
+    if not extract:
+        return  # verified and recorded; the stand-in native stage does not compile it
     tree = options.workdir / "overlay" / "sources" / name
     stamp = options.workdir / "overlay" / "sources" / f".{name}.stamp"
     wanted = f"{archive.sha256} {patching.series_digest(patches)}\n"
@@ -226,9 +237,8 @@ def stage_overlay(lock: Lock, options: BuildOptions, record: BuildRecord) -> Pat
     ropts = options.render_options("overlay")
     dockerfile_text = render.render_overlay(lock, ropts, [p.name for p in patches])
     _stage_source(lock, "nixl", options, record, patches)
-    if options.native == "source":
-        _stage_source(lock, "ucx", options, record, [])
-    else:
+    _stage_source(lock, "ucx", options, record, [], extract=options.native == "source")
+    if options.native != "source":
         _stand_in_native(context, lock.sources["nixl"].version or "0.0.0")
     wheels_dir = context / "wheels-overlay"
     compat = _compat_wheels(options)
@@ -278,6 +288,7 @@ def build(lock: Lock, options: BuildOptions, docker: Docker) -> BuildRecord:
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         docker_server=server,
         overrides=sorted({o for target in options.targets for o in options.overrides(target)}),
+        rehearsal=options.rehearsal,
     )
     record_path = options.workdir / "build-record.json"
     try:
@@ -292,18 +303,15 @@ def build(lock: Lock, options: BuildOptions, docker: Docker) -> BuildRecord:
 
 
 def _build_targets(lock: Lock, options: BuildOptions, docker: Docker, record: BuildRecord) -> None:
+    base_tag = render.release_tag(lock, rehearsal=options.rehearsal)
     if "base" in options.targets:
         dockerfile = stage_base(lock, options, record)
-        record.images.append(
-            build_staged(docker, dockerfile, "base", render.release_tag(lock), lock, options.network)
-        )
+        record.images.append(build_staged(docker, dockerfile, "base", base_tag, lock, options.network))
     if "overlay" in options.targets:
-        if docker.image_id(render.release_tag(lock)) is None:
-            raise BuildError(
-                f"the overlay builds on {render.release_tag(lock)}, which does not exist: build the base first"
-            )
+        if docker.image_id(base_tag) is None:
+            raise BuildError(f"the overlay builds on {base_tag}, which does not exist: build the base first")
         dockerfile = stage_overlay(lock, options, record)
-        tag = render.release_tag(lock, "-nixl-rocm")
+        tag = render.release_tag(lock, "-nixl-rocm", rehearsal=options.rehearsal)
         record.images.append(build_staged(docker, dockerfile, "overlay", tag, lock, options.network))
 
 

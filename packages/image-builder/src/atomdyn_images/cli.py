@@ -10,9 +10,11 @@ from pathlib import Path
 
 from atomdyn_core.fetch import FetchError
 from atomdyn_core.lock import LockError, UnrecordedHashError, load_lock
-from atomdyn_images import build, patching, render, sources, standin
+from atomdyn_images import build, patching, rehearsal, render, sources, standin
+from atomdyn_images.daemon import DaemonError
 from atomdyn_images.engine import Docker, DockerError, echo_progress
 
+DEFAULT_WORKDIR = Path("build/images")
 ERRORS = (
     LockError,
     UnrecordedHashError,
@@ -22,6 +24,8 @@ ERRORS = (
     render.RenderError,
     patching.PatchError,
     standin.StandInError,
+    rehearsal.RehearsalError,
+    DaemonError,
     FileNotFoundError,
 )
 
@@ -37,7 +41,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--base", default="", help="OVERRIDE: build on this image instead of the lock's ATOM base"
     )
     parser.add_argument(
-        "--patches", type=Path, default=Path("patches"), help="directory holding series and patches"
+        "--patches",
+        type=Path,
+        default=None,
+        help="directory holding series and patches (default: beside the lock)",
     )
     parser.add_argument(
         "--allow-unrecorded", action="store_true", help="OVERRIDE: accept inputs without recorded hash"
@@ -52,7 +59,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _build_args(parser: argparse.ArgumentParser) -> None:
     _common(parser)
     parser.add_argument(
-        "--workdir", type=Path, default=Path("build/images"), help="contexts, caches, build record"
+        "--workdir", type=Path, default=None, help="contexts, caches, build record (default: build/images)"
     )
     parser.add_argument("--target", action="append", choices=("base", "overlay"), help="default: both")
     parser.add_argument("--mirror", default="", help="OVERRIDE: take wheels from this local directory")
@@ -69,14 +76,20 @@ def _build_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="do not stream build progress")
 
 
-def _options(args: argparse.Namespace) -> build.BuildOptions:
+def _patches(args: argparse.Namespace, lock_path: Path | None) -> Path:
+    if args.patches is not None:
+        return Path(args.patches)
+    return lock_path.parent / "patches" if lock_path is not None else Path("patches")
+
+
+def _options(args: argparse.Namespace, lock_path: Path | None) -> build.BuildOptions:
     return build.BuildOptions(
-        workdir=getattr(args, "workdir", Path("build/images")),
+        workdir=getattr(args, "workdir", None) or DEFAULT_WORKDIR,
         atom_variant=args.atom_variant,
         base=args.base,
         mirror=getattr(args, "mirror", ""),
         source_mirror=getattr(args, "source_mirror", ""),
-        patches=args.patches,
+        patches=_patches(args, lock_path),
         compat_wheels=getattr(args, "compat_wheels", None),
         allow_unrecorded=getattr(args, "allow_unrecorded", False),
         native="stand-in" if args.stand_in_native else "source",
@@ -90,13 +103,53 @@ def _docker(args: argparse.Namespace) -> Docker:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    for path in build.write_rendered(load_lock(args.lock), _options(args), args.out):
+    lock = load_lock(args.lock)
+    for path in build.write_rendered(lock, _options(args, lock.path), args.out):
         print(path)
     return 0
 
 
+# Options the rehearsal sets itself; giving them too is a contradiction, not a preference.
+_REHEARSAL_SETS = ("base", "mirror", "source_mirror", "compat_wheels", "allow_unrecorded", "stand_in_native",
+                   "target", "workdir")  # fmt: skip
+
+
+def cmd_rehearsal(args: argparse.Namespace) -> int:
+    given = [f"--{name.replace('_', '-')}" for name in _REHEARSAL_SETS if getattr(args, name)]
+    if given or args.network != "none":
+        given += ["--network"] if args.network != "none" else []
+        raise rehearsal.RehearsalError(f"--rehearsal chooses {', '.join(given)} itself: leave them out")
+    lock = load_lock(args.lock)
+    repo = rehearsal.repo_root(lock)
+    settings = rehearsal.Settings(
+        repo=repo,
+        root=(args.rehearsal_dir or repo / rehearsal.REHEARSAL_DIR).resolve(),
+        docker_host=args.docker_host,
+        keep_daemon=args.keep_daemon,
+        atom_variant=args.atom_variant,
+        patches=args.patches,
+        quiet=args.quiet,
+    )
+    result = rehearsal.rehearse(lock, settings)
+    for line in rehearsal.report(result):
+        print(line)
+    if not result.second_all_cached:
+        print(
+            "atomdyn-images: error: the unchanged rebuild did not hit the cache in every layer",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
 def cmd_build(args: argparse.Namespace) -> int:
-    record = build.build(load_lock(args.lock), _options(args), _docker(args))
+    if args.rehearsal:
+        return cmd_rehearsal(args)
+    if args.keep_daemon or args.rehearsal_dir:
+        raise build.BuildError("--keep-daemon and --rehearsal-dir belong to --rehearsal")
+    lock = load_lock(args.lock)
+    options = _options(args, lock.path)
+    record = build.build(lock, options, _docker(args))
     for image in record.images:
         cached = (
             "every layer cached"
@@ -106,12 +159,13 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"{image.target}: {image.tags[0]} {image.image_id} in {image.seconds:.2f} s ({cached})")
     if record.overrides:
         print("overrides: " + ", ".join(record.overrides))
-    print(f"record: {args.workdir / 'build-record.json'}")
+    print(f"record: {options.workdir / 'build-record.json'}")
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    lock, options, docker = load_lock(args.lock), _options(args), _docker(args)
+    lock = load_lock(args.lock)
+    options, docker = _options(args, lock.path), _docker(args)
     docker.ping()
     if args.cold:
         docker.run("builder", "prune", "--all", "--force")
@@ -128,10 +182,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_patch(args: argparse.Namespace) -> int:
-    patches = patching.read_series(args.patches)
     tree: Path = args.src
+    lock = load_lock(args.lock) if args.from_lock or args.patches is None else None
+    patches = patching.read_series(_patches(args, lock.path if lock else None))
     if args.from_lock:
-        lock = load_lock(args.lock)
+        assert lock is not None
         source = lock.sources.get(args.from_lock)
         if source is None:
             raise build.BuildError(f"release-lock.json has no source {args.from_lock!r}")
@@ -165,6 +220,18 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_render)
     p = sub.add_parser("build", help="build the base and/or overlay image and write the build record")
     _build_args(p)
+    p.add_argument(
+        "--rehearsal",
+        action="store_true",
+        help="build both images locally from stand-ins in a private dockerd (no registry, no GPU needed)",
+    )
+    p.add_argument("--keep-daemon", action="store_true", help="with --rehearsal: leave its dockerd running")
+    p.add_argument(
+        "--rehearsal-dir",
+        type=Path,
+        default=None,
+        help=f"with --rehearsal: daemon data-root, socket, mirrors, record (default: <repo>/{rehearsal.REHEARSAL_DIR})",
+    )
     p.set_defaults(func=cmd_build)
     p = sub.add_parser("bench", help="build twice and print the first and the unchanged (cached) build times")
     _build_args(p)
@@ -178,7 +245,7 @@ def parser() -> argparse.ArgumentParser:
         "--from-lock", default="", metavar="SOURCE", help="fetch this lock source (e.g. nixl) into SRC first"
     )
     p.add_argument("--lock", type=Path, default=None)
-    p.add_argument("--patches", type=Path, default=Path("patches"))
+    p.add_argument("--patches", type=Path, default=None, help="default: patches/ beside the lock")
     p.add_argument("--source-mirror", default="")
     p.add_argument(
         "--allow-unrecorded", action="store_true", help="OVERRIDE: accept an archive without recorded hash"

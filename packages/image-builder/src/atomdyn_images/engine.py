@@ -22,7 +22,8 @@ from pathlib import Path
 START_HINT = (
     "start one, e.g. `dockerd --data-root DIR -H unix:///PATH/docker.sock --iptables=false --ip6tables=false "
     "--ip-forward=false --ip-masq=false --bridge=none`, then pass --docker-host unix:///PATH/docker.sock "
-    "(or set DOCKER_HOST)"
+    "(or set DOCKER_HOST); or rehearse the whole build on this machine, in a private daemon it starts and "
+    "stops itself, with `atomdyn-images build --rehearsal` (`nox -s build_images -- --rehearsal`)"
 )
 CLIENT_ENV = "ATOMDYN_DOCKER"
 _STEP = re.compile(r"^#(\d+) \[(?:(?P<stage>[\w.-]+) )?(?P<n>\d+)/(?P<m>\d+)\] (?P<op>[A-Z]+)\b")

@@ -40,10 +40,15 @@ class RenderOptions:
     native: str = "source"  # "stand-in" replaces the UCX/NIXL compile: tests only, shown in labels and record
     overrides: tuple[str, ...] = field(default_factory=tuple)  # every override in force, for the labels
     allow_unrecorded: bool = False  # an unrecorded base digest: FROM repository:tag instead of by digest
+    rehearsal: bool = False  # stand-in inputs: a rehearsal label, and tags that cannot be taken for a release
 
 
-def release_tag(lock: Lock, suffix: str = "") -> str:
-    return f"{lock.release_name}{suffix}:{lock.release_version}"
+REHEARSAL_LABEL = "io.atomdyn.rehearsal"
+REHEARSAL_NOTE = "REHEARSAL: built from stand-in base and inputs; not for GPU nodes"
+
+
+def release_tag(lock: Lock, suffix: str = "", rehearsal: bool = False) -> str:
+    return f"{lock.release_name}{suffix}:{lock.release_version}{'-rehearsal' if rehearsal else ''}"
 
 
 def base_reference(lock: Lock, options: RenderOptions) -> str:
@@ -110,6 +115,8 @@ def _common_labels(lock: Lock, options: RenderOptions, title: str) -> dict[str, 
         "io.atomdyn.lock.digest": lock.digest,
         "io.atomdyn.overrides": ",".join(options.overrides) or "none",
     }
+    if options.rehearsal:
+        labels[REHEARSAL_LABEL] = REHEARSAL_NOTE
     for name in ("dynamo", "atom", "vllm"):
         source = lock.sources.get(name)
         if source is not None:
@@ -195,7 +202,7 @@ def render_overlay(lock: Lock, options: RenderOptions, patches: list[str]) -> st
         )
     return (
         f"# Rendered by atomdyn-images from release-lock.json ({lock.digest}); do not edit.\n"
-        f"FROM {release_tag(lock)} AS base\n"
+        f"FROM {release_tag(lock, rehearsal=options.rehearsal)} AS base\n"
         'SHELL ["/bin/sh", "-eu", "-c"]\n'
         "\n"
         f"{native}"

@@ -7,6 +7,8 @@ No registry is reachable from the test machines and the rehearsal cluster, so th
 from __future__ import annotations
 
 import io
+import json
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -32,6 +34,29 @@ class StandInError(RuntimeError):
     pass
 
 
+# Bumped whenever the stand-in's content changes, so a kept stand-in of an older recipe is remade.
+RECIPE = "2"
+RECIPE_LABEL = "io.atomdyn.standin.recipe"
+# The C++ runtime: native wheels (dmabuf-shim's pybind11 module) need it, as they do in the ATOM image.
+EXTRA_LIBS = ("libstdc++.so.6", "libgcc_s.so.1")
+
+
+def _system_libs(names: tuple[str, ...]) -> list[Path]:
+    """Paths of ``names`` from the dynamic linker's cache (x86-64 entries); StandInError when one is missing."""
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    out = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=False).stdout
+    found: dict[str, Path] = {}
+    for line in out.splitlines():
+        parts = line.strip().split(" => ")
+        name = parts[0].split(" ")[0] if parts else ""
+        if len(parts) == 2 and name in names and "x86-64" in parts[0] and name not in found:
+            found[name] = Path(parts[1])
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise StandInError(f"{', '.join(missing)} not found by `ldconfig -p`: install libstdc++6")
+    return [found[name] for name in names]
+
+
 def _shared_libs(binaries: list[Path]) -> set[Path]:
     libs: set[Path] = set()
     for binary in binaries:
@@ -45,15 +70,25 @@ def _shared_libs(binaries: list[Path]) -> set[Path]:
     return libs
 
 
-def rootfs_tar(python: Path = Path("/usr/bin/python3")) -> bytes:
-    """An uncompressed tar of the minimal root file system."""
-    python = python.resolve()
-    version = subprocess.run(
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+def python_version(python: Path = SYSTEM_PYTHON) -> str:
+    """ "X.Y" of the Python the stand-in is made from ("" when it does not run)."""
+    if not python.exists():
+        return ""
+    return subprocess.run(
         [str(python), "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
         capture_output=True,
         text=True,
         check=False,
     ).stdout.strip()
+
+
+def rootfs_tar(python: Path = SYSTEM_PYTHON) -> bytes:
+    """An uncompressed tar of the minimal root file system."""
+    python = python.resolve()
+    version = python_version(python)
     stdlib = Path(f"/usr/lib/python{version}")
     shell = Path("/bin/dash") if Path("/bin/dash").exists() else Path("/bin/sh").resolve()
     if not version or not stdlib.is_dir():
@@ -101,14 +136,21 @@ def rootfs_tar(python: Path = Path("/usr/bin/python3")) -> bytes:
         tar.addfile(link)
         add_tree(stdlib, str(stdlib))
         add_tree(pip_dir, f"/usr/local/lib/python{version}/dist-packages/pip")
-        for lib in sorted(_shared_libs([python, shell, *dynload])):
+        extra = _system_libs(EXTRA_LIBS)
+        for lib in sorted(_shared_libs([python, shell, *dynload, *extra]) | set(extra)):
             add(lib.resolve(), str(lib))
     return buffer.getvalue()
 
 
-def make_standin(docker: Docker, tag: str) -> str:
-    """docker-import the stand-in rootfs as ``tag``; returns the image id."""
-    docker.run("import", "-", tag, input_bytes=rootfs_tar())
+def make_standin(docker: Docker, tag: str, labels: dict[str, str] | None = None) -> str:
+    """docker-import the stand-in rootfs as ``tag`` (with ``labels``); returns the image id."""
+    labels = {**(labels or {}), RECIPE_LABEL: RECIPE}
+    changes = [
+        arg
+        for key, value in sorted((labels or {}).items())
+        for arg in ("--change", f"LABEL {key}={json.dumps(value)}")
+    ]
+    docker.run("import", *changes, "-", tag, input_bytes=rootfs_tar())
     image_id = docker.image_id(tag)
     if image_id is None:
         raise StandInError(f"imported stand-in {tag} is not visible in the daemon")

@@ -30,11 +30,13 @@ def wheel_bytes(
     version: str,
     files: dict[str, str],
     entry_points: dict[str, dict[str, str]] | None = None,
+    summary: str = "",
 ) -> tuple[str, bytes]:
     """(file name, content) of a py3-none-any wheel holding ``files`` (path -> text)."""
     dist_info = f"{_normalize(project)}-{version}.dist-info"
     members = dict(files)
-    members[f"{dist_info}/METADATA"] = f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n"
+    metadata = f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n"
+    members[f"{dist_info}/METADATA"] = metadata + (f"Summary: {summary}\n" if summary else "")
     members[f"{dist_info}/WHEEL"] = (
         "Wheel-Version: 1.0\nGenerator: atomdyn-images\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     )
