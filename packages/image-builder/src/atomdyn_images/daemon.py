@@ -129,9 +129,13 @@ def _reuse(root: Path) -> PrivateDaemon | None:
     if _alive(pid) and str(root / "data") in _cmdline(pid):
         try:
             daemon.docker().ping()
-            return daemon
-        except DockerError:
-            pass
+        except DockerError as exc:
+            # A second daemon cannot take the same data-root; say which process holds it.
+            raise DaemonError(
+                f"dockerd pid {pid} holds {root / 'data'} but does not answer on {daemon.socket} ({exc}); "
+                f"stop it (kill {pid}) and run again; log: {daemon.log}"
+            ) from exc
+        return daemon
     # Gone (or not answering): release what it left behind before a new one starts on the same data-root.
     if not _alive(pid):
         unmount_below(exec_root)
