@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import shutil
+import sys
 import tarfile
 import tempfile
 import zipfile
@@ -134,3 +135,45 @@ def test_stand_in_inputs_are_deterministic_and_say_so(tmp_path: Path) -> None:
     mtime = wheel.stat().st_mtime_ns
     standin_inputs.write_atom_wheel(tmp_path, "0.1.6rc0+rocm7.1")
     assert wheel.stat().st_mtime_ns == mtime  # unchanged bytes are not rewritten
+
+
+@pytest.mark.integration
+def test_rehearsal_with_its_own_daemon_stops_it_and_keeps_the_images(tmp_path: Path) -> None:
+    need(shutil.which("dockerd") is not None or Path("/usr/sbin/dockerd").exists(), "dockerd (docker.io)")
+    root = Path(tempfile.mkdtemp(prefix="atomdyn-img-own-"))
+    lock = load_lock(LOCK)
+    said: list[str] = []
+    try:
+        first = rehearse(lock, Settings(repo=REPO, root=root, quiet=True), said.append)
+        pid = int(said[0].split("(pid ")[1].split(",")[0])
+        assert said[0].startswith("rehearsal: dockerd started")
+        assert not Path(f"/proc/{pid}").exists(), "the rehearsal's dockerd is still running"
+        assert first.daemon == f"dockerd (pid {pid}) stopped; images kept in {root / 'data'}"
+        assert first.second_all_cached and first.second.rehearsal
+
+        kept = rehearse(lock, Settings(repo=REPO, root=root, quiet=True, keep_daemon=True), said.append)
+        assert all(image.all_cached for image in kept.first.images)  # warm from the kept data-root
+        assert [i.image_id for i in kept.first.images] == [i.image_id for i in first.second.images]
+        running = start_daemon(root)
+        assert not running.started_here and kept.daemon.startswith(f"dockerd kept running: pid {running.pid}")
+        running.stop()
+        assert (
+            not Path(f"/proc/{running.pid}").exists() or "Z" in Path(f"/proc/{running.pid}/stat").read_text()
+        )
+    finally:
+        state = root / "daemon.json"
+        if state.exists():  # a failure above left a daemon: stop it by its PID
+            start_daemon(root).stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_compat_wheels_must_match_the_stand_in_python(tmp_path: Path) -> None:
+    from atomdyn_images.rehearsal import compat_wheels
+
+    cache = REPO / ".atomdyn" / "compat-wheels"
+    this = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    built = compat_wheels(REPO, cache, this, quiet=True)
+    assert sorted(p.name.split("-")[0] for p in built.glob("*.whl")) == ["dmabuf_shim", "nixl_compat"]
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    with pytest.raises(RehearsalError, match=f"built for {tag}, but the stand-in base runs Python 3.99"):
+        compat_wheels(REPO, cache, "3.99", quiet=True)

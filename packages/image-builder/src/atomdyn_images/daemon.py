@@ -92,6 +92,13 @@ class PrivateDaemon:
     def docker(self) -> Docker:
         return Docker(host=self.host)
 
+    def detach(self) -> None:
+        """Leave the daemon running past this process (``--keep-daemon``); a later run stops it by its PID."""
+        if self.process is not None:
+            # Popen warns when destroyed with its child alive; the child is deliberately left running here.
+            self.process.returncode = 0
+            self.process = None
+
     def stop(self, deadline_s: float = STOP_DEADLINE_S) -> None:
         """SIGTERM to this daemon's PID, wait until it has exited, then release its mounts and exec root."""
         if _alive(self.pid) and str(self.root / "data") in _cmdline(self.pid):

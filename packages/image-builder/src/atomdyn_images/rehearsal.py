@@ -281,6 +281,8 @@ def rehearse(lock: Lock, settings: Settings, say: Callable[[str], None] = print)
             if daemon is not None and not settings.keep_daemon:
                 daemon.stop()
                 stopped = True
+            elif daemon is not None:
+                daemon.detach()
         if daemon is not None:
             fate = (
                 f"dockerd (pid {daemon.pid}) stopped; images kept in {settings.root / 'data'}"
