@@ -80,8 +80,13 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def build_images(session: nox.Session) -> None:
-    """Build the pinned base image and the NIXL/ROCm overlay from release-lock.json (arguments go to the builder)."""
-    session.run(tool("atomdyn-images"), "build", *session.posargs, external=True)
+    """Build the pinned base image and the NIXL/ROCm overlay from release-lock.json (arguments go to the builder).
+
+    With no arguments it rehearses locally: a private Docker daemon, stand-in base and ATOM wheel, both images
+    built from the production Dockerfiles with every override recorded. On a node, pass the real options
+    (e.g. `-- --atom-variant rocm7.1 --compat-wheels dist/ --network host`).
+    """
+    session.run(tool("atomdyn-images"), "build", *(session.posargs or ["--rehearsal"]), external=True)
 
 
 @nox.session
