@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import nox
 from nox.command import CommandFailed
@@ -59,17 +60,36 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Every package's tests, then the repository-level tests; one failing suite does not hide the others."""
     extra = list(session.posargs)
+    reports = Path(session.create_tmp()).resolve() / "junit"
+    shutil.rmtree(reports, ignore_errors=True)
     suites = [(p.name, p) for p in PACKAGES if (p / "tests").is_dir()] + [("repository", ROOT)]
     failed = []
     for name, directory in suites:
         session.log(f"== {name}")
+        junit = f"--junitxml={reports / name}.xml"
         with session.chdir(directory):
             try:
-                python(session, "-m", "pytest", *extra, *(["tests"] if directory == ROOT else []))
+                python(session, "-m", "pytest", junit, *extra, *(["tests"] if directory == ROOT else []))
             except CommandFailed:
                 failed.append(name)
+    print(junit_totals(reports), flush=True)  # one closing line for all suites
     if failed:
         session.error(f"test suites failed: {', '.join(failed)}")
+
+
+def junit_totals(reports: Path) -> str:
+    passed = not_passed = skipped = 0
+    for report in reports.glob("*.xml"):
+        for suite in ElementTree.parse(report).getroot().iter("testsuite"):
+            total, bad = (
+                int(suite.get("tests", 0)),
+                int(suite.get("failures", 0)) + int(suite.get("errors", 0)),
+            )
+            skip = int(suite.get("skipped", 0))
+            passed += total - bad - skip
+            not_passed += bad
+            skipped += skip
+    return f"{passed} passed, {not_passed} failed" + (f", {skipped} skipped" if skipped else "")
 
 
 @nox.session
