@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from atomdyn_core.dockerd import find_dockerd
 from atomdyn_launchers.config import ClusterConfig, PreflightError
 from atomdyn_launchers.launch import Launch, LaunchOptions, run
 from atomdyn_launchers.localcluster import LocalCluster, missing_tools
-from atomdyn_launchers.localcluster.dockerd import dockerd_binary
 from atomdyn_launchers.localcluster.dockerd import exec_root as dockerd_exec_root
 from atomdyn_launchers.localcluster.procs import Proc, alive
 from atomdyn_launchers.nodes import images, jobs
@@ -51,7 +51,7 @@ def docker_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
     """A second local cluster, this one with a Docker daemon inside each node."""
     _need(os.geteuid() == 0, "root (the local cluster)")
     _need(not missing_tools(), f"the local cluster's tools ({', '.join(missing_tools())})")
-    _need(dockerd_binary() is not None, "dockerd (Debian package docker.io)")
+    _need(find_dockerd() is not None, "dockerd (Debian package docker.io)")
     base = tmp_path_factory.mktemp("nodes")
     cluster = LocalCluster(
         base / "state",

@@ -18,19 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_json
+from atomdyn_core.dockerd import dockerd_argv, find_dockerd
 from atomdyn_images.engine import Docker, DockerError
 
 READY_DEADLINE_S = 30.0
 STOP_DEADLINE_S = 30.0
 POLL_S = 0.1  # polling interval for the socket or the process, always bounded by a deadline
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes including the terminating NUL
-NO_HOST_NETWORK_FLAGS = (
-    "--iptables=false",
-    "--ip6tables=false",
-    "--ip-forward=false",
-    "--ip-masq=false",
-    "--bridge=none",
-)
 STATE_FILE = "daemon.json"
 
 
@@ -38,8 +32,8 @@ class DaemonError(RuntimeError):
     """The private daemon could not be started or stopped; the message names its log."""
 
 
-def find_dockerd() -> str:
-    found = shutil.which("dockerd") or ("/usr/sbin/dockerd" if Path("/usr/sbin/dockerd").exists() else None)
+def require_dockerd() -> str:
+    found = find_dockerd()
     if found is None:
         raise DaemonError("dockerd not found: install the Debian package docker.io (the daemon runs as root)")
     return found
@@ -92,6 +86,10 @@ class PrivateDaemon:
     def docker(self) -> Docker:
         return Docker(host=self.host)
 
+    def is_ours(self) -> bool:
+        """The PID is alive and is the dockerd of this root (a recycled PID is left alone)."""
+        return _alive(self.pid) and f"--data-root={self.root / 'data'}" in _cmdline(self.pid)
+
     def detach(self) -> None:
         """Leave the daemon running past this process (``--keep-daemon``); a later run stops it by its PID."""
         if self.process is not None:
@@ -101,7 +99,7 @@ class PrivateDaemon:
 
     def stop(self, deadline_s: float = STOP_DEADLINE_S) -> None:
         """SIGTERM to this daemon's PID, wait until it has exited, then release its mounts and exec root."""
-        if _alive(self.pid) and str(self.root / "data") in _cmdline(self.pid):
+        if self.is_ours():
             os.kill(self.pid, signal.SIGTERM)
             if self.process is not None:
                 try:
@@ -133,7 +131,7 @@ def _reuse(root: Path) -> PrivateDaemon | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     daemon = PrivateDaemon(root, exec_root, pid, started_here=False)
-    if _alive(pid) and str(root / "data") in _cmdline(pid):
+    if daemon.is_ours():
         try:
             daemon.docker().ping()
         except DockerError as exc:
@@ -164,17 +162,10 @@ def start_daemon(root: Path, *, reuse: bool = True, deadline_s: float = READY_DE
         running = _reuse(root)
         if running is not None:
             return running
-    dockerd = find_dockerd()
+    dockerd = require_dockerd()
     # The exec root holds containerd's sockets: a short path under /tmp keeps them within the socket limit.
     exec_root = Path(tempfile.mkdtemp(prefix="atomdyn-dockerd-"))
-    command = [
-        dockerd,
-        "--data-root", str(root / "data"),
-        "--exec-root", str(exec_root),
-        "-H", f"unix://{socket}",
-        "--pidfile", str(root / "dockerd.pid"),
-        *NO_HOST_NETWORK_FLAGS,
-    ]  # fmt: skip
+    command = dockerd_argv(dockerd, root / "data", socket, exec_root, root / "dockerd.pid")
     with (root / "dockerd.log").open("ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     daemon = PrivateDaemon(root, exec_root, process.pid, started_here=True, process=process)

@@ -34,6 +34,7 @@ from functools import partial
 from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
+from atomdyn_core.dockerd import find_dockerd
 from atomdyn_launchers.config import (
     DIRECT,
     ClusterConfig,
@@ -270,7 +271,7 @@ class LocalCluster:
         if os.geteuid() != 0:
             raise LocalClusterError("the local cluster needs root (network namespaces, mounts, slurmd)")
         missing = missing_tools()
-        if self.docker and dockerd.dockerd_binary() is None:
+        if self.docker and find_dockerd() is None:
             missing.append("dockerd")
         if missing:
             raise LocalClusterError(
@@ -357,7 +358,7 @@ class LocalCluster:
         ]
         watch = [munged, etcd, ctld, *slurmds]
         if self.docker:
-            binary = dockerd.dockerd_binary() or "dockerd"
+            binary = find_dockerd() or "dockerd"
             for node in layout.nodes:
                 run_dir = dockerd.exec_root(layout.tag, node)
                 run_dir.mkdir(parents=True, exist_ok=True)

@@ -9,21 +9,10 @@ template names each node's socket).
 
 from __future__ import annotations
 
-import shutil
 import socket
 from pathlib import Path
 
-NO_NETWORK_CHANGES = (
-    "--iptables=false",
-    "--ip6tables=false",
-    "--ip-forward=false",
-    "--ip-masq=false",
-    "--bridge=none",
-)
-
-
-def dockerd_binary() -> str | None:
-    return shutil.which("dockerd") or ("/usr/sbin/dockerd" if Path("/usr/sbin/dockerd").exists() else None)
+from atomdyn_core.dockerd import dockerd_argv
 
 
 def exec_root(tag: str, node: str) -> Path:
@@ -32,15 +21,7 @@ def exec_root(tag: str, node: str) -> Path:
 
 
 def argv(binary: str, data_root: Path, socket_path: Path, run_dir: Path) -> list[str]:
-    return [
-        binary,
-        f"--data-root={data_root}",
-        f"--exec-root={run_dir}",
-        f"--pidfile={run_dir / 'dockerd.pid'}",
-        f"--host=unix://{socket_path}",
-        "--log-level=warn",
-        *NO_NETWORK_CHANGES,
-    ]
+    return dockerd_argv(binary, data_root, socket_path, run_dir, run_dir / "dockerd.pid")
 
 
 def ping(socket_path: Path, timeout: float = 1.0) -> bool:
