@@ -27,7 +27,7 @@ from atomdyn_launchers.nodes import images, jobs
 from atomdyn_launchers.nodes.check import FAIL, NOT_NEEDED, PASS, UNKNOWN, check_nodes
 from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, OwnedEtcdError
 from atomdyn_launchers.nodes.invoke_tasks import wipe
-from atomdyn_launchers.nodes.prepare import PrepareError, PrepareSpec, archive_dir, prepare
+from atomdyn_launchers.nodes.prepare import PrepareError, PrepareSpec, archive_dir, prepare, shim_current
 from atomdyn_launchers.nodes.rehearsal import IMAGE_TAG, rehearsal_spec
 from atomdyn_launchers.readiness import EtcdClient, ReadinessError
 from atomdyn_launchers.slurm import Slurm
@@ -124,6 +124,19 @@ def test_prepare_both_strategies_from_empty_caches_and_second_prepare_is_a_no_op
         assert "dmabuf-shim env --check ok" in result["actions"]
         assert any("dmabuf-shim: check ok" in line for line in result["shim"]["check"])
         assert all(_daemon(config, node).image_ids(spec.images).values())
+    # The workers' path to the prepared helper: `current` names the install, and it answers `env`.
+    current = shim_current(config)
+    assert current.resolve() == Path(built.nodes["node1"]["shim"]["target"]).resolve()
+    shim_env = subprocess.run(
+        [sys.executable, "-m", "dmabuf_shim", "env"],
+        env={**os.environ, "PYTHONPATH": str(current)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    line = next(x for x in shim_env.stdout.splitlines() if "LD_PRELOAD=" in x)
+    library = Path(line.split("LD_PRELOAD=", 1)[1].strip().strip('"'))
+    assert library.is_file() and library.resolve().is_relative_to(current.resolve())
     # Built on each node: two separate caches, two separate builds of the small image.
     assert built.nodes["node1"]["images"][IMAGE_TAG] != built.nodes["node2"]["images"][IMAGE_TAG]
     again = prepare(config, spec, strategy="build", nodes=NODES)

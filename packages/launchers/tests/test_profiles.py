@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,18 @@ def test_atom_worker_command_line_and_environment() -> None:
     prelude = "\n".join(plan.prelude)
     assert "dmabuf-shim env" in prelude.replace("' '", " ").replace("'", "")
     assert "dynamo.vllm --help" in prelude.replace("' '", " ").replace("'", "")
+
+
+def test_atom_worker_in_a_venv_prefers_the_helper_nodes_prepare_installed() -> None:
+    ctx = replace(_ctx("prefill", VENV, index=1), prepared_shim="/shared/dmabuf-shim/current")
+    prelude = "\n".join(plan_role("atom", ctx).prelude)
+    assert "if [ -d /shared/dmabuf-shim/current ]; then" in prelude
+    assert (
+        "SHIM_TOOL=(env PYTHONPATH=/shared/dmabuf-shim/current /opt/venv/bin/python -m dmabuf_shim env)"
+        in prelude
+    )
+    # Without a prepared install the venv's own dmabuf-shim answers.
+    assert "SHIM_TOOL=(/opt/venv/bin/dmabuf-shim env)" in prelude
 
 
 def test_side_channel_ports_are_unique_per_worker() -> None:

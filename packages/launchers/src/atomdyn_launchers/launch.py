@@ -33,6 +33,7 @@ from atomdyn_launchers.config import ClusterConfig, PreflightError, resolve_clus
 from atomdyn_launchers.nodes.check import CheckReport, check_nodes
 from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, OwnedEtcdError, owned_etcd_node
 from atomdyn_launchers.nodes.jobs import NodeJobError, docker_host
+from atomdyn_launchers.nodes.prepare import shim_current
 from atomdyn_launchers.profiles.engines import (
     DockerRuntime,
     Ports,
@@ -361,6 +362,7 @@ class Launch:
             ports=Ports.for_role(spec.index),
             runtime=runtime,
             speedup_ratio=self.options.speedup_ratio,
+            prepared_shim=str(shim_current(self.config)),
         )
 
     def _register_command(self, spec: RoleSpec, plan: RolePlan, ports: Ports) -> list[Arg]:

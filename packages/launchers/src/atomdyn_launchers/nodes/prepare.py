@@ -98,6 +98,14 @@ def archive_dir(config: ClusterConfig) -> Path:
     return config.shared_dir / "images"
 
 
+SHIM_CURRENT = "current"
+
+
+def shim_current(config: ClusterConfig) -> Path:
+    """Where the workers find the helper nodes.prepare installed (absent until a prepare installed one)."""
+    return config.shared_dir / "dmabuf-shim" / SHIM_CURRENT
+
+
 def shim_target(config: ClusterConfig, sha256: str) -> Path:
     return config.shared_dir / "dmabuf-shim" / sha256[:16]
 
@@ -275,6 +283,7 @@ def _shim(shim: dict[str, str], node: str, actions: list[str]) -> dict[str, Any]
                 if staging.exists():
                     subprocess.run(["rm", "-rf", str(staging)], check=False)
             actions.append(f"installed dmabuf-shim into {target}")
+        _point_current(target)
     env = {**os.environ, "PYTHONPATH": str(target)}
     check = subprocess.run(
         [sys.executable, "-m", "dmabuf_shim", "env", "--check"],
@@ -288,6 +297,17 @@ def _shim(shim: dict[str, str], node: str, actions: list[str]) -> dict[str, Any]
         raise images.ImageError(f"dmabuf-shim env --check failed on {node}: {output[-600:]}")
     actions.append("dmabuf-shim env --check ok")
     return {"target": str(target), "check": output.splitlines()}
+
+
+def _point_current(target: Path) -> None:
+    """``<shim dir>/current`` names the prepared install the workers load (a relative link, swapped atomically)."""
+    current = target.parent / SHIM_CURRENT
+    if current.is_symlink() and os.readlink(current) == target.name:
+        return
+    staging = target.parent / f".current-{os.getpid()}"
+    staging.unlink(missing_ok=True)
+    staging.symlink_to(target.name)
+    staging.replace(current)
 
 
 def prepare_node(

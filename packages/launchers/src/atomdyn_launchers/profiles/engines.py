@@ -155,6 +155,8 @@ class RoleContext:
     speedup_ratio: float = 10.0
     router_mode: str = "kv"
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # The helper `nodes.prepare` installed on the shared filesystem; the venv runtime prefers it when present.
+    prepared_shim: str = ""
 
 
 @dataclass(frozen=True)
@@ -263,8 +265,19 @@ def _mgmt_prelude(ctx: RoleContext) -> list[str]:
 def _shim_prelude(ctx: RoleContext) -> list[str]:
     """The dma-buf registration helper's LD_PRELOAD path, as `dmabuf-shim env` reports it in the runtime."""
     tool = " ".join(shlex.quote(a) for a in ctx.runtime.tool(["dmabuf-shim", "env"]))
+    lines = [f"SHIM_TOOL=({tool})"]
+    if isinstance(ctx.runtime, VenvRuntime) and ctx.prepared_shim:
+        prepared = shlex.quote(ctx.prepared_shim)
+        python = shlex.quote(ctx.runtime.python)
+        lines += [
+            f"if [ -d {prepared} ]; then",
+            f"  SHIM_TOOL=(env PYTHONPATH={prepared} {python} -m dmabuf_shim env)",
+            f"  log 'dma-buf helper from the prepared install {ctx.prepared_shim}'",
+            "fi",
+        ]
     return [
-        f"if ! SHIM_LINE=$({tool} | grep -m1 'LD_PRELOAD='); then",
+        *lines,
+        """if ! SHIM_LINE=$("${SHIM_TOOL[@]}" | grep -m1 'LD_PRELOAD='); then""",
         "  log 'dmabuf-shim env printed no LD_PRELOAD line: is dmabuf-shim installed?'",
         "  exit 2",
         "fi",
