@@ -10,6 +10,7 @@ import hashlib
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -60,8 +61,8 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Every package's tests, then the repository-level tests; one failing suite does not hide the others."""
     extra = list(session.posargs)
-    reports = Path(session.create_tmp()).resolve() / "junit"
-    shutil.rmtree(reports, ignore_errors=True)
+    # Not session.create_tmp(): it points TMPDIR into .nox, and the suites' socket paths must stay short.
+    reports = Path(tempfile.mkdtemp(prefix="atomdyn-junit-"))
     suites = [(p.name, p) for p in PACKAGES if (p / "tests").is_dir()] + [("repository", ROOT)]
     failed = []
     for name, directory in suites:
@@ -73,6 +74,7 @@ def tests(session: nox.Session) -> None:
             except CommandFailed:
                 failed.append(name)
     print(junit_totals(reports), flush=True)  # one closing line for all suites
+    shutil.rmtree(reports, ignore_errors=True)
     if failed:
         session.error(f"test suites failed: {', '.join(failed)}")
 
