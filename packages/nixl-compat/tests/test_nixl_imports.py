@@ -6,7 +6,7 @@ from pathlib import Path
 from textwrap import dedent
 
 import pytest
-from nixl_helpers import env_for, make_fake_torch, make_nixl_rocm, run_ok
+from nixl_helpers import env_for, make_fake_torch, make_nixl_rocm, run_ok, run_py
 
 # (vLLM releases, the statements they run); each must leave upstream's own objects behind.
 FORMS = {
@@ -120,3 +120,14 @@ def test_rocm_host_shim_avoids_meta_package_trap(tmp_path: Path) -> None:
     )
     assert "meta nixl_cu13._api" in out
     assert "shim nixl_rocm._api" in out
+
+
+def test_rixl_import_names_its_backend_once_for_the_evidence(tmp_path: Path) -> None:
+    """The run evidence's nixl_rocm_init gate counts this line; NIXL_COMPAT_QUIET=1 silences it."""
+    root = make_nixl_rocm(make_fake_torch(tmp_path, hip="6.4.43482", cuda=None))
+    loud = run_py("import rixl, rixl._api", env_for(root))
+    assert loud.returncode == 0, loud.stderr
+    lines = [line for line in loud.stderr.splitlines() if line.startswith("nixl-compat: rixl using")]
+    assert lines == [f"nixl-compat: rixl using nixl_rocm 1.5.1 ({root / 'nixl_rocm'})"]
+    quiet = run_py("import rixl", env_for(root, NIXL_COMPAT_QUIET="1"))
+    assert quiet.returncode == 0 and "nixl-compat:" not in quiet.stderr

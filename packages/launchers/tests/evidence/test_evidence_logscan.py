@@ -131,3 +131,10 @@ def test_dmabuf_shim_documented_lines(tmp_path: Path) -> None:
     scan = logscan.scan_file(_write(tmp_path / "decode.decode.log", lines))
     assert scan.count("dmabuf_init") == 1 and scan.count("dmabuf_ok") == 1 and scan.count("dmabuf_fail") == 2
     assert scan.dmabuf_errnos == {"EINVAL": 2}
+
+
+def test_nixl_compat_backend_line_counts_as_nixl_rocm_initialization(tmp_path: Path) -> None:
+    """The contract with nixl-compat: `import rixl` prints which backend it resolved (rixl/__init__.py)."""
+    lines = ["nixl-compat: rixl using nixl_rocm 1.5.1 (/opt/venv/lib/python3.12/site-packages/nixl_rocm)"]
+    scan = logscan.scan_file(_write(tmp_path / "prefill.prefill.log", lines))
+    assert scan.nixl_rocm_init == 1

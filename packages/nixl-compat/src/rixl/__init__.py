@@ -8,6 +8,7 @@ The backend is picked by `nixl_compat.resolve` (host first; `NIXL_COMPAT_BACKEND
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -17,6 +18,14 @@ SUBMODULES = ("_bindings", "_utils", "logging", "_api")
 
 resolution: Resolution = resolve_backend()
 backend_name: str = resolution.module_name
+
+# One line per process that imports rixl: the run's evidence counts it as the backend's initialization
+# (vLLM only imports rixl when it sets up NIXL). NIXL_COMPAT_QUIET=1 silences it.
+if os.environ.get("NIXL_COMPAT_QUIET") != "1":
+    _version = resolution.version or "(version unknown)"
+    print(
+        f"nixl-compat: rixl using {backend_name} {_version} ({resolution.path})", file=sys.stderr, flush=True
+    )
 
 _this = sys.modules[__name__]
 for _sub in SUBMODULES:
