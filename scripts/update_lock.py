@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_text
-from atomdyn_core.fetch import Artifact, FetchError, obtain, sha256_file, wheel_artifact
+from atomdyn_core.fetch import Artifact, FetchError, obtain, sha256_file, source_artifact, wheel_artifact
 from atomdyn_core.lock import find_lock_path, load_lock, parse_lock
 
 
@@ -33,9 +33,9 @@ def main() -> int:
     ]
     for source in lock.sources.values():
         if source.archive is not None:
-            artifact = Artifact(f"source {source.name} archive", f"{source.name}-{source.commit}.tar.gz",
-                                source.archive.sha256, source.archive.size, url=source.archive.url)  # fmt: skip
-            targets.append((f"source:{source.name}", artifact, raw["sources"][source.name]["archive"]))
+            targets.append(
+                (f"source:{source.name}", source_artifact(source), raw["sources"][source.name]["archive"])
+            )
     changed = 0
     for name, artifact, entry in targets:
         if args.only and name not in args.only:

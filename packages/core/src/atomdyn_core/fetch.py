@@ -9,7 +9,6 @@ local mirror directory (a path or ``file://``), or, for ``source: pypi`` entries
 from __future__ import annotations
 
 import hashlib
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from atomdyn_core.atomic import atomic_write_json
-from atomdyn_core.lock import Wheel, require_recorded
+from atomdyn_core.lock import Source, Wheel, require_recorded
 
 CHUNK = 1 << 20
 URL_ATTEMPTS = 3
@@ -77,6 +76,19 @@ def wheel_artifact(wheel: Wheel) -> Artifact:
         size=wheel.size,
         url=wheel.url if wheel.source == "url" else "",
         pip_requirement=wheel.requirement if wheel.source == "pypi" else "",
+    )
+
+
+def source_artifact(source: Source) -> Artifact:
+    """A source's archive as the lock pins it (by commit); the source must have an archive entry."""
+    if source.archive is None:
+        raise FetchError(f"source {source.name} has no archive in the lock ($.sources.{source.name}.archive)")
+    return Artifact(
+        what=f"source {source.name} archive",
+        filename=source.archive_filename,
+        sha256=source.archive.sha256,
+        size=source.archive.size,
+        url=source.archive.url,
     )
 
 
@@ -247,13 +259,3 @@ def print_progress(label: str, done: int, total: int | None) -> None:
     if total and done >= total:
         sys.stderr.write("\n")
     sys.stderr.flush()
-
-
-def copy_verified(result: FetchResult, target_dir: Path) -> Path:
-    """Place a verified file into another directory (e.g. a build context) atomically."""
-    target_dir.mkdir(parents=True, exist_ok=True)
-    target = target_dir / result.path.name
-    tmp = target.with_name(f".{target.name}.tmp")
-    shutil.copyfile(result.path, tmp)
-    tmp.replace(target)
-    return target

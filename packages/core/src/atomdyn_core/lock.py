@@ -77,6 +77,11 @@ class Source:
     archive: Archive | None = None
     note: str = ""
 
+    @property
+    def archive_filename(self) -> str:
+        """The archive's file name in a cache or a source mirror: ``<name>-<commit>.tar.gz``."""
+        return f"{self.name}-{self.commit}.tar.gz"
+
 
 @dataclass(frozen=True)
 class Wheel:
