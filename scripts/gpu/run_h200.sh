@@ -2,7 +2,7 @@
 # Issue 9 batch on an NVIDIA GPU machine: NIXL doctor and the VRAM KV-transfer bench, everything under $OUT.
 # Usage (repository root, wheels of nixl-cu13 and nixl for cp312 in $WHEELS, default .whl-nixl):
 #   atomdyn-lock fetch --role gpu-evidence --cache .whl-nixl      # here, where pip works
-#   OUT=/some/dir scripts/gpu/run_h200.sh [full|lean|quick]        # there, carrying .whl-nixl
+#   OUT=/some/dir scripts/gpu/run_h200.sh [full|lean|sgl|sgl-threads|quick] # there, carrying .whl-nixl
 # Nothing is fetched there: each wheel is checked against release-lock.json, then installed --no-deps.
 set -euo pipefail
 
@@ -59,11 +59,23 @@ else
   if [ "$MODE" = lean ]; then  # the two configurations that matter, GPU0 -> GPU1 only
     CONFIGS=(--ucx default --ucx noprog:progress_thread=off)
     LOCAL=no
+  elif [ "$MODE" = sgl ]; then  # one batched copy per transfer (NIXL's SGL put) against worker threads
+    COMMON=(--device cuda --blocks "1,4,16,64" --num-blocks 64 --sizes-mib "1,256,1024" --lanes "1,4" --iters 200)
+    CONFIGS=(--ucx noprog:progress_thread=off --ucx "sgl:progress_thread=off,NIXL_UCX_SGL_ENABLE=1"
+      --ucx sgl-prog:NIXL_UCX_SGL_ENABLE=1 --ucx "thr4:progress_thread=off,threads=4,split=18")
+    LOCAL_CONFIGS=(--ucx noprog:progress_thread=off --ucx "sgl:progress_thread=off,NIXL_UCX_SGL_ENABLE=1")
+  elif [ "$MODE" = sgl-threads ]; then  # one KV block's batched copy split over 2, 4 or 8 worker threads
+    COMMON=(--device cuda --blocks "1,4" --num-blocks 64 --sizes-mib 1 --lanes 1 --iters 300)
+    CONFIGS=()
+    for t in 1 2 4 8; do
+      CONFIGS+=(--ucx "sgl-t$t:progress_thread=off,NIXL_UCX_SGL_ENABLE=1,threads=$t,split=$((72 / t))")
+    done
+    LOCAL=no
   fi
 fi
 
 echo "== bench GPU0 -> GPU$DST" >>"$LOG"
-timeout 300 python3 -m nixl_compat.cli bench "${COMMON[@]}" "${CONFIGS[@]}" --src-gpu 0 --dst-gpu "$DST" \
+timeout 360 python3 -m nixl_compat.cli bench "${COMMON[@]}" "${CONFIGS[@]}" --src-gpu 0 --dst-gpu "$DST" \
   --json "$OUT/h200-bench-gpu0-gpu$DST.json" --plot "$OUT/h200-bench-gpu0-gpu$DST.png" >>"$LOG" 2>&1 ||
   echo "bench GPU0 -> GPU$DST: rc=$?" >>"$LOG"
 if [ "$DST" = 1 ] && [ "$LOCAL" = yes ]; then

@@ -176,6 +176,7 @@ BENIGN = [
     "python -m dynamo.vllm --disaggregation-mode prefill --tensor-parallel-size 1 --max-num-seqs 32",
     "Endpoint service completed unexpectedly for endpoint: dyn://atomdyn-20261130t005209z.backend.generate",
     "run as root with USER=root; mkdir -p /tmp/atomdyn-x; at 00:33:04 took 12:34.5 minutes; a[::2] std::string",
+    "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node",
 ]
 
 
@@ -271,3 +272,12 @@ def test_sanitize_file_streams_and_survives_binary_garbage(tmp_path: Path) -> No
     assert text.startswith("boot on node=host-1 as user-1\n")
     assert text.count("host-1 done, home /home/user-1\n") == 3000
     assert "\ufffd" in text  # undecodable bytes are shown as such, not dropped silently
+
+
+def test_spaced_key_before_prose_is_kept_but_spaced_keys_still_hide_hosts() -> None:
+    text = "host = gpu-node-07 port = 22\nnode: mi355x-a17 is down\nhost = mi355x-b3 is up\nNODE = Connection traversing PCIe"
+    out = sanitize(text)
+    assert (
+        "gpu-node-07" not in out and "mi355x-a17" not in out and "mi355x-b3" not in out and "port = 22" in out
+    )
+    assert out.endswith("NODE = Connection traversing PCIe")

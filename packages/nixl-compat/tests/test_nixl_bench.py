@@ -19,7 +19,9 @@ def test_bench_quick_moves_verified_blocks_and_writes_json_and_plot(tmp_path: Pa
             "--ucx",
             "default",
             "--ucx",
-            "noprog:progress_thread=off",
+            "tuned",
+            "--ucx",
+            "split:progress_thread=off,threads=2,split=2",
             "--json",
             str(out_json),
             "--plot",
@@ -33,7 +35,9 @@ def test_bench_quick_moves_verified_blocks_and_writes_json_and_plot(tmp_path: Pa
     assert doc["platform"].startswith("rehearsal (CPU")
     assert doc["backend"]["module"] == "nixl_cu13"
     assert "fingerprint" in doc and "lock_digest" in doc
-    assert [c["name"] for c in doc["configs"]] == ["default", "noprog"]
+    assert [c["name"] for c in doc["configs"]] == ["default", "tuned", "split"]
+    tuned = doc["configs"][1]
+    assert tuned["env"] == {"UCX_CMA_SEG_SIZE": "4m"}, "a bare 'tuned' is the CPU's tuned settings"
     series = [s for c in doc["configs"] for s in c["series"]]
     assert not [s for s in series if "error" in s], [s["error"] for s in series if "error" in s]
     assert all(s["verified"] for s in series)
@@ -49,6 +53,7 @@ def test_bench_quick_moves_verified_blocks_and_writes_json_and_plot(tmp_path: Pa
     assert {g["layout"] for g in doc["goals"]} >= {"layer-major", "block-contiguous"}
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "goal [default, block-contiguous]" in proc.stdout
+    assert "goal [tuned, layer-major]" in proc.stdout
 
 
 def test_bench_rejects_bad_arguments_clearly() -> None:
@@ -65,7 +70,8 @@ def test_json_still_written_when_matplotlib_is_missing(tmp_path: Path) -> None:
     out_json, out_png = tmp_path / "b.json", tmp_path / "b.png"
     proc = run_cli(["bench", "--quick", "--json", str(out_json), "--plot", str(out_png)], env_for(blocker))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(out_json.read_text())["complete"]
+    doc = json.loads(out_json.read_text())
+    assert doc["complete"] and [c["name"] for c in doc["configs"]] == ["default", "tuned"]
     assert not out_png.exists()
     assert "no plot: matplotlib is not installed" in proc.stderr
 

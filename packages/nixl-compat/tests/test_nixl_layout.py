@@ -7,7 +7,7 @@ import pytest
 
 from nixl_compat.bench import layout as L
 from nixl_compat.bench.memory import HostBuffer
-from nixl_compat.bench.spec import BenchSpec, UcxConfig
+from nixl_compat.bench.spec import BenchSpec, UcxConfig, default_configs, expand_presets
 from nixl_compat.bench.stats import summarize
 
 
@@ -93,8 +93,19 @@ def test_spec_and_ucx_config_validation() -> None:
         "x", (("UCX_TLS", "cma"),), False
     )
     assert UcxConfig.parse("t:threads=2").threads == 2
+    split = UcxConfig.parse("s:threads=4,split=18,NIXL_UCX_SGL_ENABLE=1")
+    assert split.backend_params() == {"num_threads": "4", "split_batch_size": "18"}
+    assert split.env == (("NIXL_UCX_SGL_ENABLE", "1"),)
+    assert UcxConfig("plain").backend_params() == {}
+    with pytest.raises(ValueError, match="split=N needs threads=N"):
+        UcxConfig.parse("s:split=4")
     with pytest.raises(ValueError, match="is not UCX_VAR=VALUE"):
         UcxConfig.parse("x:TLS=cma")
+    gpu = expand_presets((UcxConfig("default"), UcxConfig("tuned")), "cuda")
+    assert gpu[0] == UcxConfig("default")
+    assert gpu[1].env == (("NIXL_UCX_SGL_ENABLE", "1"),) and not gpu[1].progress_thread
+    assert expand_presets((UcxConfig("tuned", (("UCX_TLS", "tcp"),)),), "cpu")[0].env == (("UCX_TLS", "tcp"),)
+    assert [c.name for c in default_configs("cpu")] == ["default", "tuned"]
     with pytest.raises(ValueError, match="empty name"):
         UcxConfig.parse(":UCX_TLS=cma")
     with pytest.raises(ValueError, match="block counts"):

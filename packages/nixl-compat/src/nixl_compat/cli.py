@@ -9,7 +9,7 @@ from pathlib import Path
 
 from nixl_compat._torch import import_torch
 from nixl_compat.bench.layout import KVShape
-from nixl_compat.bench.spec import BenchSpec, MiB, UcxConfig, quick_spec
+from nixl_compat.bench.spec import BenchSpec, MiB, UcxConfig, default_configs, expand_presets, quick_spec
 from nixl_compat.evidence import sanitized_json
 
 
@@ -56,7 +56,13 @@ def _bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--sizes-mib", type=_sizes, default=(1 * MiB, 16 * MiB, 256 * MiB))
     p.add_argument("--lanes", type=_ints, default=(1, 4), help="descriptors a contiguous range is split into")
     p.add_argument("--iters", type=int, default=200)
-    p.add_argument("--ucx", type=_ucx, action="append", help="NAME[:UCX_VAR=VALUE,...]; repeat to compare")
+    p.add_argument(
+        "--ucx",
+        type=_ucx,
+        action="append",
+        help="NAME[:VAR=VALUE,...] with UCX_*/NIXL_* variables, progress_thread=on|off, threads=N, split=N; "
+        "a bare 'tuned' is the device's tuned settings; repeat to compare (default: default and tuned)",
+    )
     p.add_argument("--platform", help="label for the evidence (default derived from the device)")
     p.add_argument("--json", type=Path, help="write the result document here")
     p.add_argument("--plot", type=Path, help="write a PNG plot here (needs matplotlib)")
@@ -86,10 +92,10 @@ def _bench(args: argparse.Namespace) -> int:
             sizes=args.sizes_mib,
             lanes=args.lanes,
             iters=args.iters,
-            ucx=tuple(args.ucx) if args.ucx else (UcxConfig("default"),),
+            ucx=default_configs(args.device),
         )
-    if args.quick and args.ucx:
-        spec = BenchSpec(**{**spec.__dict__, "ucx": tuple(args.ucx)})
+    if args.ucx:
+        spec = BenchSpec(**{**spec.__dict__, "ucx": expand_presets(tuple(args.ucx), args.device)})
     json_path: Path | None = args.json
     doc = run_bench(spec, args.platform, (lambda d: write_json(d, json_path)) if json_path else None)
     print(format_table(doc))

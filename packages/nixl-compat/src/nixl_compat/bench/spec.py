@@ -17,27 +17,68 @@ class UcxConfig:
     env: tuple[tuple[str, str], ...] = ()
     progress_thread: bool = True  # NIXL's own progress thread; it spins, which costs a core
     threads: int = 0  # NIXL UCX backend worker threads (0: one worker, NIXL's default)
+    # With threads, a transfer of at least this many descriptors is split across the threads
+    # (NIXL's `split_batch_size`, default 1024: a KV block of 72 descriptors is never split).
+    split: int = 0
 
     @classmethod
     def parse(cls, text: str) -> UcxConfig:
-        """`NAME` or `NAME:VAR=VALUE,...` with UCX_* variables and `progress_thread=on|off`."""
+        """`NAME` or `NAME:VAR=VALUE,...`: UCX_*/NIXL_* variables, `progress_thread=on|off`,
+        `threads=N` and `split=N`."""
         name, _, rest = text.partition(":")
         if not name:
             raise ValueError(f"UCX config {text!r}: empty name (expected NAME or NAME:VAR=VALUE,...)")
-        pairs, progress, threads = [], True, 0
+        pairs, progress, counts = [], True, {"threads": 0, "split": 0}
         for item in filter(None, rest.split(",")):
             var, eq, value = item.partition("=")
             if eq and var == "progress_thread" and value in ("on", "off"):
                 progress = value == "on"
-            elif eq and var == "threads" and value.isdigit():
-                threads = int(value)
-            elif eq and var.startswith("UCX_"):
+            elif eq and var in counts and value.isdigit():
+                counts[var] = int(value)
+            elif eq and var.startswith(("UCX_", "NIXL_")):
                 pairs.append((var, value))
             else:
                 raise ValueError(
-                    f"UCX config {text!r}: {item!r} is not UCX_VAR=VALUE, progress_thread=on|off or threads=N"
+                    f"UCX config {text!r}: {item!r} is not UCX_VAR=VALUE, NIXL_VAR=VALUE, "
+                    "progress_thread=on|off, threads=N or split=N"
                 )
-        return cls(name, tuple(pairs), progress, threads)
+        if counts["split"] and not counts["threads"]:
+            raise ValueError(f"UCX config {text!r}: split=N needs threads=N (it splits across threads)")
+        return cls(name, tuple(pairs), progress, counts["threads"], counts["split"])
+
+    def backend_params(self) -> dict[str, str]:
+        """The UCX backend's init parameters (NIXL reads them when the backend is created)."""
+        params = {"num_threads": str(self.threads)} if self.threads else {}
+        if self.split:
+            params["split_batch_size"] = str(self.split)
+        return params
+
+
+# The settings that moved the figures (docs/nixl-path.md), as the bench's `tuned` configuration:
+# - NIXL's progress thread off: it spins on the initiator's core and halved H200 throughput;
+# - CPU: UCX's cma copies a put in 512 KiB segments, one per progress call; 4 MiB moves a KV block in one;
+# - CUDA: NIXL's SGL WRITE posts a transfer's descriptors as one cuMemcpyBatchAsync instead of one
+#   copy and one event per descriptor (NIXL 1.5.1 applies it to WRITE only).
+TUNED_SETTINGS = {
+    "cpu": "progress_thread=off,UCX_CMA_SEG_SIZE=4m",
+    "cuda": "progress_thread=off,NIXL_UCX_SGL_ENABLE=1",
+}
+
+
+def tuned(device: str) -> UcxConfig:
+    if device not in TUNED_SETTINGS:
+        raise ValueError(f"no tuned UCX settings for device {device!r} (known: {sorted(TUNED_SETTINGS)})")
+    return UcxConfig.parse(f"tuned:{TUNED_SETTINGS[device]}")
+
+
+def expand_presets(configs: tuple[UcxConfig, ...], device: str) -> tuple[UcxConfig, ...]:
+    """A bare `tuned` (no settings of its own) becomes the device's tuned settings."""
+    return tuple(tuned(device) if c == UcxConfig("tuned") else c for c in configs)
+
+
+def default_configs(device: str) -> tuple[UcxConfig, ...]:
+    """NIXL as vLLM configures it, against the tuned settings: both in one run."""
+    return (UcxConfig("default"), tuned(device))
 
 
 @dataclass(frozen=True)
@@ -87,4 +128,5 @@ def quick_spec(device: str = "cpu") -> BenchSpec:
         iters=5,
         warmup=1,
         timeout_s=120.0,
+        ucx=default_configs(device),
     )

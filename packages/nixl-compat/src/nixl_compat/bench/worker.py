@@ -59,10 +59,10 @@ def _start_agent(role: str, ucx: UcxConfig) -> Any:
     api: Any = importlib.import_module("rixl._api")  # the shim: vLLM's own import path
     nixl_agent, nixl_agent_config = api.nixl_agent, api.nixl_agent_config
 
-    config = nixl_agent_config(
-        enable_prog_thread=ucx.progress_thread, num_threads=ucx.threads, backends=["UCX"]
-    )
-    return nixl_agent(f"{role}-{os.getpid()}", config)
+    config = nixl_agent_config(enable_prog_thread=ucx.progress_thread, backends=[])
+    agent = nixl_agent(f"{role}-{os.getpid()}", config)
+    agent.create_backend("UCX", ucx.backend_params())  # the config's num_threads cannot pass split_batch_size
+    return agent
 
 
 def target_main(conn: Connection, spec: BenchSpec, ucx: UcxConfig) -> None:
