@@ -2,8 +2,10 @@
 # Issue 9 batch on an NVIDIA GPU machine: NIXL doctor and the VRAM KV-transfer bench, everything under $OUT.
 # Usage (repository root, wheels of nixl-cu13 and nixl for cp312 in $WHEELS, default .whl-nixl):
 #   atomdyn-lock fetch --role gpu-evidence --cache .whl-nixl      # here, where pip works
-#   OUT=/some/dir scripts/gpu/run_h200.sh [full|lean|sgl|sgl-threads|quick] # there, carrying .whl-nixl
+#   OUT=/some/dir scripts/gpu/run_h200.sh [full|lean|sgl|sgl-threads|device|quick] # there, carrying .whl-nixl
 # Nothing is fetched there: each wheel is checked against release-lock.json, then installed --no-deps.
+# Mode `device` also builds the GPU-initiated path with the machine's nvcc; stage its headers here first
+# (scripts/gpu/stage_device_headers.sh, into .devapi) and carry .devapi as well.
 set -euo pipefail
 
 : "${OUT:?set OUT to the directory that receives the evidence}"
@@ -64,6 +66,14 @@ else
     CONFIGS=(--ucx noprog:progress_thread=off --ucx "sgl:progress_thread=off,NIXL_UCX_SGL_ENABLE=1"
       --ucx sgl-prog:NIXL_UCX_SGL_ENABLE=1 --ucx "thr4:progress_thread=off,threads=4,split=18")
     LOCAL_CONFIGS=(--ucx noprog:progress_thread=off --ucx "sgl:progress_thread=off,NIXL_UCX_SGL_ENABLE=1")
+  elif [ "$MODE" = device ]; then  # adds the GPU-initiated path (NIXL's device API, our kernel)
+    echo "== build the device-put kernel" >>"$LOG"
+    lib=$(UCX_SRC=${UCX_SRC:-.devapi/ucx} NIXL_SRC=${NIXL_SRC:-.devapi/nixl} OUT_DIR="$SITE/device-put" \
+      bash scripts/gpu/build_device_put.sh 2>>"$LOG")
+    export NIXL_COMPAT_DEVICE_PUT_LIB="$lib"
+    COMMON=(--device cuda --blocks "1,4,16" --num-blocks 64 --sizes-mib 1 --lanes 1 --iters 300)
+    CONFIGS=(--ucx noprog:progress_thread=off --ucx "sgl:progress_thread=off,NIXL_UCX_SGL_ENABLE=1")
+    LOCAL_CONFIGS=(--ucx noprog:progress_thread=off)
   elif [ "$MODE" = sgl-threads ]; then  # one KV block's batched copy split over 2, 4 or 8 worker threads
     COMMON=(--device cuda --blocks "1,4" --num-blocks 64 --sizes-mib 1 --lanes 1 --iters 300)
     CONFIGS=()

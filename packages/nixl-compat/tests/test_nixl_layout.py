@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,32 @@ def test_spec_and_ucx_config_validation() -> None:
     assert stats["p50_us"] == 2.0 and stats["cold_us"] == 2000.0 and stats["gbps_p50"] == 1.5
     with pytest.raises(ValueError, match="warm"):
         summarize([1.0], [], 1)
+
+
+def test_device_put_plan_cuts_descriptors_into_warp_slices() -> None:
+    from nixl_compat.bench.device_put import SLICE_BYTES, slice_plan
+
+    plan = slice_plan(np.array([SLICE_BYTES, 2 * SLICE_BYTES + 5, 7], dtype=np.int64))
+    assert plan.tolist() == [
+        [0, 0, SLICE_BYTES],
+        [1, 0, SLICE_BYTES],
+        [1, SLICE_BYTES, SLICE_BYTES],
+        [1, 2 * SLICE_BYTES, 5],
+        [2, 0, 7],
+    ]
+    block = slice_plan(np.full(72, 32 * 1024, dtype=np.int64))
+    assert len(block) == 72 and block[:, 2].sum() == 72 * 32 * 1024, "a KV block: one warp per chunk"
+    with pytest.raises(ValueError, match="slice size"):
+        slice_plan(np.array([1]), 0)
+
+
+def test_device_put_library_is_optional_but_a_wrong_path_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from nixl_compat.bench.device_put import LIB_ENV, device_put_lib
+
+    monkeypatch.delenv(LIB_ENV, raising=False)
+    assert device_put_lib() is None
+    monkeypatch.setenv(LIB_ENV, str(tmp_path / "missing.so"))
+    with pytest.raises(FileNotFoundError, match=r"build it with scripts/gpu/build_device_put\.sh"):
+        device_put_lib()

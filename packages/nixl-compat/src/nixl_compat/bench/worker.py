@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from nixl_compat.bench import layout as L
+from nixl_compat.bench.device_put import device_put_lib, device_put_times
 from nixl_compat.bench.memory import Buffer, init_device, make_buffer, raw_copy_times
 from nixl_compat.bench.spec import BenchSpec, UcxConfig
 from nixl_compat.bench.stats import summarize
@@ -112,6 +113,7 @@ class Initiator:
         self.peer: str = self.agent.add_remote_agent(hello["metadata"])
         self.remote: dict[str, tuple[int, int, int]] = hello["buffers"]
         self.prepared: dict[str, tuple[Any, Any, float]] = {}
+        self.device_lib = device_put_lib() if spec.device == "cuda" else None
 
     # descriptor plumbing ------------------------------------------------------------------------------
     def _rows(self, name: str, descs: L.Descs, remote: bool) -> Any:
@@ -167,6 +169,15 @@ class Initiator:
         self.agent.release_dlist_handle(remote)
         return times
 
+    def device(self, name: str, src: L.Descs, dst: L.Descs, n: int) -> list[float]:
+        """GPU-initiated: one kernel, a warp's nixlPut per descriptor (NIXL's device API)."""
+        assert self.device_lib is not None
+        remote = [(int(a), int(b), int(c), self.peer) for a, b, c in self._rows(name, dst, True).tolist()]
+        rows = self._rows(name, src, False)
+        return device_put_times(
+            self.agent, self.device_lib, rows, remote, self.spec.src_gpu, n, self.spec.timeout_s
+        )
+
     # one measured, verified series ----------------------------------------------------------------------
     def _target(self, *msg: Any) -> Any:
         self.conn.send(msg)
@@ -218,6 +229,8 @@ class Initiator:
                     ("prepped", len(src), partial(self.prepped, lay, idx_s, idx_d)),
                     ("best", len(cs), partial(self.best, lay, cs, cd)),
                 ]
+                if self.device_lib is not None:
+                    runs.append(("device", len(cs), partial(self.device, lay, cs, cd)))
                 for path, ndesc, fn in runs:
                     row: Series = {
                         "case": "kv-blocks",
