@@ -71,7 +71,7 @@ else
     lib=$(UCX_SRC=${UCX_SRC:-.devapi/ucx} NIXL_SRC=${NIXL_SRC:-.devapi/nixl} OUT_DIR="$SITE/device-put" \
       bash scripts/gpu/build_device_put.sh 2>>"$LOG")
     export NIXL_COMPAT_DEVICE_PUT_LIB="$lib"
-    COMMON=(--device cuda --blocks "1,4,16" --num-blocks 64 --sizes-mib 1 --lanes 1 --iters 300)
+    COMMON=(--device cuda --blocks "1,4,16" --num-blocks 64 --sizes-mib "1,256,1024" --lanes 1 --iters 300)
     CONFIGS=(--ucx noprog:progress_thread=off --ucx "sgl:progress_thread=off,NIXL_UCX_SGL_ENABLE=1")
     LOCAL_CONFIGS=(--ucx noprog:progress_thread=off)
   elif [ "$MODE" = sgl-threads ]; then  # one KV block's batched copy split over 2, 4 or 8 worker threads
