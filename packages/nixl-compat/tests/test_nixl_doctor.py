@@ -19,6 +19,7 @@ def test_healthy_cpu_host_reports_cma_and_no_warnings() -> None:
     assert report["platform"] == "rehearsal (CPU, DRAM), not MI355X"
     assert "lock_digest" in report and "fingerprint" in report
     assert report["backend"]["module"] == "nixl_cu13" and report["backend"]["version"] == "1.5.1"
+    assert report["backend"]["gpu_device_api"] is True, "nixl-cu13 1.5.1's UCX carries the device API"
     assert report["ucx"]["version"].startswith("1.")
     assert "DRAM_SEG" in report["ucx"]["ucx_mem_types"]
     dram = report["selftest"]["DRAM"]

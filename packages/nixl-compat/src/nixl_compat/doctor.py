@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import importlib.util
 import os
@@ -34,6 +35,16 @@ def _gpu_count() -> int:
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
 
 
+def _gpu_device_api(module: str) -> bool | None:
+    """Whether the backend's UCX has the device API (GPU-initiated transfers, the bench's device path)."""
+    try:
+        bindings = importlib.import_module(f"{module}._bindings")
+    except ImportError:
+        return None
+    flag = getattr(bindings, "HAVE_UCX_GPU_DEVICE_API", None)
+    return bool(flag) if flag is not None else None
+
+
 def _backend_section() -> tuple[dict[str, Any], list[str]]:
     warnings: list[str] = []
     try:
@@ -49,6 +60,7 @@ def _backend_section() -> tuple[dict[str, Any], list[str]]:
         "host": {"kind": res.host.kind, "reasons": list(res.host.reasons), "torch": res.host.torch_version},
         "candidates": [c.__dict__ for c in res.candidates],
         "nixl_meta_package_would_load": res.meta_choice,
+        "gpu_device_api": _gpu_device_api(res.module_name),
     }
     if res.host.kind == "rocm" and res.module_name.startswith("nixl_cu"):
         warnings.append(
@@ -195,6 +207,8 @@ def format_report(report: dict[str, Any]) -> str:
     else:
         lines.append(f"backend: {b['module']} {b['version']} ({b['distribution']}) at {b['path']}")
         lines.append(f"host: {b['host']['kind']} ({'; '.join(b['host']['reasons'])})")
+        api = {True: "yes", False: "no", None: "unknown"}[b.get("gpu_device_api")]
+        lines.append(f"GPU-initiated transfers (UCX device API): {api}")
         for c in b["candidates"]:
             lines.append(f"  {c['module']:<10} {c['status']:<9} {c['reason']}")
     ucx = report.get("ucx", {})
