@@ -129,6 +129,8 @@ def run_bench(
             "every series zeroes the target first and compares a SHA-256 of the written ranges afterwards",
             "multi-block series use consecutive block ids on both sides: coalescing can merge across blocks",
             "raw copy: one contiguous copy of the same number of bytes; wall_p50_us adds launch and wait",
+            "device path (when built): one CUDA kernel per transfer through NIXL's device API, "
+            "timed from the launch to the end of a stream synchronize",
         ],
         "configs": [],
         "complete": False,

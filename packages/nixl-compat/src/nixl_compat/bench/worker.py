@@ -170,7 +170,7 @@ class Initiator:
         return times
 
     def device(self, name: str, src: L.Descs, dst: L.Descs, n: int) -> list[float]:
-        """GPU-initiated: one kernel, a warp's nixlPut per descriptor (NIXL's device API)."""
+        """GPU-initiated: one kernel, a warp's nixlPut per 32 KiB slice (NIXL's device API)."""
         assert self.device_lib is not None
         remote = [(int(a), int(b), int(c), self.peer) for a, b, c in self._rows(name, dst, True).tolist()]
         rows = self._rows(name, src, False)
