@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -73,19 +72,12 @@ def driver_copies(torch: Any, dsts: list[int], srcs: list[int], sizes: list[int]
     return per_chunk, batch
 
 
-def timed(torch: Any, fn: Callable[[], None], iters: int, warmup: int) -> dict[str, float]:
-    gpu, wall = [], []
-    for i in range(iters + warmup):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t0 = time.perf_counter_ns()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        t1 = time.perf_counter_ns()
-        if i >= warmup:
-            gpu.append(start.elapsed_time(end) * 1e3)
-            wall.append((t1 - t0) / 1e3)
+def timed(fn: Callable[[], None], iters: int, warmup: int) -> dict[str, float]:
+    from nixl_compat.bench.memory import cuda_event_times
+
+    events, walls = cuda_event_times(fn, iters + warmup)
+    gpu = [t * 1e6 for t in events[warmup:]]
+    wall = [t * 1e6 for t in walls[warmup:]]
     return {
         "gpu_p50_us": round(statistics.median(gpu), 2),
         "wall_p50_us": round(statistics.median(wall), 2),
@@ -138,7 +130,7 @@ def main() -> int:
         dst.zero_()
         torch.cuda.synchronize(dst_dev)
         with torch.cuda.stream(stream):
-            stats = timed(torch, fn, args.iters, args.warmup)
+            stats = timed(fn, args.iters, args.warmup)
         torch.cuda.synchronize(dst_dev)
         if name.startswith("contiguous"):
             ok = torch.equal(flat_dst.cpu(), flat_src.cpu())

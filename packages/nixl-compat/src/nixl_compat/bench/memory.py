@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -147,19 +148,30 @@ def raw_copy_times(
 
     s, d = CudaBuffer(nbytes, src_gpu), CudaBuffer(nbytes, dst_gpu)
     s.fill(1)
-    stream = torch.cuda.current_stream(src_gpu)
-    out, wall = [], []
     with torch.cuda.device(src_gpu):
-        for _ in range(iters):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t0 = time.perf_counter_ns()
-            start.record(stream)
-            d.tensor.copy_(s.tensor, non_blocking=True)
-            end.record(stream)
-            end.synchronize()
-            wall.append((time.perf_counter_ns() - t0) / 1e9)
-            out.append(start.elapsed_time(end) / 1e3)
+        out, wall = cuda_event_times(
+            lambda: d.tensor.copy_(s.tensor, non_blocking=True), iters, torch.cuda.current_stream(src_gpu)
+        )
     d.sync()
     if not torch.equal(s.tensor.cpu(), d.tensor.cpu()):
         raise RuntimeError("raw copy: destination differs from source")
+    return out, wall
+
+
+def cuda_event_times(
+    fn: Callable[[], object], iters: int, stream: Any = None
+) -> tuple[list[float], list[float]]:
+    """Seconds per call of `fn`: CUDA-event time on `stream` (the current one by default), and the wall
+    clock from before the start event to the end event's completion (launch plus the host's wait)."""
+    torch = import_torch()
+    out, wall = [], []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter_ns()
+        start.record(stream)
+        fn()
+        end.record(stream)
+        end.synchronize()
+        wall.append((time.perf_counter_ns() - t0) / 1e9)
+        out.append(start.elapsed_time(end) / 1e3)
     return out, wall
