@@ -127,6 +127,8 @@ _HOST_KEY = re.compile(
 )
 # After `KEY = value`, a lowercase word that is not itself a key: the value begins prose (nvidia-smi's legend).
 _PROSE_AFTER_SPACED_KEY = re.compile(r"[ \t]+[a-z]{2,}\b(?![\w.-]*\s*[=:])")
+_PLAIN_WORD = re.compile(r"[A-Z]?[a-z]+")
+_SPACED_KEY_END = re.compile(r"\s[=:]\s*\Z")
 _SLURM_ON_HOST = re.compile(r"(?P<k>\*\*\* (?:JOB|STEP) [\d.]+ ON |\bslurmstepd-)(?P<v>[\w.-]+?)(?=[\s:]|$)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colours (Dynamo writes them even into files)
 _FQDN = re.compile(rf"(?<![\w.-])(?:[A-Za-z0-9](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.)+(?:{_TLDS})(?![\w-])")
@@ -376,8 +378,8 @@ class Sanitizer:
 
         def host_list(m: re.Match[str]) -> str:
             if (
-                re.fullmatch(r"[A-Z]?[a-z]+", m["v"])
-                and re.search(r"\s[=:]\s*\Z", m["k"])
+                _PLAIN_WORD.fullmatch(m["v"])
+                and _SPACED_KEY_END.search(m["k"])
                 and _PROSE_AFTER_SPACED_KEY.match(m.string, m.end())
             ):
                 return m[0]  # "NODE = Connection traversing PCIe ..." is a sentence, not a host
