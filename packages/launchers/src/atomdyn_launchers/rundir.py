@@ -1,4 +1,8 @@
-"""The run directory: everything one run leaves behind, in the layout docs/run-directory.md describes.
+"""The run record: everything one run leaves behind, in the layout docs/run-directory.md describes.
+
+This module is the one place that says what a run is: its kinds, timeline events and request fields, the
+``run.json`` schema and its version, how Slurm's exit codes and job states are read, and which evidence gates
+an engine expects (:class:`GateExpectations`). The launchers write it; the evidence code imports it.
 
 The evidence tools read these files while a run may still be writing them: ``run.json`` is replaced
 atomically; ``timeline.jsonl`` and ``requests.jsonl`` grow by whole lines (one write call per line).
@@ -8,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -18,8 +23,11 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json, atomic_write_text
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # of run.json
 KINDS = ("agg-single", "agg-two", "disagg")
+AGG_KINDS = ("agg-single", "agg-two")
+DISAGG_KINDS = ("disagg",)
+TWO_NODE_KINDS = ("agg-two", "disagg")
 EVENTS = (
     "submitted",
     "pending",
@@ -49,8 +57,58 @@ REQUEST_FIELDS = (
 )
 
 
+# Slurm base job states after which nothing more happens to a job, and those among them that mean it failed.
+TERMINAL_STATES = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "REVOKED",
+        "SPECIAL_EXIT",
+        "TIMEOUT",
+    }
+)
+FAILED_STATES = frozenset(
+    {"BOOT_FAIL", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT"}
+)
+
+ExitCode = tuple[int, int]  # (exit status, signal): Slurm's "N:M"
+_EXIT_CODE = re.compile(r"(\d+):(\d+)")
+
+
+def parse_exit_code(text: object) -> ExitCode | None:
+    """Slurm's ``"N:M"`` (exit status, signal); a bare integer is ``(N, 0)``; None when unreadable."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return (text, 0)
+    if not isinstance(text, str):
+        return None
+    found = _EXIT_CODE.fullmatch(text.strip())
+    if found:
+        return (int(found.group(1)), int(found.group(2)))
+    return (int(text.strip()), 0) if text.strip().isdigit() else None
+
+
+def format_exit_code(code: ExitCode | None) -> str | None:
+    return None if code is None else f"{code[0]}:{code[1]}"
+
+
+def base_state(text: object) -> str:
+    """A job state reduced to its base word: ``"CANCELLED by 0"`` -> ``CANCELLED``, ``"COMPLETED+"`` ->
+    ``COMPLETED``; an empty string when there is none."""
+    if not isinstance(text, str) or not text.strip():
+        return ""
+    return text.split()[0].rstrip("+")
+
+
 @dataclass
 class JobRecord:
+    """One role's Slurm job as run.json records it (exit codes as Slurm's ``"N:M"`` strings)."""
+
     role: str
     job_id: int | None
     node_requested: str
@@ -58,6 +116,89 @@ class JobRecord:
     state: str | None = None
     exit_code: str | None = None
     derived_exit_code: str | None = None
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> JobRecord:
+        """A job of a run.json read back; fields of the wrong type become None (the gates then fail)."""
+
+        def text(key: str) -> str | None:
+            value = raw.get(key)
+            return value if isinstance(value, str) and value else None
+
+        job_id = raw.get("job_id")
+        return cls(
+            role=text("role") or "",
+            job_id=job_id if isinstance(job_id, int) and not isinstance(job_id, bool) else None,
+            node_requested=text("node_requested") or "",
+            node_ran=text("node_ran"),
+            state=text("state"),
+            exit_code=text("exit_code"),
+            derived_exit_code=text("derived_exit_code"),
+        )
+
+    @property
+    def ended_cleanly(self) -> bool:
+        """Started on a node and ended in no failed state, exit status 0, and no step failed (``DerivedExitCode``
+        catches a failed step that ``ExitCode`` hides)."""
+        state = base_state(self.state)
+        status = parse_exit_code(self.exit_code)
+        derived = parse_exit_code(self.derived_exit_code)
+        return (
+            bool(self.node_ran)
+            and bool(state)
+            and state not in FAILED_STATES
+            and status is not None
+            and status[0] == 0
+            and (self.derived_exit_code is None or (derived is not None and derived[0] == 0))
+        )
+
+
+@dataclass(frozen=True)
+class GateExpectations:
+    """Which evidence gates an engine's runs must pass: each engine object holds one (``engine.expectations``).
+
+    The evidence code reads it for the engine a run.json names, so what an engine must prove lives with the
+    engine. Fields about the KV path (everything but ``router_prefix_hits``) concern prefill/decode runs only:
+    :meth:`for_kind` clears them for aggregated runs, where no KV cache moves between workers.
+    """
+
+    # The P/D handoff is proven by different prefill and decode worker ids in every response (the mock engine,
+    # which moves no KV cache).
+    pd_worker_split: bool = False
+    # A repeated prompt's cache hit is read from the router's kv_hit_rate (the mock engine) rather than from
+    # the engine's own prefix-cache counters (vLLM's vllm:prefix_cache_hits_total).
+    router_prefix_hits: bool = False
+    # The decode worker's vLLM metrics count NIXL transfers: nixl_xfer_time_seconds_count >= 1,
+    # nixl_num_failed_transfers_total == 0, and the bytes moved (nixl_bytes_transferred_sum).
+    nixl_transfers: bool = False
+    # The decode worker's external_prefix_cache_hits_total > 0: tokens it did not compute came over NIXL.
+    external_prefix_hits: bool = False
+    # The UCX transport family that must carry the KV reads (UCX_PROTO_INFO tables in the workers' logs):
+    # "tcp" on the CPU rehearsal, "rc" (rc_verbs, rc_mlx5, ...) on RoCE.
+    kv_transport: str | None = None
+    # Transport families that must not carry KV: a silent fallback to them fails the run.
+    forbidden_kv_transports: tuple[str, ...] = ()
+    # dma-buf registrations the helper must log per worker (the PoC's P/D run: 720); None: no helper expected.
+    dmabuf_registrations_per_worker: int | None = None
+    # The NIXL backend module each worker's doctor must report and self-test (e.g. "nixl_rocm").
+    nixl_backend: str | None = None
+    # ``doctor/<role>.json`` (nixl-compat doctor --json from inside each worker's container) must be present,
+    # and its self-test must have passed.
+    doctor_required: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kv_transport is not None and self.kv_transport in self.forbidden_kv_transports:
+            raise ValueError(f"KV transport {self.kv_transport!r} is both expected and forbidden")
+        if self.dmabuf_registrations_per_worker is not None and self.dmabuf_registrations_per_worker < 1:
+            raise ValueError("dmabuf_registrations_per_worker must be at least 1 (or None: no helper)")
+
+    def for_kind(self, kind: str) -> GateExpectations:
+        """The expectations that apply to a run of ``kind``: aggregated runs move no KV between workers."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown run kind {kind!r}; known: {', '.join(KINDS)}")
+        if kind in DISAGG_KINDS:
+            return self
+        return GateExpectations(router_prefix_hits=self.router_prefix_hits)
 
 
 def make_run_id(kind: str, engine: str, now: datetime | None = None) -> str:

@@ -12,12 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from atomdyn_launchers.evidence.signals import KINDS, REAL_ENGINES, Signals
+from atomdyn_launchers.evidence.signals import REAL_ENGINES, Signals
+from atomdyn_launchers.rundir import AGG_KINDS, DISAGG_KINDS, KINDS, TWO_NODE_KINDS
 
 ALL_KINDS = KINDS
-TWO_NODE = ("agg-two", "disagg")
-AGG = ("agg-single", "agg-two")
-DISAGG = ("disagg",)
+TWO_NODE = TWO_NODE_KINDS
+AGG = AGG_KINDS
+DISAGG = DISAGG_KINDS
 ANY_ENGINE = ("mocker", *REAL_ENGINES)
 MOCKER = ("mocker",)
 

@@ -16,15 +16,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from atomdyn_launchers.evidence import logscan, prom
+from atomdyn_launchers.rundir import DISAGG_KINDS, KINDS, SCHEMA_VERSION, JobRecord
 
-KINDS = ("agg-single", "agg-two", "disagg")
 REAL_ENGINES = ("vllm", "atom")
-_RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(agg-single|agg-two|disagg)-([A-Za-z0-9_]+)$")
+_RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(" + "|".join(map(re.escape, KINDS)) + r")-([A-Za-z0-9_-]+)$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,127}$")
-_BAD_STATES = frozenset(
-    {"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
-)
 _MAX_EVENTS = 5000
 _MAX_RECORD = 1 << 20  # a JSON-lines record longer than this is garbage, skipped without being held
 _MAX_LATENCIES = 100_000
@@ -115,17 +112,6 @@ def _jsonl(path: Path, signals: Signals) -> Iterator[tuple[int, str, dict[str, A
         signals.problems.append(f"{path.name}: {bad} line(s) are not JSON objects and were ignored")
 
 
-def _exit_status(value: Any) -> int | None:
-    """The exit status of a Slurm ``N:S`` exit code (or a bare integer); None when unreadable."""
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        head = value.split(":", 1)[0].strip()
-        if head.isdigit():
-            return int(head)
-    return None
-
-
 def _read_run(signals: Signals) -> None:
     path = signals.run_dir / "run.json"
     why = None
@@ -138,8 +124,8 @@ def _read_run(signals: Signals) -> None:
         why = f"run.json is unreadable: {exc}"
     if why is None and not isinstance(run, dict):
         why = "run.json is not a JSON object"
-    if why is None and run.get("schema_version") != 1:
-        why = f"run.json has schema_version {run.get('schema_version')!r}, expected 1"
+    if why is None and run.get("schema_version") != SCHEMA_VERSION:
+        why = f"run.json has schema_version {run.get('schema_version')!r}, expected {SCHEMA_VERSION}"
     from_name = _RUN_ID.match(signals.run_dir.name)
     if why is not None:
         signals.problems.append(why)
@@ -218,14 +204,11 @@ def _read_run(signals: Signals) -> None:
                 )
             ),
         )
-        node = job.get("node_ran")
-        if isinstance(node, str) and node:
-            ran.append(node)
-        as_requested = as_requested and bool(node) and node == job.get("node_requested")
-        state = str(job.get("state") or "").split()[0] if job.get("state") else ""
-        statuses = [_exit_status(job.get("exit_code")), _exit_status(job.get("derived_exit_code"))]
-        if not node or not state or state in _BAD_STATES or statuses[0] != 0 or statuses[1] not in (0, None):
-            clean = False
+        record = JobRecord.from_json(job)
+        if record.node_ran:
+            ran.append(record.node_ran)
+        as_requested = as_requested and bool(record.node_ran) and record.node_ran == record.node_requested
+        clean = clean and record.ended_cleanly
     signals.set("jobs.clean", clean)
     signals.set("placement.as_requested", as_requested)
     if isinstance(verified, bool):  # the launcher's own check also compares where each role registered from
@@ -417,7 +400,7 @@ def _read_metrics(signals: Signals) -> None:
             signals.absent(key, where + (metric if files else ""))
     # Disaggregated: the decode role's cache. Aggregated: the one worker role there is.
     decode = prefix.get("decode")
-    if decode is None and signals.get("run.kind") != "disagg" and len(prefix) == 1:
+    if decode is None and signals.get("run.kind") not in DISAGG_KINDS and len(prefix) == 1:
         decode = next(iter(prefix.values()))
     for key in ("queries", "hits", "external_queries", "external_hits"):
         name = f"prefix.decode_{key}"
@@ -440,7 +423,7 @@ def _worker_roles(signals: Signals) -> set[str]:
     roles = {
         str(j.get("role")) for j in signals.run.get("jobs") or [] if isinstance(j, dict) and j.get("role")
     }
-    if signals.get("run.kind") == "disagg":
+    if signals.get("run.kind") in DISAGG_KINDS:
         return {"prefill", "decode"}
     return roles - {"frontend"}
 

@@ -1,0 +1,84 @@
+"""The run record: Slurm exit codes and states read one way, and the gate expectations an engine declares."""
+
+from __future__ import annotations
+
+import pytest
+
+from atomdyn_launchers.rundir import (
+    FAILED_STATES,
+    KINDS,
+    TERMINAL_STATES,
+    GateExpectations,
+    JobRecord,
+    base_state,
+    format_exit_code,
+    parse_exit_code,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [("0:0", (0, 0)), ("1:0", (1, 0)), ("0:15", (0, 15)), (" 2:9 ", (2, 9)), ("3", (3, 0)), (4, (4, 0)),
+     ("", None), (None, None), ("x:0", None), ("1:", None), (True, None)],
+)  # fmt: skip
+def test_exit_codes_parse_as_slurm_writes_them(text: object, code: tuple[int, int] | None) -> None:
+    assert parse_exit_code(text) == code
+    if code is not None and isinstance(text, str) and ":" in text:
+        assert format_exit_code(code) == text.strip()
+
+
+def test_states() -> None:
+    assert base_state("CANCELLED by 0") == "CANCELLED" and base_state("COMPLETED+") == "COMPLETED"
+    assert base_state(None) == "" and base_state("  ") == ""
+    assert FAILED_STATES < TERMINAL_STATES and "COMPLETED" not in FAILED_STATES
+
+
+def _job(**over: object) -> JobRecord:
+    raw: dict[str, object] = {"role": "decode", "job_id": 7, "node_requested": "n2", "node_ran": "n2",
+                              "state": "COMPLETED", "exit_code": "0:0", "derived_exit_code": "0:0"}  # fmt: skip
+    raw.update(over)
+    return JobRecord.from_json(raw)
+
+
+def test_a_job_ended_cleanly_only_with_every_sign_of_it() -> None:
+    assert _job().ended_cleanly
+    assert _job(derived_exit_code=None).ended_cleanly  # no step record: ExitCode alone
+    assert not _job(derived_exit_code="2:0").ended_cleanly  # a failed step that ExitCode hides
+    assert not _job(exit_code="1:0").ended_cleanly
+    assert not _job(exit_code="garbage").ended_cleanly
+    assert not _job(state="NODE_FAIL").ended_cleanly
+    assert not _job(state="OUT_OF_MEMORY").ended_cleanly
+    assert not _job(state=None).ended_cleanly
+    assert not _job(node_ran=None).ended_cleanly
+    assert _job(job_id="7").job_id is None  # wrong types are dropped, not trusted
+
+
+ATOM = GateExpectations(
+    nixl_transfers=True,
+    external_prefix_hits=True,
+    kv_transport="rc",
+    forbidden_kv_transports=("tcp",),
+    dmabuf_registrations_per_worker=720,
+    nixl_backend="nixl_rocm",
+    doctor_required=True,
+)
+
+
+def test_expectations_of_aggregated_runs_drop_the_kv_path() -> None:
+    assert ATOM.for_kind("disagg") is ATOM
+    for kind in KINDS:
+        if kind != "disagg":
+            assert ATOM.for_kind(kind) == GateExpectations()
+    mocker = GateExpectations(pd_worker_split=True, router_prefix_hits=True)
+    assert mocker.for_kind("agg-two") == GateExpectations(router_prefix_hits=True)
+    with pytest.raises(ValueError, match="unknown run kind 'p-d'"):
+        ATOM.for_kind("p-d")
+
+
+def test_contradictory_expectations_are_refused() -> None:
+    with pytest.raises(ValueError, match="both expected and forbidden"):
+        GateExpectations(kv_transport="tcp", forbidden_kv_transports=("tcp",))
+    with pytest.raises(ValueError, match="at least 1"):
+        GateExpectations(dmabuf_registrations_per_worker=0)
+    with pytest.raises(AttributeError):
+        ATOM.kv_transport = "tcp"  # type: ignore[misc]
