@@ -175,10 +175,12 @@ def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_resolution_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "shared" / "checkout").mkdir(parents=True)  # resolving requires existing directories
+    minimal = MINIMAL.replace("=/shared", f"={tmp_path}/shared")
     explicit = tmp_path / "explicit.env"
-    explicit.write_text(MINIMAL)
+    explicit.write_text(minimal)
     from_env = tmp_path / "from-env.env"
-    from_env.write_text(MINIMAL.replace("SLURM_QOS=normal", "SLURM_QOS=high"))
+    from_env.write_text(minimal.replace("SLURM_QOS=normal", "SLURM_QOS=high"))
     repo = tmp_path / "repo"
     (repo / ".git").mkdir(parents=True)
     monkeypatch.chdir(repo)
@@ -189,7 +191,7 @@ def test_resolution_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         resolve_cluster_config(None, env={})
     local = repo / ".atomdyn" / "cluster" / "cluster.env"
     local.parent.mkdir(parents=True)
-    local.write_text(MINIMAL.replace("SLURM_QOS=normal", "SLURM_QOS=local"))
+    local.write_text(minimal.replace("SLURM_QOS=normal", "SLURM_QOS=local"))
     assert resolve_cluster_config(None, env={}).slurm_qos == "local"
 
 

@@ -165,6 +165,19 @@ def _abs_path(value: str) -> Path:
     return Path(os.path.normpath(value))
 
 
+# Shared directories end up in job scripts, sbatch arguments and node-side commands: plain path characters only.
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_./@%+=:,-]+")
+
+
+def _plain_dir(value: str) -> Path:
+    path = _abs_path(value)
+    odd = sorted({c for c in value if not _PLAIN_PATH.fullmatch(c)})
+    if odd:
+        shown = " ".join(repr(c) for c in odd)
+        raise ValueError(f"{value!r} contains {shown}: use a path of letters, digits and _ . / @ % + = : , -")
+    return path
+
+
 def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
     def parse(value: str) -> str:
         if value not in choices:
@@ -256,11 +269,11 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("PRIMARY_NODE", _node_name),
     _Spec("PREFILL_NODE", _node_name),
     _Spec("DECODE_NODE", _node_name),
-    _Spec("SHARED_DIR", _abs_path),
+    _Spec("SHARED_DIR", _plain_dir),
     _Spec("MODEL_PATH", _abs_path),
     _Spec("ENGINE_PROFILE", _choice(ENGINE_PROFILES)),
     _Spec("RUNTIME", _choice(RUNTIMES)),
-    _Spec("PROJECT_DIR", _abs_path, required=False),
+    _Spec("PROJECT_DIR", _plain_dir, required=False),
     _Spec("PYTHON_VENV", _abs_path, required=False),
     _Spec("GPUS_PER_NODE", _count, required=False),
     _Spec("DYNAMO_ATOM_IMAGE", _image, required=False),
@@ -421,9 +434,9 @@ def resolve_cluster_config(config: Path | None = None, env: Mapping[str, str] | 
     """--config, else $ATOMDYN_CLUSTER_ENV, else the running local cluster's generated cluster.env."""
     env = os.environ if env is None else env
     if config is not None:
-        return load_cluster_config(config)
+        return _with_existing_dirs(load_cluster_config(config))
     if env.get(CLUSTER_ENV_VAR):
-        return load_cluster_config(Path(env[CLUSTER_ENV_VAR]))
+        return _with_existing_dirs(load_cluster_config(Path(env[CLUSTER_ENV_VAR])))
     local = default_local_state_dir() / "cluster.env"
     if not local.is_file():
         raise ClusterConfigError(
@@ -433,7 +446,19 @@ def resolve_cluster_config(config: Path | None = None, env: Mapping[str, str] | 
                 "is not up: run `invoke cluster.up`"
             ],
         )
-    return load_cluster_config(local)
+    return _with_existing_dirs(load_cluster_config(local))
+
+
+def _with_existing_dirs(config: ClusterConfig) -> ClusterConfig:
+    """SHARED_DIR and PROJECT_DIR must exist here (the node check then shows every node sees them)."""
+    problems = [
+        f"{key}: {path} is not an existing directory on this host"
+        for key, path in (("SHARED_DIR", config.shared_dir), ("PROJECT_DIR", config.project_dir))
+        if not path.is_dir()
+    ]
+    if problems:
+        raise ClusterConfigError(config.source, problems)
+    return config
 
 
 # --- preflight checks the launchers run before submitting ---------------------------------------------------
