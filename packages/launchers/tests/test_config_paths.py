@@ -80,3 +80,14 @@ def test_plain_existing_directories_resolve(tmp_path: Path) -> None:
     env.write_text(BASE + f"SHARED_DIR={shared}\nPROJECT_DIR={project}\n")
     config = resolve_cluster_config(env)
     assert (config.shared_dir, config.project_dir) == (shared, project)
+
+
+def test_an_empty_required_value_is_called_empty_not_missing(tmp_path: Path) -> None:
+    shared, project = _dirs(tmp_path)
+    text = BASE.replace("SLURM_QOS=normal", "SLURM_QOS=") + f"SHARED_DIR={shared}\nPROJECT_DIR={project}\n"
+    with pytest.raises(ClusterConfigError) as info:
+        parse_cluster_env(text, "t.env")
+    assert info.value.problems == ["line 3: SLURM_QOS: required key is empty"]
+    with pytest.raises(ClusterConfigError) as info:
+        parse_cluster_env(text.replace("SLURM_QOS=\n", ""), "t.env")
+    assert info.value.problems == ["SLURM_QOS: required key is missing"]

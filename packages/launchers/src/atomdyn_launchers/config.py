@@ -375,7 +375,11 @@ def parse_cluster_env(
         if spec.key in broken:
             continue
         if spec.key not in merged or merged[spec.key][0] == "":
-            if spec.required:
+            if spec.required and spec.key in merged:
+                line_no = merged[spec.key][1]
+                where = f"line {line_no}: " if line_no is not None else ""
+                problems.append(f"{where}{spec.key}: required key is empty")
+            elif spec.required:
                 problems.append(f"{spec.key}: required key is missing")
             continue
         value, line_no = merged[spec.key]
