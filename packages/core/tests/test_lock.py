@@ -4,6 +4,7 @@ import copy
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +125,48 @@ def test_unrecorded_is_refused_without_override() -> None:
     assert used == ["allow-unrecorded:wheel atom-rocm7.2"]
     with pytest.raises(UnrecordedHashError, match="no recorded digest"):
         _ = lock.images["atom_base"].reference
+
+
+def test_binary_lock_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "release-lock.json"
+    bad.write_bytes(b'{"schema_version": 1, "release": "\xff\xfe\x00\x80"}')
+    with pytest.raises(LockError) as caught:
+        load_lock(bad)
+    assert caught.value.json_path == "$"
+    result = run_verify(bad)
+    assert result.returncode == 2
+    assert f"error: $: {bad} is not UTF-8 text (byte 0xff at offset 34)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def _duplicate_in_nixl_wheel(text: str) -> str:
+    head, marker, tail = text.partition('"nixl": {\n      "filename"')
+    assert marker, "the committed lock has no nixl wheel entry"
+    return head + marker + tail.replace('"sha256": ', '"sha256": "' + "0" * 64 + '", "sha256": ', 1)
+
+
+DUPLICATES = [
+    pytest.param("$.wheels.nixl.sha256", _duplicate_in_nixl_wheel, id="wheel-field"),
+    pytest.param(
+        "$.schema_version",
+        lambda t: t.replace('"schema_version": 1', '"schema_version": 1, "schema_version": 1'),
+        id="top-level",
+    ),
+    pytest.param(
+        "$.sources.nixl", lambda t: t.replace('"sources": {', '"sources": {"nixl": {}, ', 1), id="entry"
+    ),
+]
+
+
+@pytest.mark.parametrize(("json_path", "edit"), DUPLICATES)
+def test_duplicate_keys_are_refused_naming_the_json_path(
+    tmp_path: Path, json_path: str, edit: Callable[[str], str]
+) -> None:
+    bad = tmp_path / "release-lock.json"
+    bad.write_text(edit(json.dumps(committed(), indent=2)))
+    with pytest.raises(LockError) as caught:
+        load_lock(bad)
+    assert caught.value.json_path == json_path
+    assert "duplicate key" in caught.value.message
+    result = run_verify(bad)
+    assert result.returncode == 2 and f"{json_path}: duplicate key" in result.stderr

@@ -161,14 +161,19 @@ def load_lock(path: Path | None = None) -> Lock:
         text = lock_path.read_text(encoding="utf-8")
     except OSError as exc:
         raise LockError("$", f"cannot read {lock_path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise LockError(
+            "$", f"{lock_path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+        ) from None
     return parse_lock(text, lock_path)
 
 
 def parse_lock(text: str, path: Path | None = None) -> Lock:
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, object_pairs_hook=_KeyedObject)
     except json.JSONDecodeError as exc:
         raise LockError("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+    _refuse_duplicate_keys(raw, "$")
     root = _Obj(raw, "$")
     root.keys(required={"schema_version", "release", "images", "sources", "wheels"})
     version = root.integer("schema_version")
@@ -290,6 +295,31 @@ def _https(entry: _Obj, key: str) -> str:
     if not value.startswith("https://"):
         raise LockError(entry.path(key), f"must be an https URL (got {value!r})")
     return value
+
+
+class _KeyedObject(dict[str, Any]):
+    """A JSON object that remembers keys it saw twice: json.loads would silently keep the last value."""
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        seen: set[str] = set()
+        self.duplicates: list[str] = []
+        for key, _ in pairs:
+            if key in seen:
+                self.duplicates.append(key)
+            seen.add(key)
+
+
+def _refuse_duplicate_keys(value: Any, path: str) -> None:
+    if isinstance(value, _KeyedObject):
+        if value.duplicates:
+            key = value.duplicates[0]
+            raise LockError(f"{path}.{key}", "duplicate key (a JSON reader would keep only the last value)")
+        for key, item in value.items():
+            _refuse_duplicate_keys(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _refuse_duplicate_keys(item, f"{path}[{index}]")
 
 
 class _Obj:
