@@ -87,11 +87,11 @@ def demo(
 
 
 def _package_collections() -> list[Collection]:
-    from atomdyn_images.invoke_tasks import ns as validate
     from atomdyn_launchers.cluster_tasks import ns as cluster
     from atomdyn_launchers.evidence.invoke_tasks import ns as evidence_ns
     from atomdyn_launchers.launch_tasks import agg_ns, disagg_ns
     from atomdyn_launchers.nodes.invoke_tasks import ns as nodes
+    from atomdyn_launchers.validate.invoke_tasks import ns as validate
     from dmabuf_shim.invoke_tasks import ns as dmabuf
     from mori_repro.invoke_tasks import ns as mori
     from nixl_compat.invoke_tasks import ns as nixl

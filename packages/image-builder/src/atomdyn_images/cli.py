@@ -209,6 +209,23 @@ def cmd_standin(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_build_context(args: argparse.Namespace) -> int:
+    """Build one prepared context and tag it; the launchers' node preparation calls this as a command."""
+    dockerfile = args.context / "Dockerfile"
+    if not dockerfile.is_file():
+        raise build.BuildError(f"{dockerfile} does not exist: the context needs a Dockerfile")
+    docker = Docker(host=args.docker_host, stream=None if args.quiet else echo_progress)
+    if args.standin_base and docker.image_id(args.standin_base) is None:
+        print(
+            f"stand-in base {args.standin_base}: {standin.make_standin(docker, args.standin_base)}",
+            flush=True,
+        )
+    built = docker.build(args.context, dockerfile, network=args.network)
+    docker.tag(built.image_id, args.tag)
+    print(f"built {args.tag}: {built.image_id} in {built.seconds:.2f} s", flush=True)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="atomdyn-images", description="Pinned ATOM + Dynamo images from the release lock"
@@ -255,6 +272,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("tag")
     p.add_argument("--docker-host", default="")
     p.set_defaults(func=cmd_standin)
+    p = sub.add_parser(
+        "build-context", help="build the Dockerfile in a prepared context directory and tag it"
+    )
+    p.add_argument("context", type=Path, help="directory holding the Dockerfile and what it copies")
+    p.add_argument("--tag", required=True, help="tag for the built image")
+    p.add_argument(
+        "--standin-base", default="", metavar="TAG", help="make this stand-in base first when it is missing"
+    )
+    p.add_argument("--network", default="none", choices=("none", "host", "default"), help="build network")
+    p.add_argument("--docker-host", default="", help="daemon address (default: $DOCKER_HOST)")
+    p.add_argument("--quiet", action="store_true", help="do not stream build progress")
+    p.set_defaults(func=cmd_build_context)
     return top
 
 

@@ -16,14 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
-from atomdyn_images.engine import find_client
 from atomdyn_launchers.config import ClusterConfig, PreflightError
-from atomdyn_launchers.profiles.engines import DockerRuntime
+from atomdyn_launchers.nodes.images import docker_client
+from atomdyn_launchers.engines import get_engine
+from atomdyn_launchers.engines.runtime import DockerRuntime
 from atomdyn_launchers.sbatch import Arg, Shell
 from atomdyn_launchers.slurm import JobInfo, Slurm
-
-VENDORS = {"atom": "amd", "vllm": "nvidia"}
-
 
 @dataclass(frozen=True)
 class GpuValidation:
@@ -65,15 +63,16 @@ def _without_memlock(argv: list[Arg]) -> list[Arg]:
 
 
 def job_script(config: ClusterConfig, image: str, run_dir: Path, docker: str) -> str:
-    vendor = VENDORS.get(config.engine_profile, "none")
-    runtime = DockerRuntime(image, f"atomdyn-validate-{run_dir.name}", [], vendor, docker=docker)
+    engine = get_engine(config.engine_profile)
+    devices = engine.container_devices()
+    runtime = DockerRuntime(image, f"atomdyn-validate-{run_dir.name}", [], docker=docker)
     # The checks ask the GPU stack questions (ROCm torch, the active vLLM platform): the job gets the devices.
-    argv = list(runtime.wrap("check", ["atomdyn-validate", "--json"], {}, devices=True).argv)
-    if vendor == "none":
+    argv = list(runtime.wrap("check", ["atomdyn-validate", "--json"], {}, devices).argv)
+    if engine.vendor == "none":
         argv = _without_memlock(argv)
     command = " ".join(a.text if isinstance(a, Shell) else shlex.quote(a) for a in argv)
     report = shlex.quote(str(run_dir / "validate.json"))
-    prelude = "".join(f"{line}\n" for line in runtime.prelude())
+    prelude = "".join(f"{line}\n" for line in runtime.prelude(devices))
     return (
         "#!/bin/bash\n"
         "set -u\n"
@@ -105,8 +104,8 @@ def run_gpu_validation(
     run_dir = config.runs_dir / f"validate-{stamp}"
     run_dir.mkdir(parents=True)
     script = run_dir / "validate.sbatch"
-    atomic_write_text(script, job_script(config, image, run_dir, find_client()), mode=0o755)
-    vendor = VENDORS.get(config.engine_profile, "none")
+    atomic_write_text(script, job_script(config, image, run_dir, docker_client()), mode=0o755)
+    vendor = get_engine(config.engine_profile).vendor
     job_id = slurm.submit(
         script,
         job_name="atomdyn-validate",

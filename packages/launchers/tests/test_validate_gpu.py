@@ -1,0 +1,167 @@
+"""`invoke validate.gpu` on the local two-node Slurm cluster: one real job running the validator in the image.
+
+The image is made the way a release makes it: `atomdyn-images build --target base` (run as a command, as the
+launchers always call the image builder) on a stand-in base, with small real wheels pinned by a test lock.
+The launchers do not import the image builder; only this test uses its helpers to make the test's inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from atomdyn_launchers.localcluster import LocalCluster, missing_tools
+from atomdyn_launchers.validate.gpu import job_script, run_gpu_validation
+
+IN_CI = os.environ.get("CI") == "true"
+IMAGES_CLI = (sys.executable, "-m", "atomdyn_images.cli")
+RELEASE = {"name": "atomdyn-validate-test", "version": "1.3.0-0.1.6rc0"}
+
+
+def _need(condition: bool, what: str) -> None:
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"{what} is missing in CI: .ci/run must install it")
+    pytest.skip(f"{what} is not available here")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    _need(
+        os.geteuid() == 0 and not missing_tools(),
+        f"root and the local cluster tools ({', '.join(missing_tools())})",
+    )
+    base = tmp_path_factory.mktemp("vgpu")
+    lc = LocalCluster(base / "state", shared_dir=base / "shared", python_venv=Path(sys.prefix))
+    lc.up()
+    try:
+        yield lc
+    finally:
+        lc.down()
+
+
+@pytest.fixture(scope="module")
+def docker_host() -> Iterator[str]:
+    from atomdyn_core.dockerd import find_dockerd
+
+    _need(find_dockerd() is not None, "dockerd (Debian package docker.io)")
+    from atomdyn_images.daemon import start_daemon
+
+    root = Path(tempfile.mkdtemp(prefix="atomdyn-vgpu-dockerd-"))
+    private = start_daemon(root, reuse=False)
+    try:
+        yield private.host
+    finally:
+        private.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _entry(path: Path, project: str, version: str, **extra: str) -> dict[str, object]:
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    entry: dict[str, object] = {
+        "filename": path.name, "source": "pypi", "project": project, "version": version,
+        "size": path.stat().st_size, "sha256": sha, "roles": ["image-base"],
+    }  # fmt: skip
+    entry.update(extra)
+    return entry
+
+
+def _base_lock(tmp: Path) -> tuple[Path, Path]:
+    """Small real wheels with what the validator inspects, and a lock pinning them; returns (lock, mirror)."""
+    from atomdyn_images.standin_inputs import write_atom_wheel
+    from atomdyn_images.wheelfile import write_wheel
+
+    mirror = tmp / "mirror"
+    mirror.mkdir()
+    dynamo = write_wheel(mirror, "ai-dynamo", "1.3.0.post1",
+                         {"dynamo/frontend/__init__.py": "", "dynamo/vllm/__init__.py": ""})  # fmt: skip
+    runtime = write_wheel(mirror, "ai-dynamo-runtime", "1.3.0.post1", {"dynamo/runtime/__init__.py": ""})
+    atom = write_atom_wheel(mirror, "0.1.6rc0+rocm7.1")
+    raw = {
+        "schema_version": 1,
+        "release": RELEASE,
+        "images": {"atom_base": {"repository": "rocm/atom-dev", "tag": "v0.1.6-rc0", "digest": "unrecorded"}},
+        "sources": {},
+        "wheels": {
+            "ai-dynamo": _entry(dynamo, "ai-dynamo", "1.3.0.post1"),
+            "ai-dynamo-runtime": _entry(runtime, "ai-dynamo-runtime", "1.3.0.post1"),
+            "atom-rocm7.1": _entry(atom, "atom", "0.1.6rc0+rocm7.1", variant="rocm7.1"),
+        },
+    }
+    lock = tmp / "release-lock.json"
+    lock.write_text(json.dumps(raw, indent=2), encoding="utf-8")
+    return lock, mirror
+
+
+def _images(*args: str, docker_host: str) -> str:
+    done = subprocess.run([*IMAGES_CLI, *args], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"atomdyn-images {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.mark.integration
+def test_validate_gpu_submits_one_job_and_reports_each_check(
+    cluster: LocalCluster, docker_host: str, tmp_path: Path
+) -> None:
+    lock, mirror = _base_lock(tmp_path)
+    standin = "atomdyn-standin:validate-test"
+    _images("standin", standin, "--docker-host", docker_host, docker_host=docker_host)
+    _images("build", "--target", "base", "--lock", str(lock), "--base", standin, "--mirror", str(mirror),
+            "--workdir", str(tmp_path / "work"), "--docker-host", docker_host, "--quiet",
+            docker_host=docker_host)  # fmt: skip
+    image = f"{RELEASE['name']}:{RELEASE['version']}"
+    config = replace(cluster.config(), dynamo_atom_image=image)
+    node = config.decode_node
+    result = run_gpu_validation(config, node=node, docker_host=docker_host, timeout_s=120)
+    assert result.job.nodes == node
+    assert result.report is not None, (result.run_dir / f"slurm-{result.job.job_id}.out").read_text()
+    found = {c["name"]: c["ok"] for c in result.report["checks"]}
+    # The stand-in image has the lock's wheels but no ROCm torch and no vLLM: exactly those checks fail.
+    assert found == {
+        "dynamo-version": True, "atom-version": True, "torch-rocm": False,
+        "atom-platform": True, "atom-qwen3": False, "dynamo-imports": True,
+    }  # fmt: skip
+    assert result.job.state == "FAILED" and result.job.exit_code == (1, 0)
+    assert not result.ok
+    lines = result.lines()
+    assert "FAIL torch-rocm: torch does not import: ModuleNotFoundError: No module named 'torch'" in lines
+    assert lines[-1] == "RESULT FAIL"
+
+
+def test_job_script_for_an_atom_cluster_passes_the_gpu_devices(tmp_path: Path) -> None:
+    from atomdyn_launchers.config import load_cluster_config
+
+    env = tmp_path / "cluster.env"
+    env.write_text(
+        "SLURM_ACCOUNT=acct\nSLURM_PARTITION=gpu\nSLURM_QOS=normal\nPRIMARY_NODE=n1\nPREFILL_NODE=n1\n"
+        f"DECODE_NODE=n2\nSHARED_DIR={tmp_path}\nMODEL_PATH={tmp_path}\nENGINE_PROFILE=atom\nRUNTIME=docker\n"
+        f"PROJECT_DIR={tmp_path}\nPYTHON_VENV={tmp_path}\nDYNAMO_ATOM_IMAGE=dynamo-atom-mi355x:1.3.0-0.1.6rc0\n"
+    )
+    script = job_script(
+        load_cluster_config(env), "dynamo-atom-mi355x:1.3.0-0.1.6rc0", tmp_path, "/usr/bin/docker"
+    )
+    assert "--device /dev/kfd --device /dev/dri" in script
+    assert "--ulimit memlock=-1" in script
+    assert "dynamo-atom-mi355x:1.3.0-0.1.6rc0 atomdyn-validate --json" in script
+
+
+def test_invoke_task_reports_a_bad_cluster_config(tmp_path: Path) -> None:
+    from invoke.context import Context
+    from invoke.exceptions import Exit
+
+    from atomdyn_launchers.validate.invoke_tasks import gpu, ns
+
+    assert ns.name == "validate" and "gpu" in ns.task_names
+    with pytest.raises(Exit, match=r"no-such\.env"):
+        gpu(Context(), config=str(tmp_path / "no-such.env"))
