@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers.profiles.engines import DockerRuntime, Ports, RoleContext, VenvRuntime, plan_role
+from atomdyn_launchers.engines import plan_role
+from atomdyn_launchers.engines.base import Ports, RoleContext
+from atomdyn_launchers.engines.runtime import DockerRuntime, VenvRuntime
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.sbatch import JobSpec, ProcessSpec, Shell, render
 
@@ -242,8 +244,7 @@ def test_every_engine_and_runtime_renders_shellcheck_clean(
     if runtime_kind == "venv":
         runtime = VenvRuntime(Path("/opt/venv"))
     else:
-        vendor = {"atom": "amd", "vllm": "nvidia"}.get(engine, "none")
-        runtime = DockerRuntime("img:1", "atomdyn-r", ["/shared"], vendor)
+        runtime = DockerRuntime("img:1", "atomdyn-r", ["/shared"])
     for mode, frontend in (("prefill", False), ("decode", True), ("agg", True)):
         ctx = RoleContext(
             run_id="r",

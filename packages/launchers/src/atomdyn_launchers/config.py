@@ -26,15 +26,15 @@ from pathlib import Path
 from typing import Literal, cast
 
 from atomdyn_core.atomic import atomic_write_text
+from atomdyn_launchers.engines import ENGINE_NAMES, get_engine
 
 CLUSTER_ENV_VAR = "ATOMDYN_CLUSTER_ENV"
 # etcd is always reached directly: an http_proxy set for downloads must not capture cluster traffic.
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 REPO_ENV_VAR = "ATOMDYN_REPO"
 
-EngineProfile = Literal["mocker", "vllm", "atom"]
 Runtime = Literal["venv", "docker"]
-ENGINE_PROFILES: tuple[EngineProfile, ...] = ("mocker", "vllm", "atom")
+ENGINE_PROFILES: tuple[str, ...] = ENGINE_NAMES  # the engine registry's names
 RUNTIMES: tuple[Runtime, ...] = ("venv", "docker")
 
 # sbatch options that only the dedicated keys may set: every submission passes them explicitly.
@@ -74,7 +74,7 @@ class ClusterConfig:
     decode_node: str
     shared_dir: Path
     model_path: Path
-    engine_profile: EngineProfile
+    engine_profile: str
     runtime: Runtime
     project_dir: Path
     python_venv: Path
@@ -401,7 +401,7 @@ def _finish(kwargs: dict[str, object], source: str) -> ClusterConfig:
     problems: list[str] = []
     if kwargs["runtime"] == "docker" and "dynamo_atom_image" not in kwargs:
         problems.append("DYNAMO_ATOM_IMAGE: required when RUNTIME=docker")
-    if kwargs["engine_profile"] in ("vllm", "atom") and kwargs.get("gpus_per_node") == 0:
+    if get_engine(str(kwargs["engine_profile"])).needs_gpus() and kwargs.get("gpus_per_node") == 0:
         problems.append(f"GPUS_PER_NODE: must be at least 1 for ENGINE_PROFILE={kwargs['engine_profile']}")
     if problems:
         raise ClusterConfigError(source, problems)

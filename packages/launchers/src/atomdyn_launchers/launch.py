@@ -30,20 +30,13 @@ from atomdyn_core.atomic import atomic_write_text
 from atomdyn_core.lock import find_lock_path, load_lock
 from atomdyn_launchers import readiness
 from atomdyn_launchers.config import ClusterConfig, PreflightError, resolve_cluster_config
+from atomdyn_launchers.engines import Engine, get_engine
+from atomdyn_launchers.engines.base import Ports, RoleContext, RolePlan
+from atomdyn_launchers.engines.runtime import DockerRuntime, Runtime, VenvRuntime
 from atomdyn_launchers.nodes.check import CheckReport, check_nodes
 from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, OwnedEtcdError, owned_etcd_node
 from atomdyn_launchers.nodes.jobs import NodeJobError, docker_host
 from atomdyn_launchers.nodes.prepare import shim_current
-from atomdyn_launchers.profiles.engines import (
-    DockerRuntime,
-    Ports,
-    RoleContext,
-    RolePlan,
-    Runtime,
-    VenvRuntime,
-    plan_role,
-    platform_label,
-)
 from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ModelProfile, get_model
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.rundir import KINDS, JobRecord, RunDir, read_jsonl
@@ -186,7 +179,8 @@ class Launch:
     ) -> None:
         self.config = config
         self.options = options
-        self.engine = options.engine or config.engine_profile
+        self.engine_impl: Engine = get_engine(options.engine or config.engine_profile)
+        self.engine = self.engine_impl.name
         self.progress = progress or Progress()
         self.slurm = slurm or Slurm(config)
         self.hook = hook
@@ -231,11 +225,10 @@ class Launch:
             image = self.config.nixl_image
         if image is None:
             raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
-        vendor = {"atom": "amd", "vllm": "nvidia"}.get(self.engine, "none")
         mounts = sorted(
             {str(self.config.shared_dir), str(self.config.model_path), str(self.config.project_dir)}
         )
-        return DockerRuntime(image, f"atomdyn-{self.rundir.run_id}", mounts, vendor)
+        return DockerRuntime(image, f"atomdyn-{self.rundir.run_id}", mounts)
 
     # -- the run -----------------------------------------------------------------------------------------
 
@@ -250,14 +243,14 @@ class Launch:
                 f"PYTHON_VENV {self.config.python_venv} has no bin/python (jobs run with it)"
             )
         if self.config.runtime == "venv":
-            module = "mocker" if self.engine == "mocker" else "vllm"
+            module = self.engine_impl.dynamo_module
             site = self.config.python_venv.glob(f"lib/python3*/site-packages/dynamo/{module}/__main__.py")
             if not any(site):
                 raise PreflightError(
                     f"PYTHON_VENV {self.config.python_venv} has no dynamo.{module} "
                     "(install ai-dynamo==1.3.0.post1 there; jobs run with that venv)"
                 )
-        if self.engine != "mocker" and self.model.gpus_per_worker > self.config.gpus_per_node:
+        if self.engine_impl.needs_gpus() and self.model.gpus_per_worker > self.config.gpus_per_node:
             raise PreflightError(
                 f"model profile {self.model.name} needs {self.model.gpus_per_worker} GPUs per worker; "
                 f"GPUS_PER_NODE is {self.config.gpus_per_node}"
@@ -399,18 +392,18 @@ class Launch:
     def _settle_timeout(self) -> float:
         if self.options.settle_timeout_s is not None:
             return self.options.settle_timeout_s
-        return 60.0 if self.engine == "mocker" else 300.0
+        return self.engine_impl.timeouts.settle_s
 
     def _ready_timeout(self) -> float:
         if self.options.ready_timeout_s is not None:
             return self.options.ready_timeout_s
-        return 120.0 if self.engine == "mocker" else 3600.0
+        return self.engine_impl.timeouts.ready_s
 
     def _submit_all(self) -> None:
         runtime = self._runtime()
         for spec in self.roles:
             ctx = self._role_context(spec, runtime)
-            plan = plan_role(self.engine, ctx)
+            plan = self.engine_impl.plan(ctx)
             self.plans[spec.role] = plan
             job = JobSpec(
                 role=spec.role,
@@ -425,7 +418,7 @@ class Launch:
                 env=plan.env,
                 prelude=plan.prelude,
                 gpus=plan.gpus,
-                time_limit=self.options.time_limit or ("00:30:00" if self.engine == "mocker" else "04:00:00"),
+                time_limit=self.options.time_limit or self.engine_impl.timeouts.time_limit,
                 register=self._register_command(spec, plan, ctx.ports),
                 header_comment=(
                     f"atomdyn run {self.rundir.run_id}: role {spec.role} ({spec.mode}) on {spec.node}, "
@@ -732,7 +725,7 @@ class Launch:
             engine=self.engine,
             model=self.model.name,
             runtime=self.config.runtime,
-            platform=platform_label(self.engine),
+            platform=self.engine_impl.platform_label(None),
             lock_digest=_lock_digest(self.options.lock_path, self.config.project_dir),
             config=self.config.redacted(),
             jobs=list(self.jobs.values()),

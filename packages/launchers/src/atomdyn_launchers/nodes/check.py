@@ -1,10 +1,12 @@
 """``nodes.check``: the per-node preflight, run on each node by a small Slurm job, reported as a table and JSON.
 
 Every check answers ``pass``, ``fail`` or ``not needed`` (for this engine profile and runtime), with a detail;
-free GPU memory answers ``unknown`` where no tool can tell. The mocker profile in a venv needs no GPU, RDMA,
-Docker or image checks and says so. What is checked on the node:
+free GPU memory answers ``unknown`` where no tool can tell. What a node must have comes from the engine object
+(``Engine.node_needs``: GPU device paths, whether RDMA is required, optional or not needed, the helper check);
+the mocker in a venv needs no GPU, RDMA, Docker or image checks and says so. What is checked on the node:
 
-- devices: /dev/kfd and /dev/dri (atom), the NVIDIA control device (vllm), /dev/infiniband (atom);
+- devices: the engine's GPU device paths (/dev/kfd and /dev/dri for atom, the NVIDIA control device for vllm),
+  /dev/infiniband where the engine needs RDMA;
 - rdma: RDMA devices with an ACTIVE port and their RoCE v2 GIDs (read from /sys/class/infiniband);
 - advertise: the management address (source of the route to etcd, what the NIXL side channel gets) is not on
   an RDMA interface, and the node's hostname resolves to it (what Dynamo advertises);
@@ -35,6 +37,8 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json, atomic_write_text
 from atomdyn_launchers.config import ClusterConfig, PreflightError
+from atomdyn_launchers.engines import get_engine
+from atomdyn_launchers.engines.base import NodeNeeds
 from atomdyn_launchers.nodes import images, jobs
 from atomdyn_launchers.nodes.prepare import archive_dir
 from atomdyn_launchers.slurm import Slurm
@@ -104,13 +108,12 @@ class CheckReport:
         return "\n".join([f"nodes.check ({self.engine}, {self.runtime}): {verdict}", *lines])
 
 
-def run_images(config: ClusterConfig, kind: str | None) -> list[str]:
-    """The images a run of ``kind`` uses in the docker runtime (as the launcher picks them)."""
+def run_images(config: ClusterConfig, kind: str | None, engine: str | None = None) -> list[str]:
+    """The images a run of ``kind`` uses in the docker runtime (as the engine picks them)."""
     if config.runtime != "docker":
         return []
-    if kind == "disagg" and config.nixl_image:
-        return [config.nixl_image]
-    return [i for i in (config.dynamo_atom_image,) if i]
+    chosen = get_engine(engine or config.engine_profile)
+    return chosen.images(kind or "agg-single", config.dynamo_atom_image, config.nixl_image)
 
 
 def check_nodes(
@@ -126,7 +129,8 @@ def check_nodes(
 ) -> CheckReport:
     """Run the node-side checks on every node (one job each, in parallel) and collect the report."""
     engine = engine or config.engine_profile
-    tags = list(image_tags) if image_tags is not None else run_images(config, kind)
+    needs = get_engine(engine).node_needs
+    tags = list(image_tags) if image_tags is not None else run_images(config, kind, engine)
     work = jobs.work_dir(config, "check")
     token = secrets.token_hex(16)
     atomic_write_text(work / "shared-token", token)
@@ -134,6 +138,7 @@ def check_nodes(
     probe = _probe_target(config, nodes)
     spec = {
         "engine": engine,
+        "needs": needs.to_json(),
         "runtime": config.runtime,
         "images": {t: recorded.get(t) for t in tags},
         "token_path": str(work / "shared-token"),
@@ -261,29 +266,39 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _devices(engine: str) -> list[Check]:
+def _needs(spec: dict[str, Any]) -> NodeNeeds:
+    raw = spec["needs"]
+    return NodeNeeds(
+        gpu_devices=tuple(raw["gpu_devices"]),
+        rdma=raw["rdma"],
+        gpu_memory=raw["gpu_memory"],
+        dmabuf_shim=raw["dmabuf_shim"],
+    )
+
+
+def _devices(engine: str, needs: NodeNeeds) -> list[Check]:
     def present(paths: Sequence[str]) -> tuple[bool, str]:
         missing = [p for p in paths if not os.path.exists(p)]
         return not missing, ("missing " + ", ".join(missing)) if missing else "present: " + ", ".join(paths)
 
     out: list[Check] = []
-    if engine == "atom":
-        ok, detail = present(["/dev/kfd", "/dev/dri"])
+    if needs.gpu_devices:
+        ok, detail = present(needs.gpu_devices)
         out.append(Check("gpu-devices", PASS if ok else FAIL, detail))
+    else:
+        out.append(Check("gpu-devices", NOT_NEEDED, f"{engine} profile runs on CPU"))
+    if needs.rdma == "required":
         ok, detail = present(["/dev/infiniband"])
         out.append(Check("rdma-devices", PASS if ok else FAIL, detail))
-    elif engine == "vllm":
-        ok, detail = present(["/dev/nvidiactl"])
-        out.append(Check("gpu-devices", PASS if ok else FAIL, detail))
+    elif needs.rdma == "optional":
         ok, detail = present(["/dev/infiniband"])
         out.append(Check("rdma-devices", PASS if ok else NOT_NEEDED, detail + " (optional: NVLink hosts)"))
     else:
-        out.append(Check("gpu-devices", NOT_NEEDED, f"{engine} profile runs on CPU"))
         out.append(Check("rdma-devices", NOT_NEEDED, f"{engine} profile moves no KV over RDMA"))
     return out
 
 
-def _rdma(engine: str, root: Path) -> Check:
+def _rdma(needs: NodeNeeds, root: Path) -> Check:
     ports = rdma_ports(root)
     active = [p for p in ports if p.state.endswith("ACTIVE")]
     with_gid = [p for p in active if p.roce_v2]
@@ -295,7 +310,7 @@ def _rdma(engine: str, root: Path) -> Check:
         )
         or f"no RDMA devices in {root}"
     )
-    if engine != "atom":
+    if needs.rdma != "required":
         return Check("rdma-ports", NOT_NEEDED if not with_gid else PASS, detail)
     return Check(
         "rdma-ports",
@@ -389,18 +404,18 @@ def gpu_free_memory() -> tuple[str, str] | None:
     return None
 
 
-def _gpu_memory(engine: str) -> Check:
-    if engine == "mocker":
-        return Check("gpu-memory", NOT_NEEDED, "mocker profile uses no GPU")
+def _gpu_memory(engine: str, needs: NodeNeeds) -> Check:
+    if not needs.gpu_memory:
+        return Check("gpu-memory", NOT_NEEDED, f"{engine} profile uses no GPU")
     found = gpu_free_memory()
     if found is None:
         return Check("gpu-memory", UNKNOWN, "no amd-smi, rocm-smi or nvidia-smi on this node")
     return Check("gpu-memory", PASS, f"{found[0]}: {found[1]}")
 
 
-def _shim(spec: dict[str, Any], host: str) -> Check:
-    if spec["engine"] != "atom":
-        return Check("dmabuf-shim", NOT_NEEDED, f"{spec['engine']} profile does not preload it")
+def _shim(spec: dict[str, Any], needs: NodeNeeds, host: str) -> Check:
+    if not needs.dmabuf_shim:
+        return Check("dmabuf-shim", NOT_NEEDED, f"{spec['engine']} profile does not preload it here")
     if spec["runtime"] == "docker" and spec["shim_image"]:
         argv = [
             images.docker_client(),
@@ -429,14 +444,15 @@ def _shim(spec: dict[str, Any], host: str) -> Check:
 
 def run_checks(spec: dict[str, Any], docker_host: str, sysfs_ib: Path = SYSFS_IB) -> list[Check]:
     engine = spec["engine"]
-    checks = _devices(engine)
-    checks.append(_rdma(engine, sysfs_ib))
+    needs = _needs(spec)
+    checks = _devices(engine, needs)
+    checks.append(_rdma(needs, sysfs_ib))
     checks.append(_advertise(spec["probe_target"], sysfs_ib))
     checks += _docker(spec, docker_host)
     checks.append(_shared(spec))
     checks.append(_model(spec))
-    checks.append(_gpu_memory(engine))
-    checks.append(_shim(spec, docker_host))
+    checks.append(_gpu_memory(engine, needs))
+    checks.append(_shim(spec, needs, docker_host))
     return checks
 
 

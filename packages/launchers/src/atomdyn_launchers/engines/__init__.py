@@ -1,0 +1,31 @@
+"""The engine registry: one object per engine, looked up by name (``get_engine``).
+
+Each engine lives in its own module (``mocker.py``, ``vllm.py``, ``atom.py``); ``base.py`` says what an
+engine provides, ``dynamo_vllm.py`` builds every ``dynamo.vllm`` role from per-platform data, and
+``runtime.py`` wraps command lines for the venv and docker runtimes.
+"""
+
+from __future__ import annotations
+
+from atomdyn_launchers.engines.atom import AtomEngine
+from atomdyn_launchers.engines.base import MODES, Engine, EngineError, RoleContext, RolePlan
+from atomdyn_launchers.engines.mocker import MockerEngine
+from atomdyn_launchers.engines.vllm import VllmEngine
+
+__all__ = ["ENGINE_NAMES", "MODES", "Engine", "EngineError", "RoleContext", "RolePlan", "get_engine"]
+
+_ENGINES: dict[str, Engine] = {e.name: e for e in (MockerEngine(), VllmEngine(), AtomEngine())}
+ENGINE_NAMES: tuple[str, ...] = tuple(_ENGINES)
+
+
+def get_engine(name: str) -> Engine:
+    if name not in _ENGINES:
+        raise EngineError(f"unknown engine profile {name!r}; known: {', '.join(ENGINE_NAMES)}")
+    return _ENGINES[name]
+
+
+def plan_role(engine: str, ctx: RoleContext) -> RolePlan:
+    """One role's plan from the named engine (checks the mode first)."""
+    if ctx.mode not in MODES:
+        raise EngineError(f"unknown role mode {ctx.mode!r}; known: {', '.join(MODES)}")
+    return get_engine(engine).plan(ctx)

@@ -1,0 +1,230 @@
+"""What every engine object provides, and the pieces all engines share (ports, Dynamo's environment, the
+frontend, the job-side probes).
+
+An engine object owns everything that differs between engines: its command lines, vendor, the platform label
+(derived from what the node reports), the images it needs per run kind, its node checks, its environment, its
+timeouts and which evidence gates apply. The launchers know roles and stages, not engines.
+"""
+
+from __future__ import annotations
+
+import shlex
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from atomdyn_launchers.engines.runtime import NO_DEVICES, DeviceAccess, DockerRuntime, RdmaMounts, Runtime
+from atomdyn_launchers.profiles.models import ModelProfile, ProfileError
+from atomdyn_launchers.sbatch import Arg, ProcessSpec, Shell
+
+MODES = ("agg", "prefill", "decode")
+
+
+class EngineError(ProfileError):
+    """An engine name, or what an engine needs from the configuration, is invalid; the message names it."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Per-role ports. Fixed numbers: each role runs on its own node (or its own network namespace)."""
+
+    http: int = 8000
+    system: int = 8081
+    bootstrap: int = 8090
+    nixl_side_channel: int = 20097
+
+    @classmethod
+    def for_role(cls, index: int, base_offset: int = 0) -> Ports:
+        # Distinct per role even if two roles ever share a host: side-channel ports must be unique per worker.
+        return cls(
+            http=8000 + base_offset,
+            system=8081 + index + base_offset,
+            bootstrap=8090 + index + base_offset,
+            nixl_side_channel=20097 + index + base_offset,
+        )
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """How long a run of this engine may take to become ready, to stop, and in all (Slurm's --time)."""
+
+    ready_s: float
+    settle_s: float
+    time_limit: str
+
+
+@dataclass(frozen=True)
+class NodeNeeds:
+    """What ``nodes.check`` requires of a node for this engine (the node side reads it as data)."""
+
+    gpu_devices: tuple[str, ...] = ()  # paths that must exist
+    rdma: str = "not needed"  # "required" | "optional" | "not needed"
+    gpu_memory: bool = False
+    dmabuf_shim: bool = False  # `dmabuf-shim env --check` where the workers load it
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpu_devices": list(self.gpu_devices),
+            "rdma": self.rdma,
+            "gpu_memory": self.gpu_memory,
+            "dmabuf_shim": self.dmabuf_shim,
+        }
+
+
+@dataclass(frozen=True)
+class RoleContext:
+    """Everything an engine needs to start one role; built by the launcher from the cluster config."""
+
+    run_id: str
+    role: str
+    mode: str  # agg | prefill | decode
+    with_frontend: bool
+    index: int
+    model: ModelProfile
+    model_path: str
+    etcd_endpoint: str
+    namespace: str
+    home_dir: str
+    ports: Ports
+    runtime: Runtime
+    speedup_ratio: float = 10.0
+    router_mode: str = "kv"
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    # The helper `nodes.prepare` installed on the shared filesystem; the venv runtime prefers it when present.
+    prepared_shim: str = ""
+    # Where the job writes its per-role files (doctor/, fingerprints/, rdma/, images/): the run directory.
+    run_dir: str = ""
+    # How a job runs this project's modules on the node itself (outside any container).
+    node_python: tuple[str, ...] = ("python3",)
+    # UCX_NET_DEVICES for this role's node (from the config's per-node map); None: not configured.
+    ucx_net_devices: str | None = None
+    # Which UCX path the atom engine takes: "host-vram" (validated) or "rocm" (ROCm transports).
+    ucx_path: str = "host-vram"
+    rdma: RdmaMounts = field(default_factory=RdmaMounts)
+
+
+@dataclass(frozen=True)
+class RolePlan:
+    """The processes of a role, the shell prelude they need, and what the registration helper checks."""
+
+    processes: list[ProcessSpec]
+    prelude: list[str]
+    env: dict[str, Arg]
+    worker_process: str
+    gpus: int
+    served_model_name: str
+
+
+def worker_name(mode: str) -> str:
+    return {"agg": "worker", "prefill": "prefill", "decode": "decode"}[mode]
+
+
+def quoted(argv: Sequence[Arg]) -> str:
+    return " ".join(a.text if isinstance(a, Shell) else shlex.quote(a) for a in argv)
+
+
+def dynamo_env(ctx: RoleContext) -> dict[str, Arg]:
+    """Discovery through etcd, TCP request plane, ZMQ events: no NATS (Dynamo 1.3 on the rehearsal and GPUs)."""
+    env: dict[str, Arg] = {
+        "DYN_DISCOVERY_BACKEND": "etcd",
+        "ETCD_ENDPOINTS": ctx.etcd_endpoint,
+        "DYN_REQUEST_PLANE": "tcp",
+        "DYN_EVENT_PLANE": "zmq",
+        "DYN_NAMESPACE": ctx.namespace,
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.update(ctx.extra_env)
+    return env
+
+
+def wrap(
+    ctx: RoleContext, name: str, argv: list[Arg], env: Mapping[str, Arg], devices: DeviceAccess
+) -> ProcessSpec:
+    if isinstance(ctx.runtime, DockerRuntime):
+        env = {**dynamo_env(ctx), **env}  # the job's exports do not reach into a container
+    return ctx.runtime.wrap(name, argv, env, devices)
+
+
+def frontend(ctx: RoleContext) -> ProcessSpec:
+    argv: list[Arg] = [ctx.runtime.python, "-m", "dynamo.frontend", "--namespace", ctx.namespace]
+    argv += ["--http-host", "0.0.0.0", "--http-port", str(ctx.ports.http), "--router-mode", ctx.router_mode]
+    # The frontend caches model cards under ~/.cache/dynamo: a per-run HOME keeps runs from seeing stale ones.
+    env: dict[str, Arg] = {"HOME": f"{ctx.home_dir}/frontend"}
+    return wrap(ctx, "frontend", argv, env, NO_DEVICES)
+
+
+def fingerprint_prelude(ctx: RoleContext) -> list[str]:
+    """The node's fingerprint (GPU, ROCm/CUDA, NIC, driver), written from inside the job before the engine
+    starts, to <run dir>/fingerprints/<role>.json. A failed probe is recorded, never fatal."""
+    target = f"{ctx.run_dir}/fingerprints/{ctx.role}.json"
+    image = ctx.runtime.image if isinstance(ctx.runtime, DockerRuntime) else ""
+    env = f"ATOMDYN_IMAGE={shlex.quote(image)} " if image else ""
+    return [
+        "# This node as the evidence will describe it (written before the engine starts).",
+        f"mkdir -p {shlex.quote(ctx.run_dir + '/fingerprints')}",
+        f"if {env}{quoted(list(ctx.node_python))} -m atomdyn_core.fingerprint >{shlex.quote(target + '.tmp')}; then",
+        f"  mv -f {shlex.quote(target + '.tmp')} {shlex.quote(target)}",
+        "else",
+        f"  log 'fingerprint failed: the run records no fingerprint for {ctx.role}'",
+        "fi",
+    ]
+
+
+class Engine(ABC):
+    """One engine profile. Subclasses set the class attributes and implement :meth:`plan`."""
+
+    name: str
+    vendor: str  # "amd" | "nvidia" | "none": whose GPUs the engine drives
+    dynamo_module: str  # the Dynamo entry point its workers run (dynamo.<module>)
+    timeouts: Timeouts
+    node_needs: NodeNeeds
+    # Which evidence gates apply to a run of this engine (the evidence code reads it).
+    expectations: Any
+    description: str = ""
+
+    @abstractmethod
+    def plan(self, ctx: RoleContext) -> RolePlan:
+        """The processes, prelude and environment of one role."""
+
+    def images(self, kind: str, base_image: str | None, nixl_image: str | None) -> list[str]:
+        """The images a run of ``kind`` needs in the docker runtime (first: what the workers run)."""
+        image = nixl_image if kind == "disagg" and nixl_image else base_image
+        return [image] if image else []
+
+    def needs_gpus(self) -> bool:
+        return self.vendor != "none"
+
+    def container_devices(self, rdma: RdmaMounts | None = None) -> DeviceAccess:
+        """What a worker's container gets (the frontend gets none); also used by the in-image validator."""
+        return NO_DEVICES
+
+    def platform_label(self, fingerprint: Mapping[str, Any] | None) -> str:
+        """The platform the evidence names, from what the node reported (never from the engine's name)."""
+        return hardware_label(fingerprint)
+
+
+def gpu_names(fingerprint: Mapping[str, Any]) -> list[str]:
+    amd = fingerprint.get("amd") or {}
+    nvidia = fingerprint.get("nvidia") or {}
+    names = [str(n) for n in amd.get("gpus") or []]
+    names += [str(g.get("name", "")) for g in nvidia.get("gpus") or [] if isinstance(g, Mapping)]
+    return [n for n in names if n]
+
+
+def hardware_label(fingerprint: Mapping[str, Any] | None) -> str:
+    """ "MI355X" only when the node reported an MI355X; every other platform says that it is not one."""
+    if not fingerprint:
+        return "unknown (no fingerprint), not MI355X"
+    accelerator = fingerprint.get("accelerator")
+    names = gpu_names(fingerprint)
+    if accelerator == "amd" and any("MI355X" in n.upper() for n in names):
+        return "MI355X"
+    if accelerator == "nvidia" and names:
+        words = names[0].replace("NVIDIA", "").split()
+        model = next((w for w in words if any(c.isdigit() for c in w)), names[0])
+        return f"{model} (NVIDIA), not MI355X"
+    if accelerator == "amd":
+        return f"{names[0] if names else 'AMD GPU'} (AMD), not MI355X"
+    return "CPU (no GPU seen), not MI355X"

@@ -1,0 +1,223 @@
+"""The one builder of ``python -m dynamo.vllm`` roles, shared by every vLLM-based engine (vllm, atom, vllm-cpu).
+
+What differs per platform is data (:class:`VllmPlatform`): the UCX environment, extra flags and environment,
+the KV buffer device, whether the dma-buf helper is preloaded, the GPU visibility variable, the devices a
+container gets, and whether the in-container checks (RDMA devices, ``nixl-compat doctor``) gate the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from atomdyn_launchers.engines.base import (
+    RoleContext,
+    RolePlan,
+    dynamo_env,
+    frontend,
+    quoted,
+    worker_name,
+    wrap,
+)
+from atomdyn_launchers.engines.runtime import DeviceAccess, DockerRuntime, RdmaMounts, VenvRuntime
+from atomdyn_launchers.sbatch import Arg, Shell
+
+
+def kv_transfer_config(kv_buffer_device: str | None = None) -> str:
+    config: dict[str, str] = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    if kv_buffer_device is not None:
+        config["kv_buffer_device"] = kv_buffer_device
+    return json.dumps(config, separators=(",", ":"))
+
+
+KV_TRANSFER_CONFIG = kv_transfer_config()
+
+
+@dataclass(frozen=True)
+class VllmPlatform:
+    """Everything a vLLM-based engine changes in the shared role builder."""
+
+    gpu_visibility: tuple[str, ...]  # the variables passed through from the job that select GPUs
+    vendor: str  # "amd" | "nvidia" | "none"
+    # UCX/NIXL environment of the KV path, per mode (P/D may differ from aggregated runs).
+    ucx_env: Callable[[RoleContext], Mapping[str, str]] = lambda ctx: {}
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()
+    kv_buffer_device: str | None = None  # None: vLLM's default for the platform
+    model_args: bool = False  # the model profile's ATOM recipe settings (atom_env, atom_args)
+    # Whether the dma-buf registration helper is preloaded for a role (needs: the image has it, RDMA P/D).
+    preload_helper: Callable[[RoleContext], bool] = lambda ctx: False
+    # In-container checks before the engine starts: RDMA devices (with SRQ) and `nixl-compat doctor`.
+    rdma_check: Callable[[RoleContext], bool] = lambda ctx: False
+    doctor: Callable[[RoleContext], bool] = lambda ctx: False
+    rdma_required: bool = False  # the container must get /dev/infiniband (else: when the node has it)
+
+
+def devices(platform: VllmPlatform, rdma: RdmaMounts) -> DeviceAccess:
+    return DeviceAccess(
+        platform.vendor,
+        platform.gpu_visibility,
+        rdma_required=platform.rdma_required,
+        rdma=rdma if platform.rdma_required else None,
+    )
+
+
+def probe_disagg_prelude(ctx: RoleContext) -> list[str]:
+    """Shell asking the installed dynamo.vllm which disaggregation flag it takes (renamed across releases)."""
+    probe = quoted(ctx.runtime.tool(["python", "-m", "dynamo.vllm", "--help"]))
+    legacy = {"agg": "", "prefill": "--is-prefill-worker", "decode": "--is-decode-worker"}[ctx.mode]
+    return [
+        "# Which disaggregation flag does this dynamo.vllm take? (older: --is-prefill-worker)",
+        f'VLLM_HELP=$({probe} 2>&1) || {{ log "dynamo.vllm --help failed: $VLLM_HELP"; exit 2; }}',
+        'if grep -q -- "--disaggregation-mode" <<<"$VLLM_HELP"; then',
+        f"  DISAGG_ARGS=(--disaggregation-mode {ctx.mode})",
+        'elif grep -q -- "--is-prefill-worker" <<<"$VLLM_HELP"; then',
+        f"  DISAGG_ARGS=({legacy})",
+        "else",
+        '  log "dynamo.vllm --help shows neither --disaggregation-mode nor --is-prefill-worker"',
+        "  exit 2",
+        "fi",
+        'log "disaggregation flags: ${DISAGG_ARGS[*]:-(none)}"',
+    ]
+
+
+def mgmt_prelude(ctx: RoleContext) -> list[str]:
+    """The node's management address: the source of its route to etcd (not `hostname -I`, which may list
+    RDMA interfaces first). ATOMDYN_MGMT_ADDR overrides it."""
+    host = ctx.etcd_endpoint.split("://", 1)[-1].rsplit(":", 1)[0]
+    return [
+        f"ETCD_HOST_ADDR=$(getent ahostsv4 {shlex.quote(host)} | awk 'NR==1 {{print $1}}')",
+        "ROUTE_SRC=$(ip -4 route get \"$ETCD_HOST_ADDR\" | sed -n 's/.* src \\([0-9.]*\\).*/\\1/p')",
+        "MGMT_ADDR=${ATOMDYN_MGMT_ADDR:-$ROUTE_SRC}",
+        'if [ -z "$MGMT_ADDR" ]; then',
+        '  log "cannot determine the management address (no route to $ETCD_HOST_ADDR)"',
+        "  exit 2",
+        "fi",
+        'log "management address $MGMT_ADDR"',
+    ]
+
+
+def shim_prelude(ctx: RoleContext) -> list[str]:
+    """The dma-buf registration helper's LD_PRELOAD path, as `dmabuf-shim env` reports it in the runtime."""
+    tool = quoted(ctx.runtime.tool(["dmabuf-shim", "env"]))
+    lines = [f"SHIM_TOOL=({tool})"]
+    if isinstance(ctx.runtime, VenvRuntime) and ctx.prepared_shim:
+        prepared = shlex.quote(ctx.prepared_shim)
+        python = shlex.quote(ctx.runtime.python)
+        lines += [
+            f"if [ -d {prepared} ]; then",
+            f"  SHIM_TOOL=(env PYTHONPATH={prepared} {python} -m dmabuf_shim env)",
+            f"  log 'dma-buf helper from the prepared install {ctx.prepared_shim}'",
+            "fi",
+        ]
+    return [
+        *lines,
+        """if ! SHIM_LINE=$("${SHIM_TOOL[@]}" | grep -m1 'LD_PRELOAD='); then""",
+        "  log 'dmabuf-shim env printed no LD_PRELOAD line: is dmabuf-shim installed?'",
+        "  exit 2",
+        "fi",
+        "SHIM_PRELOAD=${SHIM_LINE#*LD_PRELOAD=}",
+        "SHIM_PRELOAD=${SHIM_PRELOAD#export }",
+        'SHIM_PRELOAD=${SHIM_PRELOAD//\\"/}',
+        'log "preloading $SHIM_PRELOAD"',
+    ]
+
+
+def rdma_check_prelude(ctx: RoleContext, access: DeviceAccess, env: Mapping[str, Arg]) -> list[str]:
+    """`ibv_devinfo -v` as the worker's container sees the NICs (same image, devices and mounts), kept in the
+    run directory and read on the node: devices, ports, GIDs and max_srq (UCX's rc_verbs needs SRQ)."""
+    base = f"{ctx.run_dir}/rdma/{ctx.role}"
+    if isinstance(ctx.runtime, DockerRuntime):
+        probe = ctx.runtime.tool(["ibv_devinfo", "-v"], env=env, devices=access, name="rdma-check")
+    else:
+        probe = ["ibv_devinfo", "-v"]
+    check: list[Arg] = [*ctx.node_python, "-m", "atomdyn_launchers.engines.rdma", base + ".devinfo.txt"]
+    check += ["--json", base + ".json", "--need-srq"]
+    if ctx.ucx_net_devices:
+        check += ["--net-devices", ctx.ucx_net_devices]
+    return [
+        "# The RDMA devices the worker will see, checked before the engine starts.",
+        f"mkdir -p {shlex.quote(ctx.run_dir + '/rdma')}",
+        f"if ! {quoted(probe)} >{shlex.quote(base + '.devinfo.txt')} 2>&1; then",
+        f"  log 'ibv_devinfo -v failed where the worker runs (see rdma/{ctx.role}.devinfo.txt)'",
+        "  exit 3",
+        "fi",
+        f"if ! {quoted(check)}; then",
+        f"  log 'RDMA check failed (see rdma/{ctx.role}.json)'",
+        "  exit 3",
+        "fi",
+    ]
+
+
+def doctor_prelude(ctx: RoleContext, access: DeviceAccess, env: Mapping[str, Arg]) -> list[str]:
+    """`nixl-compat doctor --json` in the worker's runtime (same image, devices and environment, helper
+    preloaded) before the engine starts; its report kept in the run directory; a failed doctor fails the role."""
+    target = f"{ctx.run_dir}/doctor/{ctx.role}.json"
+    argv = ["nixl-compat", "doctor", "--json"]
+    for device in (ctx.ucx_net_devices or "").split(","):
+        if device:
+            argv += ["--expect-net-device", device]
+    if isinstance(ctx.runtime, DockerRuntime):
+        probe = ctx.runtime.tool(argv, env=env, devices=access, name="doctor")
+    else:
+        probe = ctx.runtime.tool(argv, env=env)
+    return [
+        "# NIXL as the worker will load it: backend, UCX transports, a loopback self-test.",
+        f"mkdir -p {shlex.quote(ctx.run_dir + '/doctor')}",
+        f"if ! {quoted(probe)} >{shlex.quote(target + '.tmp')}; then",
+        f"  mv -f {shlex.quote(target + '.tmp')} {shlex.quote(target)}",
+        f"  log 'nixl-compat doctor failed (see doctor/{ctx.role}.json)'",
+        "  exit 3",
+        "fi",
+        f"mv -f {shlex.quote(target + '.tmp')} {shlex.quote(target)}",
+    ]
+
+
+def plan_vllm_role(ctx: RoleContext, platform: VllmPlatform) -> RolePlan:
+    model = ctx.model
+    argv: list[Arg] = [ctx.runtime.python, "-m", "dynamo.vllm", "--model", ctx.model_path]
+    argv += ["--served-model-name", model.served_model_name, Shell('"${DISAGG_ARGS[@]}"')]
+    if ctx.mode != "agg":
+        argv += ["--kv-transfer-config", kv_transfer_config(platform.kv_buffer_device)]
+    argv += model.vllm_args()
+    if platform.model_args:
+        argv += list(model.atom_args)
+    argv += list(platform.extra_args)
+    env: dict[str, Arg] = {
+        "DYN_SYSTEM_PORT": str(ctx.ports.system),
+        "VLLM_NIXL_SIDE_CHANNEL_HOST": Shell('"$MGMT_ADDR"'),
+        "VLLM_NIXL_SIDE_CHANNEL_PORT": str(ctx.ports.nixl_side_channel),
+    }
+    env.update(platform.ucx_env(ctx))
+    if ctx.ucx_net_devices:
+        env["UCX_NET_DEVICES"] = ctx.ucx_net_devices
+    env.update(platform.extra_env)
+    if platform.model_args:
+        env.update(model.atom_env)
+    access = devices(platform, ctx.rdma)
+    prelude = probe_disagg_prelude(ctx) + mgmt_prelude(ctx)
+    prelude += ctx.runtime.prelude(access)
+    if platform.preload_helper(ctx):
+        env["LD_PRELOAD"] = Shell('"$SHIM_PRELOAD"')
+        prelude += shim_prelude(ctx)
+    # The checks run with the worker's own environment: inside a container that includes Dynamo's.
+    check_env: dict[str, Arg] = {
+        k: v for k, v in env.items() if k.startswith(("UCX_", "NIXL_", "LD_PRELOAD"))
+    }
+    if platform.rdma_check(ctx):
+        prelude += rdma_check_prelude(ctx, access, {})
+    if platform.doctor(ctx):
+        prelude += doctor_prelude(ctx, access, check_env)
+    processes = [wrap(ctx, worker_name(ctx.mode), argv, env, access)]
+    if ctx.with_frontend:
+        processes.insert(0, frontend(ctx))
+    return RolePlan(
+        processes,
+        prelude,
+        dynamo_env(ctx),
+        worker_name(ctx.mode),
+        model.gpus_per_worker,
+        model.served_model_name,
+    )

@@ -1,0 +1,61 @@
+"""``mocker``: Dynamo 1.3's CPU mock engine (``python -m dynamo.mocker``), the fast rehearsal.
+
+It moves no KV cache and touches no GPU; in a disaggregated run the prefill and decode workers still run on
+two nodes and the frontend routes between them, which is what the rehearsal proves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from atomdyn_launchers.engines.base import (
+    Engine,
+    NodeNeeds,
+    RoleContext,
+    RolePlan,
+    Timeouts,
+    dynamo_env,
+    frontend,
+    hardware_label,
+    worker_name,
+    wrap,
+)
+from atomdyn_launchers.engines.runtime import NO_DEVICES
+from atomdyn_launchers.sbatch import Arg
+
+
+class MockerEngine(Engine):
+    name = "mocker"
+    vendor = "none"
+    dynamo_module = "mocker"
+    timeouts = Timeouts(ready_s=120.0, settle_s=60.0, time_limit="00:30:00")
+    node_needs = NodeNeeds()
+    description = "Dynamo's CPU mock engine (rehearsal)"
+
+    def plan(self, ctx: RoleContext) -> RolePlan:
+        model = ctx.model
+        argv: list[Arg] = [ctx.runtime.python, "-m", "dynamo.mocker", "--model-path", ctx.model_path]
+        argv += ["--disaggregation-mode", ctx.mode, "--speedup-ratio", f"{ctx.speedup_ratio:g}"]
+        if model.max_num_seqs is not None:
+            argv += ["--max-num-seqs", str(model.max_num_seqs)]
+        argv.append(
+            "--enable-prefix-caching" if model.enable_prefix_caching else "--no-enable-prefix-caching"
+        )
+        if ctx.mode == "prefill":
+            argv += ["--bootstrap-ports", str(ctx.ports.bootstrap)]
+        env: dict[str, Arg] = {
+            "DYN_SYSTEM_PORT": str(ctx.ports.system),
+            # Serves the tokenizer files to the frontend; without it the frontend tries the model hub.
+            "DYN_SELF_HOST_METADATA": "1",
+            "HOME": f"{ctx.home_dir}/{worker_name(ctx.mode)}",
+        }
+        processes = [wrap(ctx, worker_name(ctx.mode), argv, env, NO_DEVICES)]
+        if ctx.with_frontend:
+            processes.insert(0, frontend(ctx))
+        return RolePlan(processes, [], dynamo_env(ctx), worker_name(ctx.mode), 0, ctx.model_path)
+
+    def platform_label(self, fingerprint: Any) -> str:
+        # The mock engine does no GPU work: wherever it ran, it is a rehearsal of the launchers.
+        if not fingerprint or not fingerprint.get("accelerator"):
+            return "rehearsal (CPU, mock engine)"
+        return f"rehearsal (mock engine on {hardware_label(fingerprint)})"

@@ -1,0 +1,173 @@
+"""Where a role's processes run: the venv's Python directly, or ``docker run`` of the built image.
+
+A runtime wraps an engine's command line; it knows nothing about engines. What differs per GPU vendor (which
+devices a container gets, which variable selects GPUs) is data the engine hands it (:class:`DeviceAccess`).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from atomdyn_launchers.sbatch import Arg, ProcessSpec, Shell
+
+
+@dataclass(frozen=True)
+class RdmaMounts:
+    """What a container needs to see the node's RDMA NICs: the verbs provider configuration directory
+    (``/etc/libibverbs.d``) and the provider libraries it names (e.g. ionic's ``libionic-rdmav34.so``), which a
+    container image built elsewhere does not carry. Mounted read-only at the same paths."""
+
+    config_dir: str = "/etc/libibverbs.d"
+    provider_libs: tuple[str, ...] = ()
+
+    def args(self) -> list[Arg]:
+        args: list[Arg] = ["-v", f"{self.config_dir}:{self.config_dir}:ro"]
+        for lib in self.provider_libs:
+            args += ["-v", f"{lib}:{lib}:ro"]
+        return args
+
+
+@dataclass(frozen=True)
+class DeviceAccess:
+    """The devices a worker's container gets and the one variable that selects its GPUs.
+
+    ``gpu_visibility`` is passed through from the job (Slurm's binding) and no other: ROCm applies
+    ROCR_VISIBLE_DEVICES and then HIP_VISIBLE_DEVICES on what is left, so passing both filters twice.
+    """
+
+    vendor: str  # "amd" | "nvidia" | "none"
+    gpu_visibility: tuple[str, ...] = ()
+    rdma_required: bool = False
+    rdma: RdmaMounts | None = None
+
+    def docker_args(self) -> list[Arg]:
+        args: list[Arg] = []
+        if self.vendor == "amd":
+            args += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
+        elif self.vendor == "nvidia":
+            args += ["--gpus", "all"]
+        if self.rdma_required:
+            # The RDMA path is the point of this engine: a node without /dev/infiniband fails loudly here.
+            args += ["--device", "/dev/infiniband"]
+        elif self.vendor != "none":
+            args.append(Shell('"${IB_DEVICE_ARGS[@]}"'))  # NVLink-only hosts have none; see prelude()
+        if self.rdma is not None:
+            args += self.rdma.args()
+        for var in self.gpu_visibility:
+            args += ["-e", var]  # passed through from the job (Slurm's GPU binding), absent if unset
+        return args
+
+    def prelude(self) -> list[str]:
+        if self.rdma_required or self.vendor == "none":
+            return []
+        return [
+            "IB_DEVICE_ARGS=()",
+            "if [ -e /dev/infiniband ]; then IB_DEVICE_ARGS=(--device /dev/infiniband); fi",
+        ]
+
+
+NO_DEVICES = DeviceAccess("none")
+
+
+@dataclass(frozen=True)
+class VenvRuntime:
+    venv: Path
+    name: str = "venv"
+
+    @property
+    def python(self) -> str:
+        return str(self.venv / "bin" / "python")
+
+    def wrap(
+        self, name: str, argv: Sequence[Arg], env: Mapping[str, Arg], devices: DeviceAccess
+    ) -> ProcessSpec:
+        return ProcessSpec(name, list(argv), dict(env))
+
+    def tool(self, argv: Sequence[str], env: Mapping[str, Arg] | None = None) -> list[Arg]:
+        """A short-lived command (a probe); ``env`` is added in front of it."""
+        command: list[Arg] = [str(self.venv / "bin" / argv[0]), *argv[1:]]
+        if argv[0] == "python":
+            command[0] = self.python
+        return [*_env_prefix(env), *command]
+
+    def prelude(self, devices: DeviceAccess) -> list[str]:
+        return []
+
+
+@dataclass(frozen=True)
+class DockerRuntime:
+    image: str
+    container_prefix: str
+    mounts: Sequence[str]
+    docker: str = "docker"
+    python: str = "python3"
+    name: str = "docker"
+
+    def _base(self, name: str, devices: DeviceAccess) -> list[Arg]:
+        args: list[Arg] = [self.docker, "run", "--rm", "--name", f"{self.container_prefix}-{name}"]
+        args += ["--network", "host", "--ipc", "host", "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1"]
+        args += devices.docker_args()
+        for mount in self.mounts:
+            args += ["-v", f"{mount}:{mount}"]
+        return args
+
+    def wrap(
+        self, name: str, argv: Sequence[Arg], env: Mapping[str, Arg], devices: DeviceAccess
+    ) -> ProcessSpec:
+        """``env`` must hold everything the process needs: a container does not inherit the job's exports."""
+        args = self._base(name, devices)
+        args += _env_args(env)
+        return ProcessSpec(name, [*args, self.image, *argv], {})
+
+    def tool(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, Arg] | None = None,
+        devices: DeviceAccess | None = None,
+        name: str | None = None,
+    ) -> list[Arg]:
+        """A short-lived command in the image; ``python`` means the image's Python. With ``devices`` it runs
+        as the worker will (same devices, mounts and environment), else as a bare probe."""
+        command = [self.python if argv[0] == "python" else argv[0], *argv[1:]]
+        if devices is None:
+            return [
+                self.docker,
+                "run",
+                "--rm",
+                "--network",
+                "host",
+                *_env_args(env or {}),
+                self.image,
+                *command,
+            ]
+        return [*self._base(name or "probe", devices), *_env_args(env or {}), self.image, *command]
+
+    def prelude(self, devices: DeviceAccess) -> list[str]:
+        return devices.prelude()
+
+
+Runtime = VenvRuntime | DockerRuntime
+
+
+def _env_args(env: Mapping[str, Arg]) -> list[Arg]:
+    args: list[Arg] = []
+    for key, value in sorted(env.items()):
+        args += [
+            "-e",
+            Shell(shlex.quote(f"{key}=") + value.text) if isinstance(value, Shell) else f"{key}={value}",
+        ]
+    return args
+
+
+def _env_prefix(env: Mapping[str, Arg] | None) -> list[Arg]:
+    if not env:
+        return []
+    out: list[Arg] = ["env"]
+    for key, value in sorted(env.items()):
+        out.append(
+            Shell(shlex.quote(f"{key}=") + value.text) if isinstance(value, Shell) else f"{key}={value}"
+        )
+    return out

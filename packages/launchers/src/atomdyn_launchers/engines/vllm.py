@@ -1,0 +1,32 @@
+"""``vllm``: ``python -m dynamo.vllm`` on NVIDIA GPUs, KV moved by vLLM's NixlConnector (CUDA UCX transports).
+
+ATOM's vLLM platform plugin is switched off (``ATOM_DISABLE_VLLM_PLUGIN=1``): the image may carry ATOM.
+"""
+
+from __future__ import annotations
+
+from atomdyn_launchers.engines.base import Engine, NodeNeeds, RoleContext, RolePlan, Timeouts
+from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, devices, plan_vllm_role
+from atomdyn_launchers.engines.runtime import DeviceAccess, RdmaMounts
+
+NVIDIA = VllmPlatform(
+    gpu_visibility=("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
+    vendor="nvidia",
+    extra_env={"ATOM_DISABLE_VLLM_PLUGIN": "1"},
+)
+
+
+class VllmEngine(Engine):
+    name = "vllm"
+    vendor = "nvidia"
+    dynamo_module = "vllm"
+    timeouts = Timeouts(ready_s=3600.0, settle_s=300.0, time_limit="04:00:00")
+    node_needs = NodeNeeds(gpu_devices=("/dev/nvidiactl",), rdma="optional", gpu_memory=True)
+    description = "dynamo.vllm on NVIDIA GPUs"
+    platform = NVIDIA
+
+    def plan(self, ctx: RoleContext) -> RolePlan:
+        return plan_vllm_role(ctx, self.platform)
+
+    def container_devices(self, rdma: RdmaMounts | None = None) -> DeviceAccess:
+        return devices(self.platform, rdma or RdmaMounts())

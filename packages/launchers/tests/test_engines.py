@@ -1,0 +1,177 @@
+"""Engine objects: the registry, and the exact command lines and environment each engine gives a role."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from atomdyn_launchers.engines import ENGINE_NAMES, EngineError, get_engine, plan_role
+from atomdyn_launchers.engines.atom import ATOM_UCX_ENV
+from atomdyn_launchers.engines.base import Ports, RoleContext, RolePlan
+from atomdyn_launchers.engines.dynamo_vllm import KV_TRANSFER_CONFIG
+from atomdyn_launchers.engines.runtime import DockerRuntime, VenvRuntime
+from atomdyn_launchers.profiles.models import ProfileError, get_model
+from atomdyn_launchers.sbatch import Shell, render_arg
+
+
+def test_registry_names_every_engine_once() -> None:
+    assert ENGINE_NAMES == ("mocker", "vllm", "atom")
+    for name in ENGINE_NAMES:
+        assert get_engine(name).name == name
+    assert get_engine("atom").vendor == "amd" and get_engine("vllm").vendor == "nvidia"
+    assert get_engine("mocker").timeouts.ready_s < get_engine("atom").timeouts.ready_s
+    # Config and launch errors about profiles are caught as one kind.
+    assert issubclass(EngineError, ProfileError)
+
+
+def _ctx(
+    mode: str, runtime: VenvRuntime | DockerRuntime, frontend: bool = False, index: int = 0
+) -> RoleContext:
+    return RoleContext(
+        run_id="20260101T000000Z-disagg-x",
+        role=mode,
+        mode=mode,
+        with_frontend=frontend,
+        index=index,
+        model=get_model("qwen3-8b-bf16"),
+        model_path="/shared/models/qwen3-8b",
+        etcd_endpoint="http://10.1.2.3:2379",
+        namespace="atomdyn-test",
+        home_dir="/shared/runs/r/home/x",
+        ports=Ports.for_role(index),
+        runtime=runtime,
+    )
+
+
+def _flat(plan: RolePlan, process: str) -> list[str]:
+    proc = next(p for p in plan.processes if p.name == process)
+    return [a.text if isinstance(a, Shell) else a for a in proc.argv]
+
+
+VENV = VenvRuntime(Path("/opt/venv"))
+
+
+def test_mocker_roles_follow_the_rehearsal_recipe() -> None:
+    prefill = plan_role("mocker", _ctx("prefill", VENV, index=1))
+    decode = plan_role("mocker", _ctx("decode", VENV, frontend=True))
+    assert [p.name for p in prefill.processes] == ["prefill"]
+    assert [p.name for p in decode.processes] == ["frontend", "decode"]
+    env = decode.env
+    assert env["DYN_DISCOVERY_BACKEND"] == "etcd" and env["ETCD_ENDPOINTS"] == "http://10.1.2.3:2379"
+    assert (
+        env["DYN_REQUEST_PLANE"] == "tcp" and env["DYN_EVENT_PLANE"] == "zmq" and env["HF_HUB_OFFLINE"] == "1"
+    )
+    # Setting it breaks model registration in Dynamo 1.3 (FIELD_NOTES §6b).
+    assert "DYN_TCP_RESPONSE_STREAM_HOST" not in env
+    worker = next(p for p in prefill.processes if p.name == "prefill")
+    assert worker.env["DYN_SELF_HOST_METADATA"] == "1" and worker.env["DYN_SYSTEM_PORT"] == "8082"
+    argv = _flat(prefill, "prefill")
+    assert argv[:3] == ["/opt/venv/bin/python", "-m", "dynamo.mocker"]
+    assert argv[argv.index("--disaggregation-mode") + 1] == "prefill"
+    assert argv[argv.index("--speedup-ratio") + 1] == "10"
+    assert "--bootstrap-ports" in argv and "--enable-prefix-caching" in argv
+    front = _flat(decode, "frontend")
+    assert front[front.index("--router-mode") + 1] == "kv"
+    assert front[front.index("--namespace") + 1] == "atomdyn-test"
+    # Caches live under the run directory, not the user's HOME.
+    assert all(str(p.env["HOME"]).startswith("/shared/runs/r/home/x") for p in decode.processes)
+
+
+def test_atom_worker_command_line_and_environment() -> None:
+    plan = plan_role("atom", _ctx("prefill", VENV, index=1))
+    argv = _flat(plan, "prefill")
+    assert argv[:3] == ["/opt/venv/bin/python", "-m", "dynamo.vllm"]
+    assert argv[argv.index("--kv-transfer-config") + 1] == KV_TRANSFER_CONFIG
+    assert json.loads(KV_TRANSFER_CONFIG) == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    assert '"${DISAGG_ARGS[@]}"' in argv  # probed from --help in the job script
+    assert argv[argv.index("--served-model-name") + 1] == "Qwen/Qwen3-8B"
+    assert plan.gpus == 1
+    env = plan.processes[0].env
+    for key, value in ATOM_UCX_ENV.items():
+        assert env[key] == value
+    assert env["NIXL_COMPAT_ALLOW_HOST_VRAM"] == "1"
+    assert "ib" not in str(env["UCX_TLS"]).split(",") and "ud" not in str(env["UCX_TLS"])
+    assert render_arg(env["LD_PRELOAD"]) == '"$SHIM_PRELOAD"'
+    assert render_arg(env["VLLM_NIXL_SIDE_CHANNEL_HOST"]) == '"$MGMT_ADDR"'
+    prelude = "\n".join(plan.prelude)
+    assert "dmabuf-shim env" in prelude.replace("' '", " ").replace("'", "")
+    assert "dynamo.vllm --help" in prelude.replace("' '", " ").replace("'", "")
+
+
+def test_atom_worker_in_a_venv_prefers_the_helper_nodes_prepare_installed() -> None:
+    ctx = replace(_ctx("prefill", VENV, index=1), prepared_shim="/shared/dmabuf-shim/current")
+    prelude = "\n".join(plan_role("atom", ctx).prelude)
+    assert "if [ -d /shared/dmabuf-shim/current ]; then" in prelude
+    assert (
+        "SHIM_TOOL=(env PYTHONPATH=/shared/dmabuf-shim/current /opt/venv/bin/python -m dmabuf_shim env)"
+        in prelude
+    )
+    # Without a prepared install the venv's own dmabuf-shim answers.
+    assert "SHIM_TOOL=(/opt/venv/bin/dmabuf-shim env)" in prelude
+
+
+def test_side_channel_ports_are_unique_per_worker() -> None:
+    ports = {
+        plan_role("vllm", _ctx(mode, VENV, index=i)).processes[0].env["VLLM_NIXL_SIDE_CHANNEL_PORT"]
+        for i, mode in enumerate(["decode", "prefill"])
+    }
+    assert len(ports) == 2
+
+
+def test_vllm_profile_keeps_atom_out() -> None:
+    plan = plan_role("vllm", _ctx("decode", VENV, frontend=True))
+    env = next(p for p in plan.processes if p.name == "decode").env
+    assert "LD_PRELOAD" not in env and "NIXL_COMPAT_ALLOW_HOST_VRAM" not in env
+    assert env["ATOM_DISABLE_VLLM_PLUGIN"] == "1"
+    assert "dmabuf-shim" not in "\n".join(plan.prelude)
+
+
+def test_docker_runtime_passes_devices_network_and_shared_dir() -> None:
+    runtime = DockerRuntime("registry.local/atom-dynamo:1", "atomdyn-r", ["/shared"])
+    plan = plan_role("atom", _ctx("decode", runtime, frontend=True))
+    argv = [render_arg(a) for a in next(p for p in plan.processes if p.name == "decode").argv]
+    assert argv[:3] == ["docker", "run", "--rm"]
+    joined = " ".join(argv)
+    for piece in (
+        "--network host",
+        "--ipc host",
+        "--device /dev/kfd",
+        "--device /dev/dri",
+        "--device /dev/infiniband",
+        "-v /shared:/shared",
+        "--ulimit memlock=-1",
+        "-e NIXL_COMPAT_ALLOW_HOST_VRAM=1",
+        '-e LD_PRELOAD="$SHIM_PRELOAD"',
+    ):
+        assert piece in joined
+    # A container does not inherit the job's exports: Dynamo's settings are passed explicitly.
+    for piece in (
+        "-e DYN_DISCOVERY_BACKEND=etcd",
+        "-e ETCD_ENDPOINTS=http://10.1.2.3:2379",
+        "-e DYN_NAMESPACE=atomdyn-test",
+    ):
+        assert piece in joined
+    frontend = " ".join(render_arg(a) for a in next(p for p in plan.processes if p.name == "frontend").argv)
+    assert "-e DYN_REQUEST_PLANE=tcp" in frontend and "/dev/kfd" not in frontend
+    image_at = argv.index("registry.local/atom-dynamo:1")
+    assert argv[image_at + 1 : image_at + 4] == ["python3", "-m", "dynamo.vllm"]
+    # The probes run inside the image too.
+    assert "registry.local/atom-dynamo:1 dmabuf-shim env" in "\n".join(plan.prelude)
+
+
+def test_unknown_engine_is_refused() -> None:
+    with pytest.raises(EngineError, match="unknown engine profile 'sglang'"):
+        plan_role("sglang", _ctx("agg", VENV))
+    with pytest.raises(EngineError, match="unknown role mode 'both'"):
+        plan_role("mocker", _ctx("both", VENV))
+
+
+def test_nvidia_docker_passes_rdma_devices_only_when_present() -> None:
+    runtime = DockerRuntime("img:1", "atomdyn-r", ["/shared"])
+    plan = plan_role("vllm", _ctx("decode", runtime, frontend=True))
+    argv = " ".join(render_arg(a) for a in next(p for p in plan.processes if p.name == "decode").argv)
+    assert '--gpus all "${IB_DEVICE_ARGS[@]}"' in argv and "/dev/kfd" not in argv
+    assert "if [ -e /dev/infiniband ]; then IB_DEVICE_ARGS=(--device /dev/infiniband); fi" in plan.prelude
