@@ -153,3 +153,65 @@ def test_fetch_cli_refuses_unrecorded_and_exits_nonzero(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "atom-rocm7.2" in result.stderr and "not yet recorded" in result.stderr
+
+
+def _corrupt_cache(tmp_path: Path) -> Path:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "demo-1.0-py3-none-any.whl").write_bytes(PAYLOAD[: len(PAYLOAD) // 2])  # an interrupted copy
+    return cache
+
+
+def test_corrupt_cached_copy_is_replaced_and_the_result_says_so(tmp_path: Path, mirror: Path) -> None:
+    cache = _corrupt_cache(tmp_path)
+    result = fetch_wheel(wheel_for(PAYLOAD), cache, mirror=str(mirror))
+    assert result.path.read_bytes() == PAYLOAD and not result.cached
+    half = hashlib.sha256(PAYLOAD[: len(PAYLOAD) // 2]).hexdigest()
+    assert f"sha256 {half}) did not match the lock and was removed" in result.replaced
+    again = fetch_wheel(wheel_for(PAYLOAD), cache, mirror=str(mirror))
+    assert again.cached and again.replaced == ""
+
+
+def test_corrupt_cached_copy_is_removed_when_the_refetch_fails(tmp_path: Path, mirror: Path) -> None:
+    cache = _corrupt_cache(tmp_path)
+    (mirror / "demo-1.0-py3-none-any.whl").unlink()
+    with pytest.raises(FetchError) as caught:
+        fetch_wheel(wheel_for(PAYLOAD), cache, mirror=str(mirror))
+    assert "is missing from the mirror" in str(caught.value)
+    assert "did not match the lock and was removed" in str(caught.value)
+    assert list(cache.iterdir()) == []  # nothing under the final name for anyone to install
+
+
+def test_corrupt_cached_copy_is_removed_when_the_refetch_is_corrupt_too(tmp_path: Path, mirror: Path) -> None:
+    cache = _corrupt_cache(tmp_path)
+    (mirror / "demo-1.0-py3-none-any.whl").write_bytes(PAYLOAD[:-1] + b"X")
+    with pytest.raises(VerificationError, match=r"sha256 mismatch.*did not match the lock and was removed"):
+        fetch_wheel(wheel_for(PAYLOAD), cache, mirror=str(mirror))
+    assert list(cache.iterdir()) == []
+
+
+def test_fetch_cli_reports_a_replaced_cached_copy(tmp_path: Path, mirror: Path) -> None:
+    lock = json.loads((Path(__file__).resolve().parents[3] / "release-lock.json").read_text())
+    demo = wheel_for(PAYLOAD)
+    lock["wheels"] = {
+        "demo": {
+            "filename": demo.filename,
+            "source": "pypi",
+            "project": "demo",
+            "version": "1.0",
+            "sha256": demo.sha256,
+            "size": demo.size,
+            "roles": ["rehearsal"],
+        }
+    }
+    lock_path = tmp_path / "release-lock.json"
+    lock_path.write_text(json.dumps(lock))
+    cache = _corrupt_cache(tmp_path)
+    command = [sys.executable, "-m", "atomdyn_core.cli", "--lock", str(lock_path), "fetch", "--quiet"]
+    command += ["--cache", str(cache), "--mirror", str(mirror)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "ok   demo: fetched" in result.stdout
+    assert (
+        "(replaced: the cached" in result.stdout and "did not match the lock and was removed" in result.stdout
+    )

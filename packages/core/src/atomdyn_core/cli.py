@@ -69,6 +69,8 @@ def _fetch(args: argparse.Namespace) -> int:
             print(f"FAIL {wheel.name}: {exc}", file=sys.stderr)
             continue
         note = f" OVERRIDE {', '.join(result.overrides)}" if result.overrides else ""
+        if result.replaced:
+            note += f" (replaced: {result.replaced})"
         state = "cached" if result.cached else "fetched"
         print(f"ok   {wheel.name}: {state} {result.path} sha256 {result.sha256}{note}")
     if failures:

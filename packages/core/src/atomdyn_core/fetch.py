@@ -46,6 +46,7 @@ class FetchResult:
     origin: str
     cached: bool
     overrides: list[str] = field(default_factory=list)
+    replaced: str = ""  # what was wrong with a cached copy that this fetch replaced
 
 
 def sha256_file(path: Path) -> str:
@@ -121,10 +122,42 @@ def fetch_artifact(
     require_recorded(f"{what} size", artifact.size, override=allow_unrecorded, overrides_used=overrides)
     cache_dir.mkdir(parents=True, exist_ok=True)
     final = cache_dir / artifact.filename
-    if final.is_file() and artifact.sha256 is not None and _matches(final, artifact):
-        return FetchResult(final, artifact.sha256, final.stat().st_size, "cache", True, overrides)
+    replaced = ""
+    if final.is_file() and artifact.sha256 is not None:
+        if _matches(final, artifact):
+            return FetchResult(final, artifact.sha256, final.stat().st_size, "cache", True, overrides)
+        # A corrupt copy never keeps the final name, whether or not the fetch below succeeds.
+        replaced = (
+            f"the cached {final} ({final.stat().st_size} bytes, sha256 {sha256_file(final)}) "
+            "did not match the lock and was removed"
+        )
+        final.unlink()
+    try:
+        actual_sha, actual_size, origin = _fetch_verified(artifact, final, mirror, progress)
+    except FetchError as exc:
+        if replaced:
+            raise type(exc)(f"{exc}; {replaced}") from exc
+        raise
+    if overrides:
+        # The override travels with the artifact: whoever uses this file can see it was not verified.
+        atomic_write_json(
+            cache_dir / f"{artifact.filename}.provenance.json",
+            {
+                "filename": artifact.filename,
+                "sha256": actual_sha,
+                "size": actual_size,
+                "origin": origin,
+                "overrides": overrides,
+            },
+        )
+    return FetchResult(final, actual_sha, actual_size, origin, False, overrides, replaced)
 
-    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=cache_dir) as tmp:
+
+def _fetch_verified(
+    artifact: Artifact, final: Path, mirror: str | None, progress: Progress | None
+) -> tuple[str, int, str]:
+    """Obtain into a staging directory beside ``final``; rename into place only once size and sha256 match."""
+    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=final.parent) as tmp:
         staged = Path(tmp) / artifact.filename
         origin = obtain(artifact, staged, mirror, progress)
         actual_size = staged.stat().st_size
@@ -141,19 +174,7 @@ def fetch_artifact(
                 f"{artifact.filename}: size mismatch: expected {artifact.size} bytes, got {actual_size} (from {origin}); file removed"
             )
         staged.replace(final)
-    if overrides:
-        # The override travels with the artifact: whoever uses this file can see it was not verified.
-        atomic_write_json(
-            cache_dir / f"{artifact.filename}.provenance.json",
-            {
-                "filename": artifact.filename,
-                "sha256": actual_sha,
-                "size": actual_size,
-                "origin": origin,
-                "overrides": overrides,
-            },
-        )
-    return FetchResult(final, actual_sha, actual_size, origin, False, overrides)
+    return actual_sha, actual_size, origin
 
 
 def _matches(path: Path, artifact: Artifact) -> bool:
