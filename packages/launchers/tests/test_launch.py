@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from atomdyn_launchers.config import ClusterConfig, ClusterConfigError, PreflightError
-from atomdyn_launchers.launch import Launch, LaunchOptions, Outcome
+from atomdyn_launchers.launch import Launch, LaunchOptions, Outcome, RunContext
 from atomdyn_launchers.readiness import EtcdClient, run_prefix
 from atomdyn_launchers.rundir import EVENTS, REQUEST_FIELDS, read_jsonl
 from atomdyn_launchers.slurm import Slurm
@@ -226,9 +226,9 @@ def test_decode_worker_killed_mid_run_fails_fast_and_cleans_up(config: ClusterCo
     def hook(event: str, record: dict[str, Any]) -> None:
         if event != "first_good_response":
             return
-        launch = record["launch"]
-        pid = launch.registrations["decode"].pids["decode"]
-        requests = launch.rundir.path / "requests.jsonl"
+        run: RunContext = record["run"]
+        pid = run.state.registrations["decode"].pids["decode"]
+        requests = run.rundir.path / "requests.jsonl"
 
         def kill_after_some_traffic() -> None:
             _wait_for("smoke traffic to flow", lambda: len(read_jsonl(requests)) >= 3, timeout_s=30)

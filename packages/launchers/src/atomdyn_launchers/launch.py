@@ -1,12 +1,16 @@
-"""Aggregated and disaggregated runs: plan the roles, submit pinned jobs, wait, smoke-test, stop, record.
+"""Aggregated and disaggregated runs, as a sequence of stages over one context:
 
-One run, start to end:
-  preflight (partition, nodes, model path, etcd: nothing is submitted if one fails)
-  -> one sbatch job per role, each pinned to its node with --nodelist
-  -> watch etcd until every role registered (its processes healthy) and the frontend lists the instances
-  -> probe until one response is verified (P/D: different prefill and decode workers)
-  -> smoke requests, each checked -> scrape metrics -> stop the jobs (SIGTERM to each job script, which
-     stops its processes and exits 0) -> wait for Slurm to settle -> record the run directory.
+  preflight  partition, nodes, model path, etcd, nodes.check: nothing is submitted if one fails
+  etcd       the configured etcd, or one the run starts in a job of its own; the role watch and the
+             launcher's presence key
+  submit     one sbatch job per role, each pinned to its node with --nodelist
+  watch      until every role registered in etcd (its processes healthy) and the frontend lists the instances
+  smoke      probe until one response is verified (P/D: different prefill and decode workers), then the smoke
+             requests, each checked, then the metrics
+  stop       SIGTERM to each job script (it stops its processes and exits 0), wait for Slurm to settle
+  record     job states and placement from Slurm, run.json
+
+:class:`Launch` runs preflight and builds the :class:`RunContext` once; :class:`Stages` runs the rest over it.
 While anything waits, the jobs and the etcd registrations are watched: the first role to fail fails the run,
 the other jobs are stopped, and every log is kept. Ctrl-C (or SIGTERM) stops the jobs the same way.
 """
@@ -167,7 +171,68 @@ def _interrupts_as_keyboard() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@dataclass
+class RunState:
+    """What the stages learn while the run goes on; every field exists from the start."""
+
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    job_states: dict[str, str] = field(default_factory=dict)
+    registrations: dict[str, readiness.Registration] = field(default_factory=dict)
+    plans: dict[str, RolePlan] = field(default_factory=dict)
+    results: list[SmokeResult] = field(default_factory=list)
+    failure: str | None = None
+    stopping: bool = False
+    done_count: int = 0
+    last_poll: float = 0.0
+    base_url: str = ""
+    deadline: float = 0.0
+
+
+@dataclass(frozen=True)
+class EtcdSession:
+    """The etcd a run uses: its endpoint, the run's own etcd job if it started one, the role watch."""
+
+    endpoint: str
+    owned: OwnedEtcd | None
+    client: readiness.EtcdClient
+    prefix: str
+    events: queue.Queue[readiness.RoleEvent]
+    watcher: readiness.RoleWatcher
+    presence: readiness.Presence
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Everything the stages share, built once after preflight; the mutable part is ``state``."""
+
+    config: ClusterConfig
+    options: LaunchOptions
+    engine: Engine
+    model: ModelProfile
+    roles: list[RoleSpec]
+    slurm: Slurm
+    progress: Progress
+    hook: Hook | None
+    rundir: RunDir
+    etcd: EtcdSession
+    state: RunState = field(default_factory=RunState)
+
+    @property
+    def ready_timeout_s(self) -> float:
+        if self.options.ready_timeout_s is not None:
+            return self.options.ready_timeout_s
+        return self.engine.timeouts.ready_s
+
+    @property
+    def settle_timeout_s(self) -> float:
+        if self.options.settle_timeout_s is not None:
+            return self.options.settle_timeout_s
+        return self.engine.timeouts.settle_s
+
+
 class Launch:
+    """One run: preflight, then the context, then :class:`Stages`."""
+
     def __init__(
         self,
         config: ClusterConfig,
@@ -179,60 +244,15 @@ class Launch:
     ) -> None:
         self.config = config
         self.options = options
-        self.engine_impl: Engine = get_engine(options.engine or config.engine_profile)
-        self.engine = self.engine_impl.name
+        self.engine: Engine = get_engine(options.engine or config.engine_profile)
         self.progress = progress or Progress()
         self.slurm = slurm or Slurm(config)
         self.hook = hook
         self.model: ModelProfile = get_model(options.model)
         self.roles = plan_roles(options.kind, config)
-        self.jobs: dict[str, JobRecord] = {}
-        self.job_states: dict[str, str] = {}
-        self.registrations: dict[str, readiness.Registration] = {}
-        self.plans: dict[str, RolePlan] = {}
-        self.events: queue.Queue[readiness.RoleEvent] = queue.Queue()
-        self.stopping = False
-        self.failure: str | None = None
-        self.results: list[SmokeResult] = []
-        self._done_count = 0
-        self._last_poll = 0.0
 
-    # -- small helpers -----------------------------------------------------------------------------------
-
-    def _event(
-        self, event: str, *, role: str | None = None, job_id: int | None = None, detail: str | None = None
-    ) -> None:
-        record = self.rundir.event(event, role=role, job_id=job_id, detail=detail)
-        if self.hook is not None:
-            self.hook(event, {**record, "launch": self})
-
-    def _show(self) -> None:
-        total = self.options.resolved_requests()
-        done = self._done_count if self.results or self._done_count else None
-        self.progress.status(dict(self.job_states), set(self.registrations), done, total)
-
-    @property
-    def etcd_endpoint(self) -> str:
-        owned: OwnedEtcd | None = getattr(self, "owned_etcd", None)  # ETCD_ENDPOINT empty: the run's own
-        return owned.endpoint if owned is not None else self.config.require_etcd()
-
-    def _runtime(self) -> Runtime:
-        if self.config.runtime == "venv":
-            return VenvRuntime(self.config.python_venv)
-        # P/D runs use the NIXL overlay image (ROCm UCX + upstream NIXL) when one is configured.
-        image = self.config.dynamo_atom_image
-        if self.options.kind == "disagg" and self.config.nixl_image:
-            image = self.config.nixl_image
-        if image is None:
-            raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
-        mounts = sorted(
-            {str(self.config.shared_dir), str(self.config.model_path), str(self.config.project_dir)}
-        )
-        return DockerRuntime(image, f"atomdyn-{self.rundir.run_id}", mounts)
-
-    # -- the run -----------------------------------------------------------------------------------------
-
-    def preflight(self) -> None:
+    def preflight(self) -> CheckReport | None:
+        """Refuse what cannot run before anything is created or submitted; the node report, if checked."""
         if self.options.kind not in KINDS:
             raise PreflightError(f"unknown run kind {self.options.kind!r}")
         if self.options.concurrency < 1 or self.options.resolved_requests() < 1:
@@ -243,14 +263,18 @@ class Launch:
                 f"PYTHON_VENV {self.config.python_venv} has no bin/python (jobs run with it)"
             )
         if self.config.runtime == "venv":
-            module = self.engine_impl.dynamo_module
+            module = self.engine.dynamo_module
             site = self.config.python_venv.glob(f"lib/python3*/site-packages/dynamo/{module}/__main__.py")
             if not any(site):
                 raise PreflightError(
                     f"PYTHON_VENV {self.config.python_venv} has no dynamo.{module} "
                     "(install ai-dynamo==1.3.0.post1 there; jobs run with that venv)"
                 )
-        if self.engine_impl.needs_gpus() and self.model.gpus_per_worker > self.config.gpus_per_node:
+        if self.config.runtime == "docker" and not self.engine.images(
+            self.options.kind, self.config.dynamo_atom_image, self.config.nixl_image
+        ):
+            raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
+        if self.engine.needs_gpus() and self.model.gpus_per_worker > self.config.gpus_per_node:
             raise PreflightError(
                 f"model profile {self.model.name} needs {self.model.gpus_per_worker} GPUs per worker; "
                 f"GPUS_PER_NODE is {self.config.gpus_per_node}"
@@ -258,73 +282,123 @@ class Launch:
         nodes = list(dict.fromkeys(r.node for r in self.roles))
         preflight(self.config, nodes, slurm=self.slurm, need_etcd=self.config.etcd_endpoint is not None)
         if self.config.etcd_endpoint is not None:
-            readiness.EtcdClient(self.etcd_endpoint).version()
-        if self.options.node_check:
-            try:
-                report = check_nodes(
-                    self.config, nodes, engine=self.engine, kind=self.options.kind, slurm=self.slurm
-                )
-            except NodeJobError as exc:
-                raise PreflightError(f"node check could not run: {exc}") from exc
-            report.require_ok()
-            self.node_report = report  # copied into the run directory once it exists (evidence)
+            readiness.EtcdClient(self.config.etcd_endpoint).version()
+        if not self.options.node_check:
+            return None
+        try:
+            report = check_nodes(
+                self.config, nodes, engine=self.engine.name, kind=self.options.kind, slurm=self.slurm
+            )
+        except NodeJobError as exc:
+            raise PreflightError(f"node check could not run: {exc}") from exc
+        report.require_ok()
+        return report
 
     def run(self) -> Outcome:
         """Run once. Preflight errors raise PreflightError before anything is created or submitted."""
-        self.preflight()
+        report = self.preflight()
         runs_root = self.options.runs_root or self.config.runs_dir
-        self.rundir = RunDir.create(runs_root, self.options.kind, self.engine)
-        self.progress.line(f"run {self.rundir.run_id} -> {self.rundir.path}")
-        report: CheckReport | None = getattr(self, "node_report", None)
-        if report is not None:
-            atomic_write_text(
-                self.rundir.path / "node-check.json", json.dumps(report.to_json(), indent=2) + "\n"
-            )
+        rundir = RunDir.create(runs_root, self.options.kind, self.engine.name)
+        self.progress.line(f"run {rundir.run_id} -> {rundir.path}")
+        if report is not None:  # the node check, kept as evidence
+            atomic_write_text(rundir.path / "node-check.json", json.dumps(report.to_json(), indent=2) + "\n")
+        ctx = RunContext(
+            config=self.config,
+            options=self.options,
+            engine=self.engine,
+            model=self.model,
+            roles=self.roles,
+            slurm=self.slurm,
+            progress=self.progress,
+            hook=self.hook,
+            rundir=rundir,
+            etcd=self._etcd(rundir),
+        )
+        return Stages(ctx).run()
+
+    def _etcd(self, rundir: RunDir) -> EtcdSession:
+        """The etcd stage: ETCD_ENDPOINT, else etcd at the lock's version in a job of its own."""
+        owned: OwnedEtcd | None = None
         if self.config.etcd_endpoint is None:
-            self._start_owned_etcd()
-        self.etcd = readiness.EtcdClient(self.etcd_endpoint)
-        self.prefix = readiness.run_prefix(self.rundir.run_id)
-        self.watcher = readiness.RoleWatcher(self.etcd, self.prefix, self.events)
-        self.presence = readiness.Presence(self.etcd, readiness.launcher_key(self.rundir.run_id))
+            node = owned_etcd_node(self.config, self.options.kind)
+            try:
+                owned = OwnedEtcd.start(
+                    self.config, rundir.path, node, slurm=self.slurm, lock_path=self.options.lock_path
+                )
+            except (OwnedEtcdError, SlurmError) as exc:
+                raise PreflightError(f"run-owned etcd: {exc}") from exc
+            self.progress.line(f"run-owned etcd at {owned.endpoint} (job {owned.job_id} on {node})")
+        endpoint = owned.endpoint if owned is not None else self.config.require_etcd()
+        client = readiness.EtcdClient(endpoint)
+        prefix = readiness.run_prefix(rundir.run_id)
+        events: queue.Queue[readiness.RoleEvent] = queue.Queue()
+        return EtcdSession(
+            endpoint=endpoint,
+            owned=owned,
+            client=client,
+            prefix=prefix,
+            events=events,
+            watcher=readiness.RoleWatcher(client, prefix, events),
+            presence=readiness.Presence(client, readiness.launcher_key(rundir.run_id)),
+        )
+
+
+class Stages:
+    """submit -> watch -> smoke -> stop -> record over one :class:`RunContext`."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.state = ctx.state
+
+    def run(self) -> Outcome:
+        ctx = self.ctx
         with _interrupts_as_keyboard():
             try:
                 try:
-                    self.watcher.start()
-                    self.presence.start()
-                    self._submit_all()
-                    self._wait_ready()
-                    self._first_good()
-                    self._smoke()
-                    self._scrape_metrics()
+                    ctx.etcd.watcher.start()
+                    ctx.etcd.presence.start()
+                    self.submit()
+                    self.watch()
+                    self.smoke()
                 except (LaunchFailure, readiness.ReadinessError, SlurmError, PreflightError) as exc:
                     self._fail(str(exc))
                 except KeyboardInterrupt:
                     self._fail("interrupted (Ctrl-C or SIGTERM): jobs stopped")
                 finally:
-                    self._shutdown()
+                    self.stop()
             except KeyboardInterrupt:
                 self._fail("interrupted again during shutdown: jobs were cancelled")
                 self._cancel_hard()
             finally:
-                self.watcher.stop()
-                self.presence.stop()  # after the jobs settled: its expiry is what stops orphaned jobs
+                ctx.etcd.watcher.stop()
+                ctx.etcd.presence.stop()  # after the jobs settled: its expiry is what stops orphaned jobs
                 self._stop_owned_etcd()
-                outcome = self._record()
+                outcome = self.record()
         return outcome
 
-    def _start_owned_etcd(self) -> None:
-        """No ETCD_ENDPOINT: etcd at the lock's version in a job of its own, endpoint from etcd.json."""
-        node = owned_etcd_node(self.config, self.options.kind)
-        try:
-            self.owned_etcd = OwnedEtcd.start(
-                self.config, self.rundir.path, node, slurm=self.slurm, lock_path=self.options.lock_path
-            )
-        except (OwnedEtcdError, SlurmError) as exc:
-            raise PreflightError(f"run-owned etcd: {exc}") from exc
-        self.progress.line(f"run-owned etcd at {self.etcd_endpoint} (job {self.owned_etcd.job_id} on {node})")
+    # -- small helpers -----------------------------------------------------------------------------------
+
+    def _event(
+        self, event: str, *, role: str | None = None, job_id: int | None = None, detail: str | None = None
+    ) -> None:
+        record = self.ctx.rundir.event(event, role=role, job_id=job_id, detail=detail)
+        if self.ctx.hook is not None:
+            self.ctx.hook(event, {**record, "run": self.ctx})
+
+    def _show(self) -> None:
+        total = self.ctx.options.resolved_requests()
+        state = self.state
+        done = state.done_count if state.results or state.done_count else None
+        self.ctx.progress.status(dict(state.job_states), set(state.registrations), done, total)
+
+    def _fail(self, message: str) -> None:
+        if self.state.failure is None:
+            self.state.failure = message
+            self.ctx.progress.line(f"FAILED: {message}")
+            self._event("failed", detail=message)
 
     def _stop_owned_etcd(self) -> None:
-        owned: OwnedEtcd | None = getattr(self, "owned_etcd", None)
+        owned = self.ctx.etcd.owned
         if owned is None:
             return
         try:
@@ -332,131 +406,49 @@ class Launch:
         except (OwnedEtcdError, SlurmError, TimeoutError) as exc:
             self._fail(f"run-owned etcd did not stop: {exc}")
 
-    def _fail(self, message: str) -> None:
-        if self.failure is None:
-            self.failure = message
-            self.progress.line(f"FAILED: {message}")
-            self._event("failed", detail=message)
+    # -- submit ------------------------------------------------------------------------------------------
 
-    # -- submission --------------------------------------------------------------------------------------
-
-    def _role_context(self, spec: RoleSpec, runtime: Runtime) -> RoleContext:
-        return RoleContext(
-            run_id=self.rundir.run_id,
-            role=spec.role,
-            mode=spec.mode,
-            with_frontend=spec.with_frontend,
-            index=spec.index,
-            model=self.model,
-            model_path=str(self.config.model_path),
-            etcd_endpoint=self.etcd_endpoint,
-            namespace=f"atomdyn-{self.rundir.run_id.lower()}",
-            home_dir=str(self.rundir.home / spec.role),
-            ports=Ports.for_role(spec.index),
-            runtime=runtime,
-            speedup_ratio=self.options.speedup_ratio,
-            prepared_shim=str(shim_current(self.config)),
-        )
-
-    def _register_command(self, spec: RoleSpec, plan: RolePlan, ports: Ports) -> list[Arg]:
-        # The helper runs on the node, outside any container. It needs only the standard library, so
-        # without a venv the checkout's source tree on the shared filesystem is enough.
-        venv_python = self.config.python_venv / "bin" / "python"
-        args: list[Arg]
-        if self.config.runtime == "venv" or venv_python.exists():
-            args = [str(venv_python)]
-        else:
-            source = self.config.project_dir / "packages" / "launchers" / "src"
-            args = ["env", f"PYTHONPATH={source}", "python3"]
-        args += ["-m", "atomdyn_launchers.readiness", "register"]
-        args += ["--etcd", self.etcd_endpoint, "--key", self.prefix + spec.role, "--role", spec.role]
-        args += ["--job-id", Shell('"${SLURM_JOB_ID:-}"'), "--timeout", f"{self._ready_timeout():.0f}"]
-        args += ["--launcher-key", readiness.launcher_key(self.rundir.run_id)]
-        for proc in plan.processes:
-            args += ["--pid", Shell(f'{proc.name}="${pid_var(proc.name)}"')]
-        if spec.with_frontend:
-            args += [
-                "--port",
-                f"frontend={ports.http}",
-                "--frontend-health",
-                f"http://127.0.0.1:{ports.http}/health",
-            ]
-        args += [
-            "--port",
-            f"{plan.worker_process}={ports.system}",
-            "--worker-health",
-            f"http://127.0.0.1:{ports.system}/health",
-        ]
-        return args
-
-    def _settle_timeout(self) -> float:
-        if self.options.settle_timeout_s is not None:
-            return self.options.settle_timeout_s
-        return self.engine_impl.timeouts.settle_s
-
-    def _ready_timeout(self) -> float:
-        if self.options.ready_timeout_s is not None:
-            return self.options.ready_timeout_s
-        return self.engine_impl.timeouts.ready_s
-
-    def _submit_all(self) -> None:
-        runtime = self._runtime()
-        for spec in self.roles:
-            ctx = self._role_context(spec, runtime)
-            plan = self.engine_impl.plan(ctx)
-            self.plans[spec.role] = plan
-            job = JobSpec(
-                role=spec.role,
-                job_name=f"atomdyn-{spec.role}",
-                node=spec.node,
-                account=self.config.slurm_account,
-                partition=self.config.slurm_partition,
-                qos=self.config.slurm_qos,
-                output=str(self.rundir.slurm_out(spec.role)),
-                log_dir=str(self.rundir.path / "logs"),
-                processes=plan.processes,
-                env=plan.env,
-                prelude=plan.prelude,
-                gpus=plan.gpus,
-                time_limit=self.options.time_limit or self.engine_impl.timeouts.time_limit,
-                register=self._register_command(spec, plan, ctx.ports),
-                header_comment=(
-                    f"atomdyn run {self.rundir.run_id}: role {spec.role} ({spec.mode}) on {spec.node}, "
-                    f"engine {self.engine}, runtime {self.config.runtime}. Generated; do not edit."
-                ),
-            )
-            script = self.rundir.write_script(spec.role, render(job))
-            self.jobs[spec.role] = JobRecord(spec.role, None, spec.node)
-            job_id = self.slurm.submit(
+    def submit(self) -> None:
+        ctx = self.ctx
+        runtime = job_runtime(ctx.config, ctx.engine, ctx.options.kind, ctx.rundir.run_id)
+        for spec in ctx.roles:
+            role_ctx = role_context(ctx, spec, runtime)
+            plan = ctx.engine.plan(role_ctx)
+            self.state.plans[spec.role] = plan
+            job = job_spec(ctx, spec, plan, register_command(ctx, spec, plan, role_ctx.ports))
+            script = ctx.rundir.write_script(spec.role, render(job))
+            self.state.jobs[spec.role] = JobRecord(spec.role, None, spec.node)
+            job_id = ctx.slurm.submit(
                 script,
                 job_name=job.job_name,
                 nodelist=spec.node,
                 gres=f"gpu:{plan.gpus}" if plan.gpus else None,
-                output=self.rundir.slurm_out(spec.role),
-                chdir=self.rundir.path,
-                env={"DOCKER_HOST": docker_host(self.config, spec.node)} if self.config.docker_host else None,
+                output=ctx.rundir.slurm_out(spec.role),
+                chdir=ctx.rundir.path,
+                env={"DOCKER_HOST": docker_host(ctx.config, spec.node)} if ctx.config.docker_host else None,
             )
-            self.jobs[spec.role].job_id = job_id
-            self.job_states[spec.role] = "SUBMITTED"
+            self.state.jobs[spec.role].job_id = job_id
+            self.state.job_states[spec.role] = "SUBMITTED"
             self._event("submitted", role=spec.role, job_id=job_id, detail=f"node {spec.node}")
-            self.progress.line(f"submitted {spec.role} as job {job_id} on {spec.node}")
+            ctx.progress.line(f"submitted {spec.role} as job {job_id} on {spec.node}")
 
-    # -- watching ----------------------------------------------------------------------------------------
+    # -- watch -------------------------------------------------------------------------------------------
 
     def _poll(self, timeout_s: float = _POLL_S) -> None:
         """Wait up to ``timeout_s`` for an etcd event, then read job states; raise on the first failure."""
+        events = self.ctx.etcd.events
         try:
-            event: readiness.RoleEvent | None = self.events.get(timeout=timeout_s)
+            event: readiness.RoleEvent | None = events.get(timeout=timeout_s)
         except queue.Empty:
             event = None
         while event is not None:
             self._on_role_event(event)
             try:
-                event = self.events.get_nowait()
+                event = events.get_nowait()
             except queue.Empty:
                 event = None
-        if time.monotonic() - self._last_poll >= _POLL_S:
-            self._last_poll = time.monotonic()
+        if time.monotonic() - self.state.last_poll >= _POLL_S:
+            self.state.last_poll = time.monotonic()
             self._check_jobs()
         self._show()
 
@@ -465,83 +457,91 @@ class Launch:
             raise LaunchFailure(f"lost the etcd watch: {event.detail}")
         if event.kind == "registered" and event.registration is not None:
             reg = event.registration
-            self.registrations[event.role] = reg
-            job = self.jobs.get(event.role)
+            self.state.registrations[event.role] = reg
+            job = self.state.jobs.get(event.role)
             self._event(
                 "registered",
                 role=event.role,
                 job_id=job.job_id if job else None,
                 detail=f"node {reg.node} host {reg.host} ports {dict(reg.ports)}",
             )
-        elif event.kind == "deregistered" and not self.stopping:
+        elif event.kind == "deregistered" and not self.state.stopping:
             raise LaunchFailure(
                 f"role {event.role} left etcd: its processes stopped "
                 f"(see logs/{event.role}.slurm.out and logs/{event.role}.*.log)"
             )
 
     def _check_jobs(self) -> None:
-        for role, record in self.jobs.items():
+        for role, record in self.state.jobs.items():
             if record.job_id is None:
                 continue
-            info = self.slurm.job(record.job_id)
-            previous = self.job_states.get(role, "").split(" ")[0]
+            info = self.ctx.slurm.job(record.job_id)
+            previous = self.state.job_states.get(role, "").split(" ")[0]
             waiting = info.state == "PENDING" and info.reason not in (None, "None", "Priority")
-            self.job_states[role] = f"{info.state} ({info.reason})" if waiting else info.state
+            self.state.job_states[role] = f"{info.state} ({info.reason})" if waiting else info.state
             if info.state != previous and info.state in ("PENDING", "RUNNING"):
                 detail = f"reason {info.reason}" if info.state == "PENDING" and info.reason else info.nodes
                 self._event(info.state.lower(), role=role, job_id=record.job_id, detail=detail)
-            if info.terminal and not self.stopping:
+            if info.terminal and not self.state.stopping:
                 raise LaunchFailure(
                     f"job {record.job_id} ({role}) ended early: {info.state}, "
                     f"exit {_fmt_exit(info.exit_code)} (see logs/{role}.slurm.out)"
                 )
 
-    def _wait_until(self, what: str, done: Callable[[], str | None], deadline: float) -> None:
+    def _wait_until(self, what: str, done: Callable[[], str | None]) -> None:
         while True:
             missing = done()
             if missing is None:
                 return
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= self.state.deadline:
                 raise LaunchFailure(
-                    f"timed out after {self._ready_timeout():.0f} s waiting for {what}: {missing}"
+                    f"timed out after {self.ctx.ready_timeout_s:.0f} s waiting for {what}: {missing}"
                 )
             self._poll()
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self._ready_timeout()
-        self._deadline = deadline
+    def watch(self) -> None:
+        ctx, state = self.ctx, self.state
+        state.deadline = time.monotonic() + ctx.ready_timeout_s
 
         def roles_missing() -> str | None:
-            missing = [r.role for r in self.roles if r.role not in self.registrations]
+            missing = [r.role for r in ctx.roles if r.role not in state.registrations]
             if not missing:
                 return None
-            states = ", ".join(f"{r}: {self.job_states.get(r, '?')}" for r in missing)
+            states = ", ".join(f"{r}: {state.job_states.get(r, '?')}" for r in missing)
             return f"roles not registered in etcd: {states}"
 
-        self._wait_until("every role to register", roles_missing, deadline)
-        frontend_role = next(r for r in self.roles if r.with_frontend)
-        reg = self.registrations[frontend_role.role]
-        self.base_url = f"http://{reg.host}:{reg.ports['frontend']}"
-        wanted = required_instances(self.options.kind)
+        self._wait_until("every role to register", roles_missing)
+        frontend_role = next(r for r in ctx.roles if r.with_frontend)
+        reg = state.registrations[frontend_role.role]
+        state.base_url = f"http://{reg.host}:{reg.ports['frontend']}"
+        wanted = required_instances(ctx.options.kind)
 
         def instances_missing() -> str | None:
             try:
-                _, body = readiness.http_json(f"{self.base_url}/health")
+                _, body = readiness.http_json(f"{state.base_url}/health")
             except OSError as exc:
-                return f"frontend {self.base_url}/health not answering ({exc})"
+                return f"frontend {state.base_url}/health not answering ({exc})"
             have = readiness.frontend_instances(body)
             short = {c: n for c, n in wanted.items() if have.get(c, 0) < n}
             return None if not short else f"frontend lists {have or 'no'} generate instances, needs {wanted}"
 
-        self._wait_until("the frontend to list every worker", instances_missing, deadline)
-        self._event("healthy", role=frontend_role.role, detail=f"{self.base_url} lists {wanted}")
-        self.progress.line(f"healthy: {self.base_url}")
+        self._wait_until("the frontend to list every worker", instances_missing)
+        self._event("healthy", role=frontend_role.role, detail=f"{state.base_url} lists {wanted}")
+        ctx.progress.line(f"healthy: {state.base_url}")
 
-    def _served_model(self) -> str:
-        return next(iter(self.plans.values())).served_model_name
+    # -- smoke -------------------------------------------------------------------------------------------
+
+    def _client(self) -> SmokeClient:
+        served = next(iter(self.state.plans.values())).served_model_name
+        return SmokeClient(self.state.base_url, served, timeout_s=self.ctx.options.request_timeout_s)
+
+    def smoke(self) -> None:
+        self._first_good()
+        self._requests()
+        self._scrape_metrics()
 
     def _first_good(self) -> None:
-        client = SmokeClient(self.base_url, self._served_model(), timeout_s=self.options.request_timeout_s)
+        client = self._client()
         probe = SmokeRequest(index=-1, prompt_group=-1, prompt="Readiness probe: say hello.", max_tokens=8)
         attempts = 0
         last: SmokeResult | None = None
@@ -549,19 +549,20 @@ class Launch:
         def verified() -> str | None:
             nonlocal attempts, last
             attempts += 1
-            last = client.send(probe, self.options.kind == "disagg")
+            last = client.send(probe, self.ctx.options.kind == "disagg")
             return None if last.ok else f"last probe: {last.error}"
 
-        self._wait_until("a verified response", verified, self._deadline)
+        self._wait_until("a verified response", verified)
         assert last is not None
         detail = f"after {attempts} probe(s): prefill {last.prefill_worker_id} decode {last.decode_worker_id}"
         self._event("first_good_response", detail=detail)
-        self.progress.line(f"first verified response {detail}")
+        self.ctx.progress.line(f"first verified response {detail}")
 
-    def _smoke(self) -> None:
-        total = self.options.resolved_requests()
-        requests = build_requests(total, self.options.prompt_groups, max_tokens=self.options.max_tokens)
-        client = SmokeClient(self.base_url, self._served_model(), timeout_s=self.options.request_timeout_s)
+    def _requests(self) -> None:
+        options, state = self.ctx.options, self.state
+        total = options.resolved_requests()
+        requests = build_requests(total, options.prompt_groups, max_tokens=options.max_tokens)
+        client = self._client()
         stop = threading.Event()
         lock = threading.Lock()
 
@@ -569,23 +570,23 @@ class Launch:
             if result.error == ABORTED:
                 return  # never sent: not a smoke request of this run
             with lock:
-                self.results.append(result)
-                self._done_count += 1
-            self.rundir.request(result.record())
+                state.results.append(result)
+                state.done_count += 1
+            self.ctx.rundir.request(result.record())
 
         worker = threading.Thread(
             target=lambda: run_smoke(
                 client,
                 requests,
-                concurrency=self.options.concurrency,
-                require_pd=self.options.kind == "disagg",
+                concurrency=options.concurrency,
+                require_pd=options.kind == "disagg",
                 on_result=on_result,
                 stop=stop,
             ),
             name="smoke",
             daemon=True,
         )
-        self._done_count = 0
+        state.done_count = 0
         worker.start()
         try:
             while worker.is_alive():
@@ -596,10 +597,10 @@ class Launch:
             # Requests in flight end quickly once the jobs stop; do not let one hold up the shutdown.
             worker.join(timeout=5)
             raise
-        bad = [r for r in self.results if not r.ok]
+        bad = [r for r in state.results if not r.ok]
         ok = total - len(bad)
         self._event("requests_done", detail=f"{ok}/{total} ok")
-        self.progress.line(f"requests done: {ok}/{total} ok")
+        self.ctx.progress.line(f"requests done: {ok}/{total} ok")
         if bad:
             first = sorted(bad, key=lambda r: r.index)[0]
             raise LaunchFailure(
@@ -607,50 +608,51 @@ class Launch:
             )
 
     def _scrape_metrics(self) -> None:
-        for role, reg in self.registrations.items():
+        for role, reg in self.state.registrations.items():
             for process, port in reg.ports.items():
                 url = f"http://{reg.host}:{port}/metrics"
                 try:
                     with urllib.request.urlopen(url, timeout=5) as response:
                         text = response.read().decode("utf-8", "replace")
                 except (OSError, urllib.error.URLError) as exc:
-                    self.progress.line(f"metrics from {role}.{process} ({url}) unavailable: {exc}")
+                    self.ctx.progress.line(f"metrics from {role}.{process} ({url}) unavailable: {exc}")
                     continue
-                atomic_write_text(self.rundir.metrics(role, process), text)
+                atomic_write_text(self.ctx.rundir.metrics(role, process), text)
 
-    # -- shutdown ----------------------------------------------------------------------------------------
+    # -- stop --------------------------------------------------------------------------------------------
 
     def _active_jobs(self) -> dict[str, int]:
-        return {role: rec.job_id for role, rec in self.jobs.items() if rec.job_id is not None}
+        return {role: rec.job_id for role, rec in self.state.jobs.items() if rec.job_id is not None}
 
-    def _shutdown(self) -> None:
+    def stop(self) -> None:
         """Stop every job gracefully (SIGTERM to the job script only), then wait until Slurm settles."""
-        self.stopping = True
+        slurm = self.ctx.slurm
+        self.state.stopping = True
         active = self._active_jobs()
         if not active:
             return
         live: dict[str, tuple[int, str]] = {}
         for role, job_id in active.items():
             try:
-                info = self.slurm.job(job_id)
+                info = slurm.job(job_id)
             except SlurmError:
                 continue
             if not info.terminal:
                 live[role] = (job_id, info.state)
-        for role, (job_id, state) in live.items():
-            if state == "PENDING":
-                self.slurm.cancel([job_id])  # no script to signal yet
+        for role, (job_id, job_state) in live.items():
+            if job_state == "PENDING":
+                slurm.cancel([job_id])  # no script to signal yet
                 self._event("cancelled", role=role, job_id=job_id, detail="cancelled while pending")
                 continue
             try:
                 # --batch: only the job script gets SIGTERM; it forwards it and waits for its processes.
-                self.slurm.run(["scancel", "--batch", "--signal=TERM", str(job_id)])
+                slurm.run(["scancel", "--batch", "--signal=TERM", str(job_id)])
             except SlurmError:
-                self.slurm.cancel([job_id])
+                slurm.cancel([job_id])
             self._event("cancelled", role=role, job_id=job_id, detail="SIGTERM to the job script")
-        self.progress.line(f"stopping {', '.join(live) or 'nothing'}; waiting for Slurm to settle")
-        if not self._settle(self._settle_timeout()):
-            self.progress.line("jobs did not stop within the settle timeout: cancelling them")
+        self.ctx.progress.line(f"stopping {', '.join(live) or 'nothing'}; waiting for Slurm to settle")
+        if not self._settle(self.ctx.settle_timeout_s):
+            self.ctx.progress.line("jobs did not stop within the settle timeout: cancelling them")
             self._cancel_hard()
 
     def _settle(self, timeout_s: float) -> bool:
@@ -658,8 +660,8 @@ class Launch:
         pending = dict(self._active_jobs())
         while pending:
             for role, job_id in list(pending.items()):
-                info = self.slurm.job(job_id)
-                self.job_states[role] = info.state
+                info = self.ctx.slurm.job(job_id)
+                self.state.job_states[role] = info.state
                 if info.terminal:
                     del pending[role]
             if not pending:
@@ -672,19 +674,19 @@ class Launch:
     def _cancel_hard(self) -> None:
         active = list(self._active_jobs().values())
         if active:
-            self.slurm.cancel(active)
-            self._settle(self._settle_timeout())
+            self.ctx.slurm.cancel(active)
+            self._settle(self.ctx.settle_timeout_s)
 
     # -- record ------------------------------------------------------------------------------------------
 
     def _final_jobs(self) -> bool:
         """Fill job records from Slurm; return True when placement matches what was asked."""
         verified = True
-        for role, record in self.jobs.items():
+        for role, record in self.state.jobs.items():
             info: JobInfo | None = None
             if record.job_id is not None:
                 try:
-                    info = self.slurm.job(record.job_id)
+                    info = self.ctx.slurm.job(record.job_id)
                 except SlurmError:
                     info = None
             if info is not None:
@@ -692,20 +694,21 @@ class Launch:
                 record.node_ran = info.nodes
                 record.exit_code = _fmt_exit(info.exit_code)
                 record.derived_exit_code = _fmt_exit(info.derived_exit_code)
-            reg = self.registrations.get(role)
+            reg = self.state.registrations.get(role)
             if record.node_ran != record.node_requested or reg is None or reg.node != record.node_requested:
                 verified = False
-        nodes = [r.node_ran for r in self.jobs.values()]
+        nodes = [r.node_ran for r in self.state.jobs.values()]
         if len(nodes) > 1 and len(set(nodes)) != len(nodes):
             verified = False
-        return verified and bool(self.jobs)
+        return verified and bool(self.state.jobs)
 
-    def _record(self) -> Outcome:
+    def record(self) -> Outcome:
+        ctx, state = self.ctx, self.state
         placement = self._final_jobs()
-        if self.failure is None:
+        if state.failure is None:
             unclean = [
                 f"{role} ({rec.state}, exit {rec.exit_code})"
-                for role, rec in self.jobs.items()
+                for role, rec in state.jobs.items()
                 if rec.state != "COMPLETED" or rec.exit_code != "0:0"
             ]
             if unclean:
@@ -714,40 +717,132 @@ class Launch:
                 self._fail(
                     "placement not verified: "
                     + ", ".join(
-                        f"{r} asked {j.node_requested} ran {j.node_ran}" for r, j in self.jobs.items()
+                        f"{r} asked {j.node_requested} ran {j.node_ran}" for r, j in state.jobs.items()
                     )
                 )
         with suppress(readiness.ReadinessError):
-            self.etcd.delete_prefix(self.prefix)
-        passed = self.failure is None
-        self.rundir.write_run(
-            kind=self.options.kind,
-            engine=self.engine,
-            model=self.model.name,
-            runtime=self.config.runtime,
-            platform=self.engine_impl.platform_label(None),
-            lock_digest=_lock_digest(self.options.lock_path, self.config.project_dir),
-            config=self.config.redacted(),
-            jobs=list(self.jobs.values()),
+            ctx.etcd.client.delete_prefix(ctx.etcd.prefix)
+        passed = state.failure is None
+        ctx.rundir.write_run(
+            kind=ctx.options.kind,
+            engine=ctx.engine.name,
+            model=ctx.model.name,
+            runtime=ctx.config.runtime,
+            platform=ctx.engine.platform_label(None),
+            lock_digest=_lock_digest(ctx.options.lock_path, ctx.config.project_dir),
+            config=ctx.config.redacted(),
+            jobs=list(state.jobs.values()),
             placement_verified=placement,
             result="pass" if passed else "fail",
-            failure=self.failure,
+            failure=state.failure,
             extra={
-                "requests_total": self.options.resolved_requests(),
-                "requests_ok": sum(1 for r in self.results if r.ok),
-                "registrations": {r: json.loads(reg.to_json()) for r, reg in self.registrations.items()},
+                "requests_total": ctx.options.resolved_requests(),
+                "requests_ok": sum(1 for r in state.results if r.ok),
+                "registrations": {r: json.loads(reg.to_json()) for r, reg in state.registrations.items()},
             },
         )
-        self._event("done", detail="pass" if passed else f"fail: {self.failure}")
-        self.progress.line(f"{'PASS' if passed else 'FAIL'}: {self.rundir.path}")
+        self._event("done", detail="pass" if passed else f"fail: {state.failure}")
+        ctx.progress.line(f"{'PASS' if passed else 'FAIL'}: {ctx.rundir.path}")
         return Outcome(
-            run_id=self.rundir.run_id,
-            run_dir=self.rundir.path,
+            run_id=ctx.rundir.run_id,
+            run_dir=ctx.rundir.path,
             passed=passed,
-            failure=self.failure,
-            timeline=read_jsonl(self.rundir.path / "timeline.jsonl"),
-            results=list(self.results),
+            failure=state.failure,
+            timeline=read_jsonl(ctx.rundir.path / "timeline.jsonl"),
+            results=list(state.results),
         )
+
+
+# -- what the submit stage renders (pure: the golden snapshots call these with a fixed config) -------------
+
+
+def job_runtime(config: ClusterConfig, engine: Engine, kind: str, run_id: str) -> Runtime:
+    if config.runtime == "venv":
+        return VenvRuntime(config.python_venv)
+    images = engine.images(kind, config.dynamo_atom_image, config.nixl_image)
+    if not images:
+        raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
+    mounts = sorted({str(config.shared_dir), str(config.model_path), str(config.project_dir)})
+    return DockerRuntime(images[0], f"atomdyn-{run_id}", mounts)
+
+
+def node_python(config: ClusterConfig) -> list[str]:
+    """How a job runs this project's modules on the node itself, outside any container. They need only the
+    standard library, so without a venv the checkout's sources on the shared filesystem are enough."""
+    venv_python = config.python_venv / "bin" / "python"
+    if config.runtime == "venv" or venv_python.exists():
+        return [str(venv_python)]
+    sources = [config.project_dir / "packages" / p / "src" for p in ("launchers", "core")]
+    return ["env", "PYTHONPATH=" + ":".join(str(s) for s in sources), "python3"]
+
+
+def role_context(ctx: RunContext, spec: RoleSpec, runtime: Runtime) -> RoleContext:
+    run_id = ctx.rundir.run_id
+    return RoleContext(
+        run_id=run_id,
+        role=spec.role,
+        mode=spec.mode,
+        with_frontend=spec.with_frontend,
+        index=spec.index,
+        model=ctx.model,
+        model_path=str(ctx.config.model_path),
+        etcd_endpoint=ctx.etcd.endpoint,
+        namespace=f"atomdyn-{run_id.lower()}",
+        home_dir=str(ctx.rundir.home / spec.role),
+        ports=Ports.for_role(spec.index),
+        runtime=runtime,
+        speedup_ratio=ctx.options.speedup_ratio,
+        prepared_shim=str(shim_current(ctx.config)),
+        run_dir=str(ctx.rundir.path),
+        node_python=tuple(node_python(ctx.config)),
+    )
+
+
+def register_command(ctx: RunContext, spec: RoleSpec, plan: RolePlan, ports: Ports) -> list[Arg]:
+    """The registration helper: runs on the node, outside any container, after every process started."""
+    args: list[Arg] = [*node_python(ctx.config), "-m", "atomdyn_launchers.readiness", "register"]
+    args += ["--etcd", ctx.etcd.endpoint, "--key", ctx.etcd.prefix + spec.role, "--role", spec.role]
+    args += ["--job-id", Shell('"${SLURM_JOB_ID:-}"'), "--timeout", f"{ctx.ready_timeout_s:.0f}"]
+    args += ["--launcher-key", readiness.launcher_key(ctx.rundir.run_id)]
+    for proc in plan.processes:
+        args += ["--pid", Shell(f'{proc.name}="${pid_var(proc.name)}"')]
+    if spec.with_frontend:
+        args += [
+            "--port",
+            f"frontend={ports.http}",
+            "--frontend-health",
+            f"http://127.0.0.1:{ports.http}/health",
+        ]
+    args += [
+        "--port",
+        f"{plan.worker_process}={ports.system}",
+        "--worker-health",
+        f"http://127.0.0.1:{ports.system}/health",
+    ]
+    return args
+
+
+def job_spec(ctx: RunContext, spec: RoleSpec, plan: RolePlan, register: list[Arg]) -> JobSpec:
+    return JobSpec(
+        role=spec.role,
+        job_name=f"atomdyn-{spec.role}",
+        node=spec.node,
+        account=ctx.config.slurm_account,
+        partition=ctx.config.slurm_partition,
+        qos=ctx.config.slurm_qos,
+        output=str(ctx.rundir.slurm_out(spec.role)),
+        log_dir=str(ctx.rundir.path / "logs"),
+        processes=plan.processes,
+        env=plan.env,
+        prelude=plan.prelude,
+        gpus=plan.gpus,
+        time_limit=ctx.options.time_limit or ctx.engine.timeouts.time_limit,
+        register=register,
+        header_comment=(
+            f"atomdyn run {ctx.rundir.run_id}: role {spec.role} ({spec.mode}) on {spec.node}, "
+            f"engine {ctx.engine.name}, runtime {ctx.config.runtime}. Generated; do not edit."
+        ),
+    )
 
 
 def run(
