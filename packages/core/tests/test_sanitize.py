@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_core.sanitize import Sanitizer, sanitize, sanitize_file
+from atomdyn_core.sanitize import Sanitizer, node_names, sanitize, sanitize_file
 
 # (line as a cluster would write it, the sanitized line, the substrings that must never survive)
 CORPUS: list[tuple[str, str, list[str]]] = [
@@ -281,3 +281,32 @@ def test_spaced_key_before_prose_is_kept_but_spaced_keys_still_hide_hosts() -> N
         "gpu-node-07" not in out and "mi355x-a17" not in out and "mi355x-b3" not in out and "port = 22" in out
     )
     assert out.endswith("NODE = Connection traversing PCIe")
+
+
+def test_node_lists_name_each_node() -> None:
+    assert node_names("gpu-[01-03,07],login-02 rack[1-2]-n[8-9]", strict=True) == [
+        "gpu-01",
+        "gpu-02",
+        "gpu-03",
+        "gpu-07",
+        "login-02",
+        "rack1-n8",
+        "rack1-n9",
+        "rack2-n8",
+        "rack2-n9",
+    ]
+    assert node_names("odd[name]", strict=True) == [
+        "odd[name]"
+    ]  # brackets that hold no range: a literal name
+
+
+def test_a_configured_node_list_too_large_is_an_error_but_a_logged_one_is_kept_whole() -> None:
+    with pytest.raises(ValueError, match=r"node list 'gpu-\[0-99999999\]' names more than"):
+        Sanitizer(hosts=["gpu-[0-99999999]"])
+    out = sanitize("NodeList=gpu-[0-99999999] State=RUNNING")
+    assert out == "NodeList=host-1 State=RUNNING"
+
+
+def test_a_node_list_in_a_log_teaches_its_nodes() -> None:
+    out = sanitize("NodeList=gpu-[01-02,07]\ngpu-07 drained, gpu-02 up, gpu-04 unknown")
+    assert out == "NodeList=host-1\nhost-4 drained, host-3 up, gpu-04 unknown"

@@ -46,15 +46,27 @@ _PUBLIC_HOSTS = (
     "example.org",
     "example.net",
 )
+# Network interfaces (eth0, ens3f0np0, ib0, ionic_0, ...): a prefix and a number, so that host names that merely
+# begin with the same letters (login-02, broker-1, ibex-03) are not taken for interfaces.
 _INTERFACE = re.compile(
-    r"(?:eth|ens|enp|eno|ib|lo|bond|docker|veth|br|wl|rdma|ionic)[\w.-]*\Z", re.IGNORECASE
+    r"(?:lo|(?:eth|ens|enp|eno|enx|ib|ibp|ibs|bond|docker|veth|br|virbr|wlan|wlp|rdma|ionic_?|mlx\d_|bnxt_re)\d[\w.-]*)\Z",
+    re.IGNORECASE,
 )
 _PLACEHOLDER = re.compile(r"(?:host|user|account|partition|qos|cluster)-\d+\Z")
 
 _TLDS = (
     "com|net|org|io|ai|dev|cloud|app|edu|gov|mil|internal|local|localdomain|lan|corp|intra|cluster|hpc|"
-    "co|uk|de|fr|jp|cn|kr|ca|au|eu|ch|nl|se"
+    "co|uk|de|fr|jp|cn|kr|ca|au|eu|ch|nl|se|info|biz|tw|sg|ru|pl|ac|nz|tech|xyz|site"
 )
+# File extensions: after a known host name they make a file name (gpu-a17.log), not a domain.
+_FILE_EXTENSIONS = (
+    "log|out|err|txt|json|jsonl|ya?ml|toml|cfg|conf|ini|sh|py|csv|tsv|png|svg|md|prom|pid|lock|sock|"
+    "gz|tgz|tar|zip|xz|zst|bz2|html|tmp|bak|old|service|slurm|sbatch"
+)
+_NODE_RANGE = re.compile(r"\[([\d,-]+)\]")
+_NODE_LIST_ITEM = re.compile(r"(?:[^,\[\s]|\[[^\]]*\])+")  # commas inside brackets belong to a range
+_DISTINCT_LABEL = re.compile(r"[\d-]")  # a host label with a digit or hyphen is no plain word
+_MAX_NODE_NAMES = 65536
 
 # --- secrets: (kind, pattern); the whole match (or group "v" where present) becomes <redacted:kind> ---
 _PRIVATE_KEY = re.compile(
@@ -94,7 +106,7 @@ _TOKENS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
 _TOKEN_HINTS = tuple(sorted({g.lower() for _, guards, _ in _TOKENS for g in guards}))
 _SECRET_WORDS = ("pass", "secret", "token", "key", "credential")
 # Cheap pre-checks: each starts with a literal, which the regex engine scans for quickly.
-_TLD_HINT = re.compile(rf"\.(?:{_TLDS})(?![\w-])")
+_TLD_HINT = re.compile(rf"\.(?i:{_TLDS})(?![\w-])")
 _IPV4_HINT = re.compile(r"\.\d{1,3}\.\d{1,3}(?!\d)")
 _PATH_HINT = re.compile(
     r"/(?:lustre|gpfs|scratch|nfs|fsx|mnt|shared|projects?|proj|data|datasets|beegfs|cephfs|work|vast|weka)/"
@@ -131,11 +143,22 @@ _PLAIN_WORD = re.compile(r"[A-Z]?[a-z]+")
 _SPACED_KEY_END = re.compile(r"\s[=:]\s*\Z")
 _SLURM_ON_HOST = re.compile(r"(?P<k>\*\*\* (?:JOB|STEP) [\d.]+ ON |\bslurmstepd-)(?P<v>[\w.-]+?)(?=[\s:]|$)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colours (Dynamo writes them even into files)
-_FQDN = re.compile(rf"(?<![\w.-])(?:[A-Za-z0-9](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.)+(?:{_TLDS})(?![\w-])")
+# Labels after the top-level-domain word belong to the name too (login-02.cluster.acme), file extensions do not.
+_FQDN = re.compile(
+    rf"(?<![\w.-])(?:[A-Za-z0-9](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.)+(?i:{_TLDS})"
+    rf"(?:\.(?!(?i:{_FILE_EXTENSIONS})(?![\w-]))[A-Za-z][A-Za-z0-9-]*)*(?![\w-])"
+)
 
 # --- addresses ---
 _IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)")
-_IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?:%[\w.]+)?(?![\w:])")
+# Up to eight groups (a ninth is a port written without brackets), an IPv4-mapped tail, a zone id. A match may
+# start after a colon (eth0:fe80::1, peer:fd00::1): finditer takes the leftmost start, so no match begins inside
+# a longer run of groups.
+_IPV6 = re.compile(
+    r"(?<![\w.])(?:[0-9A-Fa-f]{0,4}:){2,8}(?:(?:\d{1,3}\.){3}\d{1,3}(?![\d.])|[0-9A-Fa-f]{0,4})"
+    r"(?:%\w+(?:\.\w+)*)?(?![\w:])"
+)
+_DOC_V6 = ipaddress.IPv6Network("2001:db8::/32")
 _MAC = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}(?![\w:])")
 _KEEP_V4 = tuple(
     ipaddress.IPv4Network(n)
@@ -220,7 +243,9 @@ class Sanitizer:
         accounts: Iterable[str] = (),
     ) -> None:
         self._maps: dict[str, dict[str, str]] = {}
-        self._bare: dict[str, str] = {}  # words replaced wherever they stand alone
+        self._bare: dict[str, str] = {}  # words replaced wherever they stand alone (users, accounts)
+        # Host names (lower case) replaced wherever they stand alone, in any case, with any domain after them.
+        self._hosts: dict[str, str] = {}
         self._paths: dict[str, str] = {}
         self._bare_re: re.Pattern[str] | None = None
         self._bare_dirty = True
@@ -233,10 +258,15 @@ class Sanitizer:
         paths: Iterable[str | Path] = (),
         accounts: Iterable[str] = (),
     ) -> None:
-        """Register more identifying values (numbered after those already known)."""
-        for host in hosts:
-            if host and host.lower() not in _KEEP_HOSTS and not _PLACEHOLDER.match(host):
-                self._bare[host] = self._placeholder("host", host)
+        """Register more identifying values (numbered after those already known).
+
+        A host may be a Slurm node list (``gpu-[01-03,07],login-02``): each node it names is known. A known FQDN
+        makes its first label known too (``login-02`` for ``login-02.cluster.example``) when that label is no
+        plain word."""
+        for entry in hosts:
+            for host in node_names(entry, strict=True):
+                if host.lower() not in _KEEP_HOSTS and not _PLACEHOLDER.match(host):
+                    self._learn_host(host, self._host_placeholder(host))
         for user in users:
             if user and user not in _SYSTEM_USERS and not _PLACEHOLDER.match(user):
                 self._bare[user] = self._placeholder("user", user)
@@ -280,10 +310,46 @@ class Sanitizer:
         lowered = value.lower()
         if any(lowered == h or lowered.endswith("." + h) for h in _PUBLIC_HOSTS):
             return value
-        placeholder = self._placeholder("host", value)
-        if learn and value not in self._bare:
-            self._bare[value] = placeholder
+        placeholder = self._host_placeholder(value)
+        if learn and len(value) >= 3:
+            self._learn_host(value, placeholder)
+        elif "." in value:
+            self._learn_label(value, placeholder)  # the FQDN's host, named alone elsewhere
+        return placeholder
+
+    def _host_placeholder(self, value: str) -> str:
+        """The same placeholder for a host whatever its case and whether named alone or with its domain."""
+        lowered = value.lower()
+        found = self._hosts.get(lowered) or self._hosts.get(lowered.split(".", 1)[0])
+        return found or self._placeholder("host", value)
+
+    def _learn_host(self, value: str, placeholder: str) -> None:
+        lowered = value.lower()
+        if lowered not in self._hosts:
+            self._hosts[lowered] = placeholder
             self._bare_dirty = True
+        self._learn_label(lowered, placeholder)
+
+    def _learn_label(self, fqdn: str, placeholder: str) -> None:
+        label = fqdn.split(".", 1)[0].lower()
+        if (
+            label == fqdn.lower()
+            or label in self._hosts
+            or len(label) < 3
+            or not _DISTINCT_LABEL.search(label)
+        ):
+            return
+        if label in _KEEP_HOSTS or _PLACEHOLDER.match(label) or _INTERFACE.match(label):
+            return
+        self._hosts[label] = placeholder
+        self._bare_dirty = True
+
+    def _node_list(self, item: str) -> str:
+        """One placeholder for ``gpu-[01-03]``; each node it names is learned, to be replaced where named alone."""
+        placeholder = self._host(item, learn=True)
+        if "[" in item:
+            for name in node_names(item, strict=False):
+                self._host(name, learn=True)
         return placeholder
 
     def _user(self, value: str) -> str:
@@ -383,7 +449,7 @@ class Sanitizer:
                 and _PROSE_AFTER_SPACED_KEY.match(m.string, m.end())
             ):
                 return m[0]  # "NODE = Connection traversing PCIe ..." is a sentence, not a host
-            return m["k"] + ",".join(self._host(item, learn=True) for item in m["v"].split(","))
+            return m["k"] + ",".join(self._node_list(item) for item in _NODE_LIST_ITEM.findall(m["v"]))
 
         if "://" in text:
             text = _URL_HOST.sub(lambda m: m["k"] + self._host(m["v"], learn=True), text)
@@ -411,47 +477,104 @@ class Sanitizer:
 
         def v6(m: re.Match[str]) -> str:
             raw = m[0]
-            bare = raw.split("%", 1)[0]
-            groups = [g for g in bare.split(":") if g]
-            if len(groups) < 2 or not any(c.isdigit() for c in bare):
-                return raw
-            try:
-                address = ipaddress.IPv6Address(bare)
-            except ValueError:
-                return raw
-            if (
-                address.is_loopback
-                or address.is_unspecified
-                or address in ipaddress.IPv6Network("2001:db8::/32")
-            ):
-                return raw
-            return self._placeholder("ipv6", str(address))
+            found = self._ipv6(raw)
+            if found is not None:
+                return found
+            head, _, port = raw.rpartition(":")  # a full address followed by its port, without brackets
+            if port.isdigit() and len(port) <= 5 and (found := self._ipv6(head)) is not None:
+                return f"{found}:{port}"
+            return raw
 
-        if _IPV4_HINT.search(text):
-            text = _IPV4.sub(v4, text)
         colons = text.count(":")
-        if colons < 2:
-            return text
         if colons >= 5:
             text = _MAC.sub(
                 lambda m: m[0] if m[0].startswith("02:00:00:00:") else self._placeholder("mac", m[0].lower()),
                 text,
             )
-        return _IPV6.sub(v6, text) if colons >= 7 or "::" in text else text
+        if colons >= 7 or "::" in text:  # before IPv4: an IPv4-mapped address is one IPv6 address
+            text = _IPV6.sub(v6, text)
+        if _IPV4_HINT.search(text):
+            text = _IPV4.sub(v4, text)
+        return text
+
+    def _ipv6(self, text: str) -> str | None:
+        """The placeholder for an IPv6 address (itself where it identifies nothing), None if it is no address.
+
+        Hex words without a digit (dead::beef), short groups only (Python's a[1::2], 1:2:3:4:5:6:7:8) and a lone
+        prefix (fd00::) are not taken for addresses."""
+        bare = text.split("%", 1)[0]
+        groups = [g for g in bare.split(":") if g]
+        if len(groups) < 2 or max(map(len, groups)) < 3 or not any(c.isdigit() for c in bare):
+            return None
+        try:
+            address = ipaddress.IPv6Address(bare)
+        except ValueError:
+            return None
+        if address.is_loopback or address.is_unspecified or address in _DOC_V6:
+            return text
+        return self._placeholder("ipv6", str(address))
 
     def _bare_words(self, text: str) -> str:
-        if self._bare_dirty:
-            if self._bare:
-                alternation = "|".join(re.escape(w) for w in sorted(self._bare, key=len, reverse=True))
-                self._bare_re = re.compile(rf"(?<![\w-])(?:{alternation})(?![\w-])")
-            self._bare_dirty = False
-        if self._bare_re is None:
+        pattern = self._bare_pattern()
+        if pattern is None:
             return text
-        return self._bare_re.sub(lambda m: self._bare[m[0]], text)
+        return pattern.sub(self._bare_replacement, text)
+
+    def _bare_replacement(self, m: re.Match[str]) -> str:
+        host = m["h"] if "h" in m.re.groupindex else None
+        return self._hosts[host.lower()] if host is not None else self._bare[m[0]]
+
+    def _bare_pattern(self) -> re.Pattern[str] | None:
+        """Known names as whole words: hosts in any case and with any domain after them (not a file extension)."""
+        if self._bare_dirty:
+            branches = []
+            if self._hosts:
+                names = "|".join(re.escape(w) for w in sorted(self._hosts, key=len, reverse=True))
+                domain = rf"(?:\.(?!(?i:{_FILE_EXTENSIONS})(?![\w-]))[A-Za-z][A-Za-z0-9-]*)*"
+                branches.append(rf"(?P<h>(?i:{names})){domain}")
+            if self._bare:
+                branches.append("|".join(re.escape(w) for w in sorted(self._bare, key=len, reverse=True)))
+            alternation = "|".join(branches)
+            self._bare_re = re.compile(rf"(?<![\w-])(?:{alternation})(?![\w-])") if branches else None
+            self._bare_dirty = False
+        return self._bare_re
 
     def learn(self, text: str) -> None:
         """Discover identifying values in ``text`` without producing output (first pass over a large file)."""
         self.sanitize(text)
+
+
+def node_names(entry: str, strict: bool) -> list[str]:
+    """The nodes a Slurm node list names: ``gpu-[01-03,07],login-02`` is gpu-01, gpu-02, gpu-03, gpu-07, login-02.
+
+    A list naming more than a bounded number of nodes raises ValueError where ``strict`` (a configured list),
+    else stays unexpanded (a list read from a log)."""
+    names: list[str] = []
+    for item in _NODE_LIST_ITEM.findall(entry):
+        try:
+            names += _expand_node_range(item)
+        except ValueError:
+            if strict:
+                raise
+            names.append(item)
+    return names
+
+
+def _expand_node_range(item: str) -> list[str]:
+    m = _NODE_RANGE.search(item)
+    if m is None:
+        return [item]
+    head, tail = item[: m.start()], item[m.end() :]
+    names: list[str] = []
+    for part in m[1].split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or not (high or low).isdigit():
+            return [item]  # brackets that are no range: a literal name
+        for n in range(int(low), int(high or low) + 1):
+            names += _expand_node_range(f"{head}{n:0{len(low)}d}{tail}")
+            if len(names) > _MAX_NODE_NAMES:
+                raise ValueError(f"node list {item!r} names more than {_MAX_NODE_NAMES} nodes")
+    return names
 
 
 def sanitize(text: str) -> str:
