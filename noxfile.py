@@ -117,6 +117,13 @@ def patch(session: nox.Session) -> None:
     session.run(tool("atomdyn-images"), "patch", *session.posargs, external=True)
 
 
+@nox.session
+def snapshots(session: nox.Session) -> None:
+    """Regenerate what is generated from the launchers' code: the golden launch snapshots
+    (packages/launchers/tests/golden) and config/cluster.env.example; review the diff (not a default session)."""
+    python(session, str(ROOT / "packages" / "launchers" / "tests" / "golden_launch.py"), "--write")
+
+
 def source_date_epoch() -> str:
     return subprocess.run(
         ["git", "log", "-1", "--format=%ct"], cwd=ROOT, capture_output=True, text=True, check=True

@@ -229,6 +229,17 @@ class RunContext:
             return self.options.settle_timeout_s
         return self.engine.timeouts.settle_s
 
+    def submission(self) -> Submission:
+        return Submission(
+            self.config,
+            self.options,
+            self.engine,
+            self.model,
+            self.rundir,
+            self.etcd.endpoint,
+            self.ready_timeout_s,
+        )
+
 
 class Launch:
     """One run: preflight, then the context, then :class:`Stages`."""
@@ -410,12 +421,11 @@ class Stages:
 
     def submit(self) -> None:
         ctx = self.ctx
-        runtime = job_runtime(ctx.config, ctx.engine, ctx.options.kind, ctx.rundir.run_id)
+        submission = ctx.submission()
+        runtime = submission.runtime()
         for spec in ctx.roles:
-            role_ctx = role_context(ctx, spec, runtime)
-            plan = ctx.engine.plan(role_ctx)
+            plan, job = submission.role(spec, runtime)
             self.state.plans[spec.role] = plan
-            job = job_spec(ctx, spec, plan, register_command(ctx, spec, plan, role_ctx.ports))
             script = ctx.rundir.write_script(spec.role, render(job))
             self.state.jobs[spec.role] = JobRecord(spec.role, None, spec.node)
             job_id = ctx.slurm.submit(
@@ -753,96 +763,113 @@ class Stages:
         )
 
 
-# -- what the submit stage renders (pure: the golden snapshots call these with a fixed config) -------------
+# -- what the submit stage renders (no live objects: the golden snapshots build one with a fixed config) ----
 
 
-def job_runtime(config: ClusterConfig, engine: Engine, kind: str, run_id: str) -> Runtime:
-    if config.runtime == "venv":
-        return VenvRuntime(config.python_venv)
-    images = engine.images(kind, config.dynamo_atom_image, config.nixl_image)
-    if not images:
-        raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
-    mounts = sorted({str(config.shared_dir), str(config.model_path), str(config.project_dir)})
-    return DockerRuntime(images[0], f"atomdyn-{run_id}", mounts)
+@dataclass(frozen=True)
+class Submission:
+    """The inputs of every job script and command line of a run."""
 
+    config: ClusterConfig
+    options: LaunchOptions
+    engine: Engine
+    model: ModelProfile
+    rundir: RunDir
+    etcd_endpoint: str
+    ready_timeout_s: float
 
-def node_python(config: ClusterConfig) -> list[str]:
-    """How a job runs this project's modules on the node itself, outside any container. They need only the
-    standard library, so without a venv the checkout's sources on the shared filesystem are enough."""
-    venv_python = config.python_venv / "bin" / "python"
-    if config.runtime == "venv" or venv_python.exists():
-        return [str(venv_python)]
-    sources = [config.project_dir / "packages" / p / "src" for p in ("launchers", "core")]
-    return ["env", "PYTHONPATH=" + ":".join(str(s) for s in sources), "python3"]
+    @property
+    def etcd_prefix(self) -> str:
+        return readiness.run_prefix(self.rundir.run_id)
 
+    def runtime(self) -> Runtime:
+        config = self.config
+        if config.runtime == "venv":
+            return VenvRuntime(config.python_venv)
+        images = self.engine.images(self.options.kind, config.dynamo_atom_image, config.nixl_image)
+        if not images:
+            raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
+        mounts = sorted({str(config.shared_dir), str(config.model_path), str(config.project_dir)})
+        return DockerRuntime(images[0], f"atomdyn-{self.rundir.run_id}", mounts)
 
-def role_context(ctx: RunContext, spec: RoleSpec, runtime: Runtime) -> RoleContext:
-    run_id = ctx.rundir.run_id
-    return RoleContext(
-        run_id=run_id,
-        role=spec.role,
-        mode=spec.mode,
-        with_frontend=spec.with_frontend,
-        index=spec.index,
-        model=ctx.model,
-        model_path=str(ctx.config.model_path),
-        etcd_endpoint=ctx.etcd.endpoint,
-        namespace=f"atomdyn-{run_id.lower()}",
-        home_dir=str(ctx.rundir.home / spec.role),
-        ports=Ports.for_role(spec.index),
-        runtime=runtime,
-        speedup_ratio=ctx.options.speedup_ratio,
-        prepared_shim=str(shim_current(ctx.config)),
-        run_dir=str(ctx.rundir.path),
-        node_python=tuple(node_python(ctx.config)),
-    )
+    def node_python(self) -> list[str]:
+        """How a job runs this project's modules on the node itself, outside any container. They need only
+        the standard library, so without a venv the checkout's sources on the shared filesystem are enough."""
+        venv_python = self.config.python_venv / "bin" / "python"
+        if self.config.runtime == "venv" or venv_python.exists():
+            return [str(venv_python)]
+        sources = [self.config.project_dir / "packages" / p / "src" for p in ("launchers", "core")]
+        return ["env", "PYTHONPATH=" + ":".join(str(s) for s in sources), "python3"]
 
+    def role_context(self, spec: RoleSpec, runtime: Runtime) -> RoleContext:
+        run_id = self.rundir.run_id
+        return RoleContext(
+            run_id=run_id,
+            role=spec.role,
+            mode=spec.mode,
+            with_frontend=spec.with_frontend,
+            index=spec.index,
+            model=self.model,
+            model_path=str(self.config.model_path),
+            etcd_endpoint=self.etcd_endpoint,
+            namespace=f"atomdyn-{run_id.lower()}",
+            home_dir=str(self.rundir.home / spec.role),
+            ports=Ports.for_role(spec.index),
+            runtime=runtime,
+            speedup_ratio=self.options.speedup_ratio,
+            prepared_shim=str(shim_current(self.config)),
+            run_dir=str(self.rundir.path),
+            node_python=tuple(self.node_python()),
+        )
 
-def register_command(ctx: RunContext, spec: RoleSpec, plan: RolePlan, ports: Ports) -> list[Arg]:
-    """The registration helper: runs on the node, outside any container, after every process started."""
-    args: list[Arg] = [*node_python(ctx.config), "-m", "atomdyn_launchers.readiness", "register"]
-    args += ["--etcd", ctx.etcd.endpoint, "--key", ctx.etcd.prefix + spec.role, "--role", spec.role]
-    args += ["--job-id", Shell('"${SLURM_JOB_ID:-}"'), "--timeout", f"{ctx.ready_timeout_s:.0f}"]
-    args += ["--launcher-key", readiness.launcher_key(ctx.rundir.run_id)]
-    for proc in plan.processes:
-        args += ["--pid", Shell(f'{proc.name}="${pid_var(proc.name)}"')]
-    if spec.with_frontend:
+    def register_command(self, spec: RoleSpec, plan: RolePlan, ports: Ports) -> list[Arg]:
+        """The registration helper: runs on the node, outside any container, after every process started."""
+        args: list[Arg] = [*self.node_python(), "-m", "atomdyn_launchers.readiness", "register"]
+        args += ["--etcd", self.etcd_endpoint, "--key", self.etcd_prefix + spec.role, "--role", spec.role]
+        args += ["--job-id", Shell('"${SLURM_JOB_ID:-}"'), "--timeout", f"{self.ready_timeout_s:.0f}"]
+        args += ["--launcher-key", readiness.launcher_key(self.rundir.run_id)]
+        for proc in plan.processes:
+            args += ["--pid", Shell(f'{proc.name}="${pid_var(proc.name)}"')]
+        if spec.with_frontend:
+            args += [
+                "--port",
+                f"frontend={ports.http}",
+                "--frontend-health",
+                f"http://127.0.0.1:{ports.http}/health",
+            ]
         args += [
             "--port",
-            f"frontend={ports.http}",
-            "--frontend-health",
-            f"http://127.0.0.1:{ports.http}/health",
+            f"{plan.worker_process}={ports.system}",
+            "--worker-health",
+            f"http://127.0.0.1:{ports.system}/health",
         ]
-    args += [
-        "--port",
-        f"{plan.worker_process}={ports.system}",
-        "--worker-health",
-        f"http://127.0.0.1:{ports.system}/health",
-    ]
-    return args
+        return args
 
-
-def job_spec(ctx: RunContext, spec: RoleSpec, plan: RolePlan, register: list[Arg]) -> JobSpec:
-    return JobSpec(
-        role=spec.role,
-        job_name=f"atomdyn-{spec.role}",
-        node=spec.node,
-        account=ctx.config.slurm_account,
-        partition=ctx.config.slurm_partition,
-        qos=ctx.config.slurm_qos,
-        output=str(ctx.rundir.slurm_out(spec.role)),
-        log_dir=str(ctx.rundir.path / "logs"),
-        processes=plan.processes,
-        env=plan.env,
-        prelude=plan.prelude,
-        gpus=plan.gpus,
-        time_limit=ctx.options.time_limit or ctx.engine.timeouts.time_limit,
-        register=register,
-        header_comment=(
-            f"atomdyn run {ctx.rundir.run_id}: role {spec.role} ({spec.mode}) on {spec.node}, "
-            f"engine {ctx.engine.name}, runtime {ctx.config.runtime}. Generated; do not edit."
-        ),
-    )
+    def role(self, spec: RoleSpec, runtime: Runtime) -> tuple[RolePlan, JobSpec]:
+        """One role's plan and job."""
+        role_ctx = self.role_context(spec, runtime)
+        plan = self.engine.plan(role_ctx)
+        job = JobSpec(
+            role=spec.role,
+            job_name=f"atomdyn-{spec.role}",
+            node=spec.node,
+            account=self.config.slurm_account,
+            partition=self.config.slurm_partition,
+            qos=self.config.slurm_qos,
+            output=str(self.rundir.slurm_out(spec.role)),
+            log_dir=str(self.rundir.path / "logs"),
+            processes=plan.processes,
+            env=plan.env,
+            prelude=plan.prelude,
+            gpus=plan.gpus,
+            time_limit=self.options.time_limit or self.engine.timeouts.time_limit,
+            register=self.register_command(spec, plan, role_ctx.ports),
+            header_comment=(
+                f"atomdyn run {self.rundir.run_id}: role {spec.role} ({spec.mode}) on {spec.node}, "
+                f"engine {self.engine.name}, runtime {self.config.runtime}. Generated; do not edit."
+            ),
+        )
+        return plan, job
 
 
 def run(
