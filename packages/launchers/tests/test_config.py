@@ -66,7 +66,7 @@ def test_minimal_file_gets_defaults() -> None:
     assert cfg.etcd_endpoint is None and cfg.dynamo_atom_image is None
     assert cfg.slurm_extra_args == ()
     assert cfg.python_venv == Path("/shared/checkout/.venv")
-    with pytest.raises(PreflightError, match="ETCD_ENDPOINT is not set"):
+    with pytest.raises(PreflightError, match="ETCD_ENDPOINTS is not set"):
         cfg.require_etcd()
 
 
@@ -211,6 +211,11 @@ class _Health(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(self.body)
 
+    def do_POST(self) -> None:  # the launchers' access check: a count-only range over their keys
+        self.send_response(200 if self.path == "/v3/kv/range" else 404)
+        self.end_headers()
+        self.wfile.write(b'{"count": "0"}')
+
     def log_message(self, *args: object) -> None:
         pass
 
@@ -245,5 +250,5 @@ def test_check_etcd_unreachable_names_the_endpoint() -> None:
     with socket.socket() as sock:  # a port nobody listens on: bound, never listening
         sock.bind(("127.0.0.1", 0))
         endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        with pytest.raises(PreflightError, match=rf"etcd at ETCD_ENDPOINT={endpoint} is unreachable"):
+        with pytest.raises(PreflightError, match=rf"ETCD_ENDPOINTS={endpoint}: etcd is unreachable"):
             check_etcd(_with_etcd(endpoint), timeout=2.0)

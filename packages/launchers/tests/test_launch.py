@@ -352,7 +352,10 @@ def _queue(config: ClusterConfig) -> str:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"etcd_endpoint": "http://127.0.0.1:9"}, r"etcd at ETCD_ENDPOINT=http://127.0.0.1:9 is unreachable"),
+        (
+            {"etcd_endpoints": ("http://127.0.0.1:9",)},
+            r"ETCD_ENDPOINTS=http://127.0.0.1:9: etcd is unreachable",
+        ),
         ({"decode_node": "node9"}, r"node 'node9' does not exist"),
         (
             {"model_path": Path("/nonexistent/atomdyn-model")},

@@ -81,9 +81,11 @@ def test_prefix_end_covers_exactly_the_prefix() -> None:
 
 
 def test_unreachable_etcd_is_named(etcd: str) -> None:
-    with pytest.raises(ReadinessError, match=r"etcd at http://127.0.0.1:9 is unreachable"):
+    with pytest.raises(
+        ReadinessError, match=r"etcd is unreachable \(/version\) at every endpoint: http://127.0.0.1:9: "
+    ):
         EtcdClient("http://127.0.0.1:9", timeout_s=1).version()
-    with pytest.raises(ReadinessError, match="must look like http://HOST:PORT"):
+    with pytest.raises(ReadinessError, match=r"must look like http\(s\)://HOST:PORT"):
         EtcdClient("ftp://x:1/")
 
 
@@ -214,4 +216,6 @@ def test_register_helper_reports_an_unreachable_etcd() -> None:
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
     assert done.returncode == 5
-    assert "register: etcd at http://127.0.0.1:9 is unreachable" in done.stderr
+    assert (
+        "register: etcd is unreachable (/v3/lease/grant) at every endpoint: http://127.0.0.1:9" in done.stderr
+    )

@@ -190,8 +190,8 @@ def test_preflight_errors(local_cluster_config: ClusterConfig, tmp_path: Path) -
     head = local_cluster_config.etcd_endpoint
     assert head is not None
     dead = head.rsplit(":", 1)[0] + ":2999"  # the head's address, a port nothing listens on
-    with pytest.raises(PreflightError, match=rf"etcd at ETCD_ENDPOINT={dead} is unreachable"):
-        preflight(dataclasses.replace(cfg, etcd_endpoint=dead), ["node1"])
+    with pytest.raises(PreflightError, match=rf"ETCD_ENDPOINTS={dead}: etcd is unreachable"):
+        preflight(dataclasses.replace(cfg, etcd_endpoints=(dead,)), ["node1"])
 
 
 def test_up_again_verifies_and_keeps_the_same_daemons(local_cluster: LocalCluster) -> None:

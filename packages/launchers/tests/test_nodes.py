@@ -301,7 +301,7 @@ def test_disagg_run_with_run_owned_etcd_serves_the_run_and_leaves_nothing(config
         any(Path(sys.prefix).glob("lib/python3*/site-packages/dynamo/mocker/__main__.py")),
         "ai-dynamo in this venv (the rehearsal's mock engine)",
     )
-    no_etcd = dataclasses.replace(config, etcd_endpoint=None)
+    no_etcd = dataclasses.replace(config, etcd_endpoints=())
     outcome = run("disagg", no_etcd, requests=4, concurrency=2)
     assert outcome.passed, outcome.failure
     node_check = json.loads((outcome.run_dir / "node-check.json").read_text())

@@ -13,24 +13,22 @@ through :meth:`ClusterConfig.to_env_text`, read back by the same loader).
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import re
 import shlex
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal, cast
 
 from atomdyn_core.atomic import atomic_write_text
+from atomdyn_launchers.direct_http import DIRECT
 from atomdyn_launchers.engines import ENGINE_NAMES, get_engine
+from atomdyn_launchers.readiness import EtcdClient, ReadinessError, etcd_access
 
 CLUSTER_ENV_VAR = "ATOMDYN_CLUSTER_ENV"
-# etcd is always reached directly: an http_proxy set for downloads must not capture cluster traffic.
-DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+__all__ = ["DIRECT"]  # cluster traffic never goes through http_proxy: see direct_http
 REPO_ENV_VAR = "ATOMDYN_REPO"
 
 Runtime = Literal["venv", "docker"]
@@ -81,7 +79,16 @@ class ClusterConfig:
     gpus_per_node: int = 8
     dynamo_atom_image: str | None = None
     nixl_image: str | None = None
-    etcd_endpoint: str | None = None
+    etcd_endpoints: tuple[str, ...] = ()
+    # etcd's TLS and authentication, under the names Dynamo reads (files here; workers get their contents).
+    etcd_auth_ca: Path | None = None
+    etcd_auth_client_cert: Path | None = None
+    etcd_auth_client_key: Path | None = None
+    etcd_auth_username: str | None = None
+    etcd_auth_password_file: Path | None = None
+    # The launchers' certificate for etcd's JSON gateway, which refuses one with a CN while auth is on.
+    etcd_gateway_client_cert: Path | None = None
+    etcd_gateway_client_key: Path | None = None
     slurm_conf: Path | None = None
     slurm_extra_args: tuple[str, ...] = ()
     node_addrs: tuple[tuple[str, str], ...] = ()
@@ -102,19 +109,25 @@ class ClusterConfig:
         """DOCKER_HOST for jobs on ``node`` (``%n`` in the template is the node name); None: the node's default."""
         return self.docker_host.replace("%n", node) if self.docker_host else None
 
+    @property
+    def etcd_endpoint(self) -> str | None:
+        """The first etcd endpoint (where the nodes' management route leads), None when there is none."""
+        return self.etcd_endpoints[0] if self.etcd_endpoints else None
+
     def require_etcd(self) -> str:
-        if not self.etcd_endpoint:
+        """ETCD_ENDPOINTS as Dynamo reads it: the endpoints, comma-separated."""
+        if not self.etcd_endpoints:
             raise PreflightError(
-                f"ETCD_ENDPOINT is not set in {self.source}; the launchers need an etcd server"
+                f"ETCD_ENDPOINTS is not set in {self.source}; the launchers need an etcd server"
             )
-        return self.etcd_endpoint
+        return ",".join(self.etcd_endpoints)
 
     def to_env(self) -> dict[str, str]:
         """The KEY -> text form, unset optional keys left out."""
         out: dict[str, str] = {}
         for spec in _SPECS:
             value = getattr(self, spec.attr)
-            if value is None or value == ():
+            if value is None or value == () or not spec.written:
                 continue
             out[spec.key] = spec.render(value)
         return out
@@ -141,10 +154,12 @@ class _Spec:
     parse: Callable[[str], object]
     required: bool = True
     render: Callable[[object], str] = str
+    field_name: str = ""  # default: the key in lower case
+    written: bool = True  # False: an older spelling that is read but never written
 
     @property
     def attr(self) -> str:
-        return self.key.lower()
+        return self.field_name or self.key.lower()
 
 
 def _slurm_name(value: str) -> str:
@@ -206,6 +221,20 @@ def _endpoint(value: str) -> str:
     return f"{parsed.scheme}://{parsed.netloc}"
 
 
+def _endpoints(value: str) -> tuple[str, ...]:
+    """ETCD_ENDPOINTS: comma-separated http(s)://HOST:PORT, one scheme for all (as Dynamo splits it)."""
+    endpoints = tuple(_endpoint(item.strip()) for item in value.split(","))
+    if len({item.split("://", 1)[0] for item in endpoints}) > 1:
+        raise ValueError(f"{value!r} mixes http and https endpoints")
+    if len(set(endpoints)) != len(endpoints):
+        raise ValueError(f"{value!r} names an endpoint twice")
+    return endpoints
+
+
+def _text(value: str) -> str:
+    return value
+
+
 def _count(value: str) -> int:
     if not value.isdigit():
         raise ValueError(f"{value!r} is not a whole number")
@@ -258,6 +287,10 @@ def _render_args(value: object) -> str:
     return shlex.join(cast("tuple[str, ...]", value))
 
 
+def _render_endpoints(value: object) -> str:
+    return ",".join(cast("tuple[str, ...]", value))
+
+
 def _render_addrs(value: object) -> str:
     return ",".join(f"{n}={a}" for n, a in cast("tuple[tuple[str, str], ...]", value))
 
@@ -278,13 +311,22 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("GPUS_PER_NODE", _count, required=False),
     _Spec("DYNAMO_ATOM_IMAGE", _image, required=False),
     _Spec("NIXL_IMAGE", _image, required=False),
-    _Spec("ETCD_ENDPOINT", _endpoint, required=False),
+    _Spec("ETCD_ENDPOINTS", _endpoints, required=False, render=_render_endpoints),
+    _Spec("ETCD_ENDPOINT", _endpoints, required=False, field_name="etcd_endpoints", written=False),
+    _Spec("ETCD_AUTH_CA", _abs_path, required=False),
+    _Spec("ETCD_AUTH_CLIENT_CERT", _abs_path, required=False),
+    _Spec("ETCD_AUTH_CLIENT_KEY", _abs_path, required=False),
+    _Spec("ETCD_AUTH_USERNAME", _text, required=False),
+    _Spec("ETCD_AUTH_PASSWORD_FILE", _abs_path, required=False),
+    _Spec("ETCD_GATEWAY_CLIENT_CERT", _abs_path, required=False),
+    _Spec("ETCD_GATEWAY_CLIENT_KEY", _abs_path, required=False),
     _Spec("SLURM_CONF", _abs_path, required=False),
     _Spec("SLURM_EXTRA_ARGS", _extra_args, required=False, render=_render_args),
     _Spec("NODE_ADDRS", _node_addrs, required=False, render=_render_addrs),
     _Spec("DOCKER_HOST", _docker_host, required=False),
 )
 KEYS: tuple[str, ...] = tuple(spec.key for spec in _SPECS)
+_ETCD_SECURITY_KEYS = tuple(k for k in KEYS if k.startswith(("ETCD_AUTH_", "ETCD_GATEWAY_")))
 assert {s.attr for s in _SPECS} | {"source"} == {f.name for f in fields(ClusterConfig)}
 
 
@@ -371,6 +413,7 @@ def parse_cluster_env(
     merged: dict[str, tuple[str, int | None]] = {k: (v, None) for k, v in (defaults or {}).items()}
     merged.update({k: (v, n) for k, (v, n) in values.items() if k in known})
     kwargs: dict[str, object] = {}
+    set_by: dict[str, str] = {}
     for spec in _SPECS:
         if spec.key in broken:
             continue
@@ -384,6 +427,10 @@ def parse_cluster_env(
             continue
         value, line_no = merged[spec.key]
         where = f"line {line_no}: " if line_no is not None else ""
+        if spec.attr in set_by:
+            problems.append(f"{where}{spec.key}: {set_by[spec.attr]} is set too; keep one of them")
+            continue
+        set_by[spec.attr] = spec.key
         try:
             kwargs[spec.attr] = spec.parse(value)
         except ValueError as exc:
@@ -403,9 +450,39 @@ def _finish(kwargs: dict[str, object], source: str) -> ClusterConfig:
         problems.append("DYNAMO_ATOM_IMAGE: required when RUNTIME=docker")
     if get_engine(str(kwargs["engine_profile"])).needs_gpus() and kwargs.get("gpus_per_node") == 0:
         problems.append(f"GPUS_PER_NODE: must be at least 1 for ENGINE_PROFILE={kwargs['engine_profile']}")
+    problems += _etcd_security_problems(kwargs)
     if problems:
         raise ClusterConfigError(source, problems)
     return ClusterConfig(source=source, **kwargs)  # type: ignore[arg-type]
+
+
+def _etcd_security_problems(kwargs: Mapping[str, object]) -> list[str]:
+    """What Dynamo 1.3 needs: TLS only with CA, certificate and key together; a user name only over http
+    (with one set it skips TLS), so over https the certificate's CN is the etcd user."""
+    given = {key for key in _ETCD_SECURITY_KEYS if kwargs.get(key.lower()) is not None}
+    endpoints = cast("tuple[str, ...]", kwargs.get("etcd_endpoints", ()))
+    if not endpoints:
+        return [f"{key}: needs ETCD_ENDPOINTS (the run-owned etcd has no TLS)" for key in sorted(given)]
+    problems: list[str] = []
+    for first, second in (
+        ("ETCD_AUTH_CLIENT_CERT", "ETCD_AUTH_CLIENT_KEY"),
+        ("ETCD_GATEWAY_CLIENT_CERT", "ETCD_GATEWAY_CLIENT_KEY"),
+        ("ETCD_AUTH_USERNAME", "ETCD_AUTH_PASSWORD_FILE"),
+    ):
+        if (first in given) != (second in given):
+            problems.append(f"{first} and {second}: set both or neither")
+    tls = {"ETCD_AUTH_CA", "ETCD_AUTH_CLIENT_CERT", "ETCD_AUTH_CLIENT_KEY"}
+    if endpoints[0].startswith("https://"):
+        if not tls <= given:
+            missing = ", ".join(sorted(tls - given))
+            problems.append(
+                f"ETCD_ENDPOINTS: https needs {missing} too (Dynamo 1.3 uses TLS only with CA, "
+                "client certificate and key)"
+            )
+    else:
+        for key in sorted(given - {"ETCD_AUTH_USERNAME", "ETCD_AUTH_PASSWORD_FILE"}):
+            problems.append(f"{key}: only for https endpoints (ETCD_ENDPOINTS is http)")
+    return problems
 
 
 def load_cluster_config(path: Path) -> ClusterConfig:
@@ -474,19 +551,18 @@ def check_model_path(config: ClusterConfig) -> None:
 
 
 def check_etcd(config: ClusterConfig, timeout: float = 3.0) -> None:
-    """GET <endpoint>/health; anything but {"health": "true"} within ``timeout`` is a clear error."""
-    endpoint = config.require_etcd()
-    url = f"{endpoint}/health"
+    """etcd answers /health with {"health": "true"} and, with the configured TLS files and user, lets the
+    launchers read their keys; otherwise a clear error naming the endpoints."""
+    endpoints = config.require_etcd()
     try:
-        with DIRECT.open(url, timeout=timeout) as response:
-            body = json.loads(response.read().decode("utf-8", "replace"))
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise PreflightError(
-            f"etcd at ETCD_ENDPOINT={endpoint} is unreachable ({reason}); nothing was submitted"
-        ) from None
-    if not isinstance(body, dict) or body.get("health") != "true":
-        raise PreflightError(f"etcd at ETCD_ENDPOINT={endpoint} reports unhealthy: {body!r}")
+        client = EtcdClient(etcd_access(config), timeout_s=timeout)
+        body = client.health()
+        if body.get("health") == "true":
+            client.check_access()
+    except ReadinessError as exc:
+        raise PreflightError(f"ETCD_ENDPOINTS={endpoints}: {exc}; nothing was submitted") from None
+    if body.get("health") != "true":
+        raise PreflightError(f"etcd at ETCD_ENDPOINTS={endpoints} reports unhealthy: {body!r}")
 
 
 def _quote(value: str) -> str:

@@ -5,7 +5,8 @@ answer on their health endpoints, then writes ``<prefix>/<role>`` (host, ports, 
 an etcd lease it keeps alive. On SIGTERM it revokes the lease, so the key disappears the moment the role
 stops; if the job dies hard the key expires with the lease TTL. The launcher watches the prefix.
 
-Only etcd's JSON gateway is used (plain HTTP, ``/v3/...``, keys and values base64): no client library.
+Only etcd's JSON gateway is used (HTTP or HTTPS, ``/v3/...``, keys and values base64): no client library.
+Every request goes straight to its address, never through ``http_proxy`` (see :mod:`direct_http`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from atomdyn_launchers import direct_http
+from atomdyn_launchers.direct_http import TLSFiles, TLSFilesError
+
+if TYPE_CHECKING:  # the in-job helper runs without the project's dependencies: no import at run time
+    from atomdyn_launchers.config import ClusterConfig
 
 KEY_ROOT = "atomdyn/runs"
 LEASE_TTL_S = 10
@@ -62,54 +70,253 @@ def launcher_key(run_id: str) -> str:
 
 @dataclass(frozen=True)
 class Endpoint:
+    scheme: str
     host: str
     port: int
 
     @classmethod
     def parse(cls, url: str) -> Endpoint:
-        parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
-        if parsed.scheme != "http" or not parsed.hostname or parsed.path not in ("", "/"):
-            raise ReadinessError(f"etcd endpoint {url!r} must look like http://HOST:PORT")
-        return cls(parsed.hostname, parsed.port or 2379)
+        parsed = urllib.parse.urlsplit(url.strip() if "://" in url else f"http://{url.strip()}")
+        try:
+            port = parsed.port
+        except ValueError:
+            port = None
+            parsed = parsed._replace(netloc="")
+        if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.path not in ("", "/"):
+            raise ReadinessError(f"etcd endpoint {url!r} must look like http(s)://HOST:PORT")
+        return cls(parsed.scheme, parsed.hostname, port or 2379)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class EtcdAccess:
+    """How to reach etcd: endpoints (tried in order), TLS files, and a user of etcd's authentication.
+
+    Calls go through etcd's JSON gateway. With a user, a token from ``/v3/auth/authenticate`` rides on
+    every call. etcd ignores a client certificate's CN on the gateway (it refuses the request while
+    authentication is on), so the certificate used here is the one without a CN, and the user names who we are.
+    """
+
+    endpoints: tuple[Endpoint, ...]
+    tls: TLSFiles = field(default_factory=TLSFiles)
+    user: str | None = None
+    password_file: Path | None = None
+
+    @classmethod
+    def parse(
+        cls,
+        endpoints: str | Sequence[str],
+        *,
+        ca: str | Path | None = None,
+        cert: str | Path | None = None,
+        key: str | Path | None = None,
+        user: str | None = None,
+        password_file: str | Path | None = None,
+    ) -> EtcdAccess:
+        """``endpoints``: one URL, a comma-separated list (as ETCD_ENDPOINTS), or a sequence of URLs."""
+        items = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
+        parsed = tuple(Endpoint.parse(item) for item in items if item.strip())
+        if not parsed:
+            raise ReadinessError("no etcd endpoint given")
+        if user and not password_file:
+            raise ReadinessError(f"etcd user {user!r} needs a password file")
+
+        def path(value: str | Path | None) -> Path | None:
+            return Path(value) if value else None
+
+        return cls(parsed, TLSFiles(path(ca), path(cert), path(key)), user or None, path(password_file))
+
+    @property
+    def urls(self) -> str:
+        """The endpoints as ETCD_ENDPOINTS writes them."""
+        return ",".join(ep.url for ep in self.endpoints)
+
+    def cli_args(self) -> list[str]:
+        """The ``register`` helper's options that reproduce this access."""
+        args = ["--etcd", self.urls]
+        for option, value in (
+            ("--etcd-ca", self.tls.ca),
+            ("--etcd-cert", self.tls.cert),
+            ("--etcd-key", self.tls.key),
+            ("--etcd-user", self.user),
+            ("--etcd-password-file", self.password_file),
+        ):
+            if value is not None:
+                args += [option, str(value)]
+        return args
+
+    def password(self) -> str:
+        assert self.password_file is not None
+        try:
+            return self.password_file.read_text(encoding="utf-8").rstrip("\r\n")
+        except OSError as exc:
+            raise ReadinessError(f"cannot read the etcd password file {self.password_file}: {exc}") from exc
+
+
+def etcd_access(config: ClusterConfig, endpoints: str | None = None) -> EtcdAccess:
+    """The launchers' access to the configured etcd (or to ``endpoints``, a run-owned etcd: plain http)."""
+    if endpoints is not None:
+        return EtcdAccess.parse(endpoints)
+    return EtcdAccess.parse(
+        config.require_etcd(),
+        ca=config.etcd_auth_ca,
+        cert=config.etcd_gateway_client_cert or config.etcd_auth_client_cert,
+        key=config.etcd_gateway_client_key or config.etcd_auth_client_key,
+        user=config.etcd_auth_username,
+        password_file=config.etcd_auth_password_file,
+    )
+
+
+class _Unreachable(Exception):
+    """Nothing usable answered at one endpoint (connection, TLS handshake, timeout): try the next."""
+
+
+class _Refused(Exception):
+    """The endpoint answered with an error; ``auth_expired`` when a fresh token may fix it."""
+
+    def __init__(self, message: str, auth_expired: bool) -> None:
+        super().__init__(message)
+        self.auth_expired = auth_expired
+
+
+def _error_text(status: int, body: bytes) -> tuple[str, bool]:
+    """The gateway's error message and whether it says the auth token is no longer valid."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        message = str(data.get("error") or data.get("message") or body[:200].decode("utf-8", "replace"))
+        expired = data.get("code") == 16 or "invalid auth token" in message
+        return f"HTTP {status}: {message}", expired
+    return f"HTTP {status}: {body[:200].decode('utf-8', 'replace').strip()}", False
 
 
 class EtcdClient:
-    """The few etcd v3 calls the launchers need, through the JSON gateway."""
+    """The few etcd v3 calls the launchers need, through the JSON gateway, failing over across endpoints."""
 
-    def __init__(self, endpoint: str, timeout_s: float = 3.0) -> None:
-        self.endpoint = Endpoint.parse(endpoint)
+    def __init__(self, access: EtcdAccess | str, timeout_s: float = 3.0) -> None:
+        self.access = access if isinstance(access, EtcdAccess) else EtcdAccess.parse(access)
         self.timeout_s = timeout_s
+        https = any(ep.scheme == "https" for ep in self.access.endpoints)
+        try:
+            self.ssl_context = self.access.tls.context() if https else None
+        except TLSFilesError as exc:
+            raise ReadinessError(f"etcd TLS: {exc}") from exc
+        self._opener = direct_http.opener(self.ssl_context)
+        self._current = self.access.endpoints[0]
+        self._tokens: dict[
+            Endpoint, str
+        ] = {}  # etcd's simple tokens are valid only on the member that issued them
+        self._lock = threading.Lock()
 
-    def _post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    @property
+    def endpoint(self) -> Endpoint:
+        """The endpoint that answered last (the first one before any call)."""
+        return self._current
+
+    def _order(self) -> list[Endpoint]:
+        current = self._current
+        return [current, *(ep for ep in self.access.endpoints if ep != current)]
+
+    def _request(self, ep: Endpoint, path: str, body: Mapping[str, Any] | None, token: str | None) -> Any:
+        headers = {"Content-Type": "application/json"}
+        if token is not None:
+            headers["Authorization"] = token
         request = urllib.request.Request(
-            self.endpoint.url + path,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
+            ep.url + path,
+            data=None if body is None else json.dumps(body).encode(),
+            headers=headers,
+            method="GET" if body is None else "POST",
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                result = json.loads(response.read() or b"{}")
+            with self._opener.open(request, timeout=self.timeout_s) as response:
+                raw = response.read()
         except urllib.error.HTTPError as exc:
-            raise ReadinessError(f"etcd at {self.endpoint.url} refused {path}: HTTP {exc.code}") from exc
-        except (OSError, ValueError) as exc:
-            raise ReadinessError(f"etcd at {self.endpoint.url} is unreachable ({path}): {exc}") from exc
+            message, expired = _error_text(exc.code, exc.read())
+            raise _Refused(message, expired) from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise _Unreachable(str(getattr(exc, "reason", exc))) from exc
+        try:
+            return json.loads(raw or b"{}")
+        except ValueError as exc:
+            raise _Refused(f"not JSON: {raw[:200]!r}", False) from exc
+
+    def token(self, ep: Endpoint) -> str | None:
+        """The auth token for ``ep`` (authenticating first), or None without a user."""
+        if self.access.user is None:
+            return None
+        with self._lock:
+            cached = self._tokens.get(ep)
+        if cached is not None:
+            return cached
+        credentials = {"name": self.access.user, "password": self.access.password()}
+        try:
+            result = self._request(ep, "/v3/auth/authenticate", credentials, None)
+        except _Refused as exc:
+            raise ReadinessError(
+                f"etcd at {ep.url} refused user {self.access.user!r} (/v3/auth/authenticate): {exc}"
+            ) from None
+        if not isinstance(result, dict) or not result.get("token"):
+            raise ReadinessError(f"etcd at {ep.url} answered /v3/auth/authenticate with {result!r}")
+        with self._lock:
+            self._tokens[ep] = str(result["token"])
+        return str(result["token"])
+
+    def _call(self, path: str, body: Mapping[str, Any] | None) -> Any:
+        """One call at the first endpoint that answers; a refused token is renewed once."""
+        unreachable: list[str] = []
+        for ep in self._order():
+            try:
+                try:
+                    result = self._request(ep, path, body, self.token(ep))
+                except _Refused as exc:
+                    if not (exc.auth_expired and self.access.user):
+                        raise
+                    with self._lock:
+                        self._tokens.pop(ep, None)
+                    result = self._request(ep, path, body, self.token(ep))
+            except _Unreachable as exc:
+                unreachable.append(f"{ep.url}: {exc}")
+                continue
+            except _Refused as exc:
+                raise ReadinessError(f"etcd at {ep.url} refused {path}: {exc}") from None
+            self._current = ep
+            return result
+        raise ReadinessError(f"etcd is unreachable ({path}) at every endpoint: {'; '.join(unreachable)}")
+
+    def _post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        result = self._call(path, body)
         if not isinstance(result, dict):
-            raise ReadinessError(f"etcd at {self.endpoint.url} answered {path} with {result!r}")
+            raise ReadinessError(f"etcd at {self._current.url} answered {path} with {result!r}")
         return result
 
     def version(self) -> str:
-        """etcd's server version; raises ReadinessError naming the endpoint when it cannot be reached."""
+        """etcd's server version; raises ReadinessError naming the endpoints when none can be reached."""
+        result = self._call("/version", None)
+        return str(result.get("etcdserver", "unknown")) if isinstance(result, dict) else "unknown"
+
+    def health(self) -> dict[str, Any]:
+        """The first answering endpoint's ``/health`` (``{"health": "true"}`` when healthy)."""
+        result = self._call("/health", None)
+        return result if isinstance(result, dict) else {"answer": result}
+
+    def healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(self.endpoint.url + "/version", timeout=self.timeout_s) as response:
-                data = json.loads(response.read())
-        except (OSError, ValueError) as exc:
-            raise ReadinessError(f"etcd at {self.endpoint.url} is unreachable: {exc}") from exc
-        return str(data.get("etcdserver", "unknown"))
+            return self.health().get("health") == "true"
+        except ReadinessError:
+            return False
+
+    def check_access(self) -> None:
+        """Read (count only) the launchers' keys: proves the TLS files, the user and its permission."""
+        self._post(
+            "/v3/kv/range",
+            {"key": _b64(KEY_ROOT + "/"), "range_end": _b64(prefix_end(KEY_ROOT + "/")), "count_only": True},
+        )
 
     def grant(self, ttl_s: int) -> int:
         return int(self._post("/v3/lease/grant", {"TTL": ttl_s})["ID"])
@@ -139,7 +346,16 @@ class EtcdClient:
 
     def watch(self, prefix: str, start_revision: int) -> Watch:
         """A stream of changes under ``prefix`` from ``start_revision`` on (see :class:`Watch`)."""
-        return Watch(self, prefix, start_revision)
+        failures: list[str] = []
+        for ep in self._order():
+            try:
+                watch = Watch(self, ep, prefix, start_revision)
+            except _Unreachable as exc:
+                failures.append(f"{ep.url}: {exc}")
+                continue
+            self._current = ep
+            return watch
+        raise ReadinessError(f"etcd is unreachable (watch) at every endpoint: {'; '.join(failures)}")
 
 
 class Watch:
@@ -149,9 +365,8 @@ class Watch:
     ``close`` shuts the socket down, which ends a blocked read at once.
     """
 
-    def __init__(self, client: EtcdClient, prefix: str, start_revision: int) -> None:
+    def __init__(self, client: EtcdClient, ep: Endpoint, prefix: str, start_revision: int) -> None:
         self._closed = threading.Event()
-        ep = client.endpoint
         self._url = ep.url
         body = {
             "create_request": {
@@ -160,16 +375,27 @@ class Watch:
                 "start_revision": start_revision,
             }
         }
-        self._conn = http.client.HTTPConnection(ep.host, ep.port, timeout=client.timeout_s)
+        headers = {"Content-Type": "application/json"}
+        token = client.token(ep)
+        if token is not None:
+            headers["Authorization"] = token
+        self._conn: http.client.HTTPConnection
+        if ep.scheme == "https":
+            self._conn = http.client.HTTPSConnection(
+                ep.host, ep.port, timeout=client.timeout_s, context=client.ssl_context
+            )
+        else:
+            self._conn = http.client.HTTPConnection(ep.host, ep.port, timeout=client.timeout_s)
         try:
-            self._conn.request("POST", "/v3/watch", json.dumps(body), {"Content-Type": "application/json"})
+            self._conn.request("POST", "/v3/watch", json.dumps(body), headers)
             self._response = self._conn.getresponse()
-        except OSError as exc:
+        except (OSError, http.client.HTTPException) as exc:
             self._conn.close()
-            raise ReadinessError(f"etcd at {self._url} is unreachable (watch): {exc}") from exc
+            raise _Unreachable(str(exc)) from exc
         if self._response.status != 200:
+            message, _ = _error_text(self._response.status, self._response.read())
             self._conn.close()
-            raise ReadinessError(f"etcd at {self._url} refused the watch: HTTP {self._response.status}")
+            raise ReadinessError(f"etcd at {self._url} refused the watch: {message}")
         self._sock = self._conn.sock
         if self._sock is not None:
             self._sock.settimeout(None)
@@ -257,7 +483,7 @@ class Registration:
 def http_json(url: str, timeout_s: float = 2.0) -> tuple[int, Any]:
     """GET ``url``; return (status, parsed JSON or None). Raises OSError when nothing answers."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with direct_http.urlopen(url, timeout=timeout_s) as response:
             status, body = response.status, response.read()
     except urllib.error.HTTPError as exc:
         status, body = exc.code, exc.read()
@@ -320,7 +546,7 @@ def local_address_towards(endpoint: Endpoint) -> str:
 
 @dataclass
 class _RegisterArgs:
-    etcd: str
+    etcd: EtcdAccess
     key: str
     role: str
     job_id: str
@@ -346,7 +572,12 @@ def _pairs(values: Sequence[str], what: str) -> dict[str, int]:
 
 def register_main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="atomdyn_launchers.readiness register")
-    parser.add_argument("--etcd", required=True)
+    parser.add_argument("--etcd", required=True, help="etcd endpoint(s), comma-separated")
+    parser.add_argument("--etcd-ca", help="CA file for https endpoints")
+    parser.add_argument("--etcd-cert", help="client certificate file (its CN empty: see EtcdAccess)")
+    parser.add_argument("--etcd-key", help="client key file")
+    parser.add_argument("--etcd-user", help="etcd user (authentication on)")
+    parser.add_argument("--etcd-password-file", help="file holding the etcd user's password")
     parser.add_argument("--key", required=True)
     parser.add_argument("--role", required=True)
     parser.add_argument("--job-id", default=os.environ.get("SLURM_JOB_ID", ""))
@@ -359,8 +590,16 @@ def register_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ttl", type=int, default=LEASE_TTL_S)
     parser.add_argument("--launcher-key", help="stop (exit 6) when this key vanishes: the launcher is gone")
     ns = parser.parse_args(argv)
+    access = EtcdAccess.parse(
+        ns.etcd,
+        ca=ns.etcd_ca,
+        cert=ns.etcd_cert,
+        key=ns.etcd_key,
+        user=ns.etcd_user,
+        password_file=ns.etcd_password_file,
+    )
     args = _RegisterArgs(
-        etcd=ns.etcd,
+        etcd=access,
         key=ns.key,
         role=ns.role,
         job_id=ns.job_id,
@@ -418,7 +657,8 @@ def register(args: _RegisterArgs) -> int:
         return 3
     if stop.is_set():
         return 0
-    host = local_address_towards(client.endpoint)
+    lease = client.grant(args.ttl_s)
+    host = local_address_towards(client.endpoint)  # the endpoint that answered
     registration = Registration(
         role=args.role,
         job_id=args.job_id,
@@ -428,7 +668,6 @@ def register(args: _RegisterArgs) -> int:
         pids=args.pids,
         registered_at=time.time(),
     )
-    lease = client.grant(args.ttl_s)
     client.put(args.key, registration.to_json(), lease)
     print(f"register: {args.key} -> {registration.to_json()} (lease {lease:x})", flush=True)
     try:
@@ -528,7 +767,7 @@ class RoleWatcher:
         if kind == "PUT":
             try:
                 self.events.put(RoleEvent("registered", role, Registration.from_json(value)))
-            except (ValueError, KeyError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 self.events.put(RoleEvent("watch-error", role, detail=f"bad registration {value!r}: {exc}"))
         else:
             self.events.put(RoleEvent("deregistered", role))
@@ -545,7 +784,9 @@ class RoleWatcher:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] != "register":
-        print("usage: python -m atomdyn_launchers.readiness register --etcd URL --key KEY --role ROLE …")
+        print(
+            "usage: python -m atomdyn_launchers.readiness register --etcd URL[,URL…] --key KEY --role ROLE …"
+        )
         return 2
     try:
         return register_main(argv[1:])

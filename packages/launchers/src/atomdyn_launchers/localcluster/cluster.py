@@ -394,7 +394,7 @@ class LocalCluster:
             project_dir=self.project_dir,
             python_venv=self.python_venv,
             gpus_per_node=self.gpus_per_node,
-            etcd_endpoint=layout.etcd_endpoint,
+            etcd_endpoints=(layout.etcd_endpoint,),
             slurm_conf=layout.slurm_conf,
             node_addrs=tuple((n, layout.node_addr(n)) for n in layout.nodes),
             docker_host=layout.docker_host_template if self.docker else None,
