@@ -175,3 +175,33 @@ def test_nvidia_docker_passes_rdma_devices_only_when_present() -> None:
     argv = " ".join(render_arg(a) for a in next(p for p in plan.processes if p.name == "decode").argv)
     assert '--gpus all "${IB_DEVICE_ARGS[@]}"' in argv and "/dev/kfd" not in argv
     assert "if [ -e /dev/infiniband ]; then IB_DEVICE_ARGS=(--device /dev/infiniband); fi" in plan.prelude
+
+
+# --- the MI355X launch path -------------------------------------------------------------------------------
+
+
+def test_aggregated_atom_runs_load_no_helper_and_p_d_runs_do() -> None:
+    # Aggregated runs use the base image, which has no dma-buf helper: asking it for one fails the job.
+    atom = get_engine("atom")
+    runtime = DockerRuntime("dynamo-atom-mi355x:1", "atomdyn-r", ["/shared"])
+    agg = atom.plan(_ctx("agg", runtime, frontend=True))
+    worker = next(p for p in agg.processes if p.name == "worker")
+    assert not any("LD_PRELOAD" in render_arg(a) for a in worker.argv)
+    assert "dmabuf-shim" not in "\n".join(agg.prelude)
+    prefill = atom.plan(_ctx("prefill", runtime, index=1))
+    assert any(
+        render_arg(a) == '"LD_PRELOAD=$SHIM_PRELOAD"' or "LD_PRELOAD" in render_arg(a)
+        for a in prefill.processes[0].argv
+    )
+    assert "dmabuf-shim env" in "\n".join(prefill.prelude)
+    # nodes.check looks for the helper only where a run loads it.
+    assert not atom.node_needs("agg-single").dmabuf_shim and not atom.node_needs("agg-two").dmabuf_shim
+    assert atom.node_needs("disagg").dmabuf_shim and atom.node_needs(None).dmabuf_shim
+
+
+def test_atom_p_d_needs_the_overlay_image() -> None:
+    atom = get_engine("atom")
+    assert atom.images("agg-single", "base:1", "overlay:1") == ["base:1"]
+    assert atom.images("disagg", "base:1", "overlay:1") == ["overlay:1"]
+    with pytest.raises(EngineError, match="atom P/D runs need NIXL_IMAGE"):
+        atom.images("disagg", "base:1", None)

@@ -98,12 +98,23 @@ def test_venv_without_dynamo_is_refused(tmp_path: Path) -> None:
 
 
 def test_model_larger_than_a_node_is_refused(tmp_path: Path) -> None:
-    cfg = _config(tmp_path, engine_profile="atom", runtime="docker", dynamo_atom_image="img:1")
+    cfg = _config(
+        tmp_path, engine_profile="atom", runtime="docker", dynamo_atom_image="img:1", nixl_image="img:2"
+    )
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     (tmp_path / "venv" / "bin" / "python").touch()
     launch = Launch(cfg, LaunchOptions(kind="disagg", model="qwen3.5-397b-mxfp4"))
     with pytest.raises(PreflightError, match="needs 4 GPUs per worker; GPUS_PER_NODE is 2"):
         launch.run()
+
+
+def test_atom_p_d_without_the_overlay_image_is_refused(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, engine_profile="atom", runtime="docker", dynamo_atom_image="img:1")
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").touch()
+    with pytest.raises(PreflightError, match="atom P/D runs need NIXL_IMAGE"):
+        Launch(cfg, LaunchOptions(kind="disagg")).run()
+    assert not (tmp_path / "runs").exists()
 
 
 def test_run_ids_keep_their_format_when_two_start_in_one_second(tmp_path: Path) -> None:

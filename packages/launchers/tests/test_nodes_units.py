@@ -104,15 +104,15 @@ def test_rdma_ports_read_roce_v2_gids_from_sysfs(tmp_path: Path) -> None:
         ("ionic_1", "1", "1: DOWN"),
     ]
     assert ports[0].roce_v2 == ((1, "10.0.0.11", "enp1s0"),)  # v1 and all-zero GIDs are left out
-    check = _rdma(get_engine("atom").node_needs, tmp_path)
+    check = _rdma(get_engine("atom").node_needs("disagg"), tmp_path)
     assert check.status == PASS and "ionic_0/1 4: ACTIVE RoCEv2 [1] 10.0.0.11 (enp1s0)" in check.detail
 
 
 def test_rdma_check_fails_for_atom_without_an_active_roce_v2_port(tmp_path: Path) -> None:
     _port(tmp_path, "ionic_0", 1, "1: DOWN", {1: ("0000:0000:0000:0000:0000:ffff:0a00:000b", "RoCE v2", "e")})
-    assert _rdma(get_engine("atom").node_needs, tmp_path).status == FAIL
-    assert _rdma(get_engine("mocker").node_needs, tmp_path).status == NOT_NEEDED
-    assert _rdma(get_engine("atom").node_needs, tmp_path / "none").detail.startswith(
+    assert _rdma(get_engine("atom").node_needs("disagg"), tmp_path).status == FAIL
+    assert _rdma(get_engine("mocker").node_needs("disagg"), tmp_path).status == NOT_NEEDED
+    assert _rdma(get_engine("atom").node_needs("disagg"), tmp_path / "none").detail.startswith(
         "no ACTIVE port with a RoCE v2 GID: no RDMA devices"
     )
 

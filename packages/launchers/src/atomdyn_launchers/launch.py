@@ -34,7 +34,7 @@ from atomdyn_core.atomic import atomic_write_text
 from atomdyn_core.lock import find_lock_path, load_lock
 from atomdyn_launchers import readiness
 from atomdyn_launchers.config import ClusterConfig, PreflightError, resolve_cluster_config
-from atomdyn_launchers.engines import Engine, get_engine
+from atomdyn_launchers.engines import Engine, EngineError, get_engine
 from atomdyn_launchers.engines.base import Ports, RoleContext, RolePlan
 from atomdyn_launchers.engines.runtime import DockerRuntime, Runtime, VenvRuntime
 from atomdyn_launchers.nodes.check import CheckReport, check_nodes
@@ -281,10 +281,15 @@ class Launch:
                     f"PYTHON_VENV {self.config.python_venv} has no dynamo.{module} "
                     "(install ai-dynamo==1.3.0.post1 there; jobs run with that venv)"
                 )
-        if self.config.runtime == "docker" and not self.engine.images(
-            self.options.kind, self.config.dynamo_atom_image, self.config.nixl_image
-        ):
-            raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
+        if self.config.runtime == "docker":
+            try:
+                images = self.engine.images(
+                    self.options.kind, self.config.dynamo_atom_image, self.config.nixl_image
+                )
+            except EngineError as exc:
+                raise PreflightError(str(exc)) from None
+            if not images:
+                raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
         if self.engine.needs_gpus() and self.model.gpus_per_worker > self.config.gpus_per_node:
             raise PreflightError(
                 f"model profile {self.model.name} needs {self.model.gpus_per_worker} GPUs per worker; "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from atomdyn_launchers.engines.base import Engine, NodeNeeds, RoleContext, RolePlan, Timeouts
+from atomdyn_launchers.engines.base import Engine, EngineError, NodeNeeds, RoleContext, RolePlan, Timeouts
 from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, devices, plan_vllm_role
 from atomdyn_launchers.engines.runtime import DeviceAccess, RdmaMounts
 
@@ -33,7 +33,9 @@ MI355X = VllmPlatform(
     vendor="amd",
     ucx_env=_ucx_env,
     model_args=True,
-    preload_helper=lambda ctx: True,
+    # Only P/D moves KV over RDMA, and only the NIXL overlay image carries the helper: aggregated runs use
+    # the base image, which has none.
+    preload_helper=lambda ctx: ctx.mode != "agg",
     rdma_required=True,
 )
 
@@ -43,11 +45,28 @@ class AtomEngine(Engine):
     vendor = "amd"
     dynamo_module = "vllm"
     timeouts = Timeouts(ready_s=3600.0, settle_s=300.0, time_limit="04:00:00")
-    node_needs = NodeNeeds(
-        gpu_devices=("/dev/kfd", "/dev/dri"), rdma="required", gpu_memory=True, dmabuf_shim=True
-    )
     description = "dynamo.vllm with ATOM on MI355X, NIXL over RoCE"
     platform = MI355X
+
+    def images(self, kind: str | None, base_image: str | None, nixl_image: str | None) -> list[str]:
+        """P/D runs need the NIXL overlay (ROCm UCX, NIXL, the dma-buf helper); the base image has none of it."""
+        if kind == "disagg":
+            if not nixl_image:
+                raise EngineError(
+                    "atom P/D runs need NIXL_IMAGE (the overlay with NIXL, ROCm UCX and the dma-buf helper): "
+                    "DYNAMO_ATOM_IMAGE has no helper"
+                )
+            return [nixl_image]
+        return super().images(kind, base_image, nixl_image)
+
+    def node_needs(self, kind: str | None) -> NodeNeeds:
+        # The helper is checked where it is loaded: P/D runs (or a standalone check, which covers them).
+        return NodeNeeds(
+            gpu_devices=("/dev/kfd", "/dev/dri"),
+            rdma="required",
+            gpu_memory=True,
+            dmabuf_shim=kind in (None, "disagg"),
+        )
 
     def plan(self, ctx: RoleContext) -> RolePlan:
         return plan_vllm_role(ctx, self.platform)

@@ -179,7 +179,6 @@ class Engine(ABC):
     vendor: str  # "amd" | "nvidia" | "none": whose GPUs the engine drives
     dynamo_module: str  # the Dynamo entry point its workers run (dynamo.<module>)
     timeouts: Timeouts
-    node_needs: NodeNeeds
     # Which evidence gates apply to a run of this engine (the evidence code reads it).
     expectations: Any
     description: str = ""
@@ -188,10 +187,17 @@ class Engine(ABC):
     def plan(self, ctx: RoleContext) -> RolePlan:
         """The processes, prelude and environment of one role."""
 
-    def images(self, kind: str, base_image: str | None, nixl_image: str | None) -> list[str]:
-        """The images a run of ``kind`` needs in the docker runtime (first: what the workers run)."""
+    def images(self, kind: str | None, base_image: str | None, nixl_image: str | None) -> list[str]:
+        """The images a run of ``kind`` needs in the docker runtime (first: what the workers run); for no kind
+        (a standalone node check), every configured image."""
+        if kind is None:
+            return [i for i in (base_image, nixl_image) if i]
         image = nixl_image if kind == "disagg" and nixl_image else base_image
         return [image] if image else []
+
+    def node_needs(self, kind: str | None) -> NodeNeeds:
+        """What ``nodes.check`` requires of a node for a run of ``kind`` (None: any run of this engine)."""
+        return NodeNeeds()
 
     def needs_gpus(self) -> bool:
         return self.vendor != "none"

@@ -10,7 +10,6 @@ from typing import Any
 
 from atomdyn_launchers.engines.base import (
     Engine,
-    NodeNeeds,
     RoleContext,
     RolePlan,
     Timeouts,
@@ -29,7 +28,6 @@ class MockerEngine(Engine):
     vendor = "none"
     dynamo_module = "mocker"
     timeouts = Timeouts(ready_s=120.0, settle_s=60.0, time_limit="00:30:00")
-    node_needs = NodeNeeds()
     description = "Dynamo's CPU mock engine (rehearsal)"
 
     def plan(self, ctx: RoleContext) -> RolePlan:

@@ -21,9 +21,11 @@ class VllmEngine(Engine):
     vendor = "nvidia"
     dynamo_module = "vllm"
     timeouts = Timeouts(ready_s=3600.0, settle_s=300.0, time_limit="04:00:00")
-    node_needs = NodeNeeds(gpu_devices=("/dev/nvidiactl",), rdma="optional", gpu_memory=True)
     description = "dynamo.vllm on NVIDIA GPUs"
     platform = NVIDIA
+
+    def node_needs(self, kind: str | None) -> NodeNeeds:
+        return NodeNeeds(gpu_devices=("/dev/nvidiactl",), rdma="optional", gpu_memory=True)
 
     def plan(self, ctx: RoleContext) -> RolePlan:
         return plan_vllm_role(ctx, self.platform)

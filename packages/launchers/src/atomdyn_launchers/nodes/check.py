@@ -37,7 +37,7 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json, atomic_write_text
 from atomdyn_launchers.config import ClusterConfig, PreflightError
-from atomdyn_launchers.engines import get_engine
+from atomdyn_launchers.engines import EngineError, get_engine
 from atomdyn_launchers.engines.base import NodeNeeds
 from atomdyn_launchers.nodes import images, jobs
 from atomdyn_launchers.nodes.prepare import archive_dir
@@ -113,7 +113,10 @@ def run_images(config: ClusterConfig, kind: str | None, engine: str | None = Non
     if config.runtime != "docker":
         return []
     chosen = get_engine(engine or config.engine_profile)
-    return chosen.images(kind or "agg-single", config.dynamo_atom_image, config.nixl_image)
+    try:
+        return chosen.images(kind, config.dynamo_atom_image, config.nixl_image)
+    except EngineError as exc:
+        raise PreflightError(str(exc)) from None
 
 
 def check_nodes(
@@ -129,7 +132,7 @@ def check_nodes(
 ) -> CheckReport:
     """Run the node-side checks on every node (one job each, in parallel) and collect the report."""
     engine = engine or config.engine_profile
-    needs = get_engine(engine).node_needs
+    needs = get_engine(engine).node_needs(kind)
     tags = list(image_tags) if image_tags is not None else run_images(config, kind, engine)
     work = jobs.work_dir(config, "check")
     token = secrets.token_hex(16)
@@ -146,7 +149,8 @@ def check_nodes(
         "model_path": str(config.model_path),
         "probe_target": probe,
         "python_venv": str(config.python_venv),
-        "shim_image": tags[0] if config.runtime == "docker" and tags else None,
+        # The image the workers that load the helper run: P/D's (the overlay) when the check covers P/D.
+        "shim_image": _shim_image(config, kind, tags),
     }
     spec_path = work / "spec.json"
     atomic_write_json(spec_path, spec)
@@ -181,6 +185,14 @@ def check_nodes(
         report.nodes[node] = [Check(**c) for c in run.result["checks"]]
     atomic_write_json(work / "report.json", report.to_json())
     return report
+
+
+def _shim_image(config: ClusterConfig, kind: str | None, tags: Sequence[str]) -> str | None:
+    if config.runtime != "docker" or not tags:
+        return None
+    if kind is None and config.nixl_image:
+        return config.nixl_image
+    return tags[0]
 
 
 def _probe_target(config: ClusterConfig, nodes: Sequence[str]) -> str:
