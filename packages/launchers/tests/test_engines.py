@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from atomdyn_launchers.engines import ENGINE_NAMES, EngineError, get_engine, plan_role
-from atomdyn_launchers.engines.atom import ATOM_UCX_ENV
 from atomdyn_launchers.engines.base import Ports, RoleContext, RolePlan
 from atomdyn_launchers.engines.dynamo_vllm import KV_TRANSFER_CONFIG
 from atomdyn_launchers.engines.runtime import DockerRuntime, VenvRuntime
@@ -90,8 +89,7 @@ def test_atom_worker_command_line_and_environment() -> None:
     assert argv[argv.index("--served-model-name") + 1] == "Qwen/Qwen3-8B"
     assert plan.gpus == 1
     env = plan.processes[0].env
-    for key, value in ATOM_UCX_ENV.items():
-        assert env[key] == value
+    assert env["VLLM_ROCM_USE_AITER"] == "1" and env["UCX_IB_GID_INDEX"] == "1"
     assert env["NIXL_COMPAT_ALLOW_HOST_VRAM"] == "1"
     assert "ib" not in str(env["UCX_TLS"]).split(",") and "ud" not in str(env["UCX_TLS"])
     assert render_arg(env["LD_PRELOAD"]) == '"$SHIM_PRELOAD"'
@@ -205,3 +203,30 @@ def test_atom_p_d_needs_the_overlay_image() -> None:
     assert atom.images("disagg", "base:1", "overlay:1") == ["overlay:1"]
     with pytest.raises(EngineError, match="atom P/D runs need NIXL_IMAGE"):
         atom.images("disagg", "base:1", None)
+
+
+def _tls(plan: RolePlan) -> list[str]:
+    return str(plan.processes[0].env["UCX_TLS"]).split(",")
+
+
+def test_atom_kv_path_never_allows_tcp_and_takes_the_validated_path_by_default() -> None:
+    # A P/D run whose KV could go over TCP can fall back to it silently: tcp is never in the KV path.
+    atom = get_engine("atom")
+    plan = atom.plan(_ctx("prefill", VENV, index=1))
+    env = plan.processes[0].env
+    assert "tcp" not in _tls(plan)
+    # The validated path: no ROCm transport (UCX sees VRAM as host), the helper registers it through dma-buf,
+    # and the patched NIXL keeps the registration only with the opt-in.
+    assert not {"rocm", "rocm_copy", "rocm_ipc"} & set(_tls(plan)) and "rc_v" in _tls(plan)
+    assert env["NIXL_COMPAT_ALLOW_HOST_VRAM"] == "1" and "LD_PRELOAD" in env
+
+
+def test_atom_rocm_transport_variant_is_an_explicit_option() -> None:
+    atom = get_engine("atom")
+    plan = atom.plan(replace(_ctx("decode", VENV), ucx_path="rocm"))
+    env = plan.processes[0].env
+    assert {"rocm", "rocm_copy", "rocm_ipc", "rc_v"} <= set(_tls(plan)) and "tcp" not in _tls(plan)
+    assert env["UCX_ROCM_COPY_DMABUF"] == "y"
+    assert "NIXL_COMPAT_ALLOW_HOST_VRAM" not in env and "LD_PRELOAD" not in env
+    with pytest.raises(EngineError, match="unknown ATOM_UCX_PATH 'ib'"):
+        atom.plan(replace(_ctx("decode", VENV), ucx_path="ib"))

@@ -10,32 +10,53 @@ from atomdyn_launchers.engines.base import Engine, EngineError, NodeNeeds, RoleC
 from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, devices, plan_vllm_role
 from atomdyn_launchers.engines.runtime import DeviceAccess, RdmaMounts
 
-# ionic RoCE with ROCm memory. RC queue pairs only: UD fails on ionic, so neither UD transports nor the `ib`
-# alias that pulls them in; the ROCm transports let UCX see VRAM as VRAM.
-ATOM_UCX_ENV: Mapping[str, str] = {
-    "UCX_TLS": "rc_v,tcp,rocm,rocm_copy,rocm_ipc,self,sm",
+# The KV path on ionic RoCE. Reliable-connected verbs only: UD queue pairs fail on ionic, so neither UD
+# transports nor the `ib` alias that pulls them in; and never `tcp`, which would let a P/D run fall back to
+# TCP silently instead of failing. GID index 1 is the IPv4 RoCE v2 GID on ionic.
+UCX_PATHS = ("host-vram", "rocm")
+UCX_COMMON: Mapping[str, str] = {"UCX_IB_GID_INDEX": "1"}
+# The validated path (default): no ROCm transport, so UCX classifies VRAM as host memory and registers it
+# with a plain ibv_reg_mr, which the dma-buf helper turns into a dma-buf registration at the right offset;
+# NIXL keeps a registration of VRAM classified as host only with the compatibility patch's opt-in.
+UCX_HOST_VRAM: Mapping[str, str] = {"UCX_TLS": "rc_v,sm,self", "NIXL_COMPAT_ALLOW_HOST_VRAM": "1"}
+# The ROCm-transport variant (ATOM_UCX_PATH=rocm): UCX classifies VRAM as ROCm memory and registers it through
+# its own dma-buf support (off by default in UCX); no helper, no opt-in.
+UCX_ROCM: Mapping[str, str] = {
+    "UCX_TLS": "rc_v,rocm_copy,rocm_ipc,rocm,sm,self",
     "UCX_MEMTYPE_CACHE": "y",
-    "UCX_IB_GID_INDEX": "1",  # the IPv4 RoCEv2 GID on ionic
+    "UCX_ROCM_COPY_DMABUF": "y",
+}
+# ATOM's own settings (its recipes and CI).
+ATOM_ENV: Mapping[str, str] = {
     "VLLM_ROCM_USE_AITER": "1",
-    # Read by the NIXL compatibility patch: lets VRAM that UCX classifies as HOST register (and says so).
-    "NIXL_COMPAT_ALLOW_HOST_VRAM": "1",
     "SAFETENSORS_FAST_GPU": "1",
     "VLLM_RPC_TIMEOUT": "1800000",
 }
 
 
+def ucx_path(ctx: RoleContext) -> str:
+    if ctx.ucx_path not in UCX_PATHS:
+        raise EngineError(f"unknown ATOM_UCX_PATH {ctx.ucx_path!r}; known: {', '.join(UCX_PATHS)}")
+    return ctx.ucx_path
+
+
 def _ucx_env(ctx: RoleContext) -> Mapping[str, str]:
-    return ATOM_UCX_ENV
+    return {**UCX_COMMON, **(UCX_HOST_VRAM if ucx_path(ctx) == "host-vram" else UCX_ROCM)}
+
+
+def _needs_helper(ctx: RoleContext) -> bool:
+    # Only P/D moves KV over RDMA (and only the NIXL overlay image carries the helper: aggregated runs use the
+    # base image, which has none); only the validated path registers VRAM through it.
+    return ctx.mode != "agg" and ucx_path(ctx) == "host-vram"
 
 
 MI355X = VllmPlatform(
     gpu_visibility=("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
     vendor="amd",
     ucx_env=_ucx_env,
+    extra_env=ATOM_ENV,
     model_args=True,
-    # Only P/D moves KV over RDMA, and only the NIXL overlay image carries the helper: aggregated runs use
-    # the base image, which has none.
-    preload_helper=lambda ctx: ctx.mode != "agg",
+    preload_helper=_needs_helper,
     rdma_required=True,
 )
 
