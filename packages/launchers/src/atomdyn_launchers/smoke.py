@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from atomdyn_launchers import direct_http
+
 ABORTED = "run aborted"
 
 
@@ -180,7 +182,7 @@ class SmokeClient:
         body: Any = None
         error: str | None = None
         try:
-            with urllib.request.urlopen(http_request, timeout=self.timeout_s) as response:
+            with direct_http.urlopen(http_request, timeout=self.timeout_s) as response:
                 status = response.status
                 raw = response.read()
         except urllib.error.HTTPError as exc:
