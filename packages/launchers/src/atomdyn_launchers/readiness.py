@@ -18,6 +18,7 @@ import http.client
 import json
 import os
 import queue
+import shlex
 import signal
 import socket
 import sys
@@ -169,6 +170,30 @@ def etcd_access(config: ClusterConfig, endpoints: str | None = None) -> EtcdAcce
         user=config.etcd_auth_username,
         password_file=config.etcd_auth_password_file,
     )
+
+
+def worker_etcd_env(config: ClusterConfig) -> dict[str, str]:
+    """The configured etcd's TLS and user as Dynamo 1.3 reads them, for a job script's exports.
+
+    Dynamo takes the PEM text itself in ETCD_AUTH_CA/CLIENT_CERT/CLIENT_KEY, so each value is a shell
+    expansion that reads the file on the node (the script never holds a key). It uses TLS only with all
+    three, and skips TLS whenever a user name is set: over https it authenticates with the certificate's
+    CN and gets no user; over http it gets the user and the password.
+    Values are shell text, already quoted (``"$(cat FILE)"``).
+    """
+
+    def contents(path: Path) -> str:
+        return '"$(cat ' + shlex.quote(str(path)) + ')"'
+
+    env: dict[str, str] = {}
+    if config.etcd_auth_ca and config.etcd_auth_client_cert and config.etcd_auth_client_key:
+        env["ETCD_AUTH_CA"] = contents(config.etcd_auth_ca)
+        env["ETCD_AUTH_CLIENT_CERT"] = contents(config.etcd_auth_client_cert)
+        env["ETCD_AUTH_CLIENT_KEY"] = contents(config.etcd_auth_client_key)
+    elif config.etcd_auth_username and config.etcd_auth_password_file:
+        env["ETCD_AUTH_USERNAME"] = shlex.quote(config.etcd_auth_username)
+        env["ETCD_AUTH_PASSWORD"] = contents(config.etcd_auth_password_file)
+    return env
 
 
 class _Unreachable(Exception):

@@ -91,6 +91,8 @@ class RoleContext:
     speedup_ratio: float = 10.0
     router_mode: str = "kv"
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # etcd's TLS files or user for Dynamo, as shell text (readiness.worker_etcd_env): read on the node.
+    etcd_env: Mapping[str, str] = field(default_factory=dict)
     # The helper `nodes.prepare` installed on the shared filesystem; the venv runtime prefers it when present.
     prepared_shim: str = ""
     # Where the job writes its per-role files (doctor/, fingerprints/, rdma/, images/): the run directory.
@@ -135,6 +137,7 @@ def dynamo_env(ctx: RoleContext) -> dict[str, Arg]:
         "HF_HUB_OFFLINE": "1",
         "PYTHONUNBUFFERED": "1",
     }
+    env.update({name: Shell(value) for name, value in ctx.etcd_env.items()})
     env.update(ctx.extra_env)
     return env
 

@@ -86,7 +86,8 @@ def probe_disagg_prelude(ctx: RoleContext) -> list[str]:
 def mgmt_prelude(ctx: RoleContext) -> list[str]:
     """The node's management address: the source of its route to etcd (not `hostname -I`, which may list
     RDMA interfaces first). ATOMDYN_MGMT_ADDR overrides it."""
-    host = ctx.etcd_endpoint.split("://", 1)[-1].rsplit(":", 1)[0]
+    first = ctx.etcd_endpoint.split(",", 1)[0]  # ETCD_ENDPOINTS may list several
+    host = first.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
     return [
         f"ETCD_HOST_ADDR=$(getent ahostsv4 {shlex.quote(host)} | awk 'NR==1 {{print $1}}')",
         "ROUTE_SRC=$(ip -4 route get \"$ETCD_HOST_ADDR\" | sed -n 's/.* src \\([0-9.]*\\).*/\\1/p')",
