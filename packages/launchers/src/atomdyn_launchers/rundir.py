@@ -105,6 +105,20 @@ def base_state(text: object) -> str:
     return text.split()[0].rstrip("+")
 
 
+_REQUESTS_DONE = re.compile(r"(\d+)/(\d+) ok")
+
+
+def requests_done_detail(ok: int, total: int) -> str:
+    """The ``detail`` of the ``requests_done`` event: ``"<ok>/<total> ok"``."""
+    return f"{ok}/{total} ok"
+
+
+def parse_requests_done(detail: object) -> tuple[int, int] | None:
+    """(ok, total) from a ``requests_done`` event's detail; None when it has none."""
+    found = _REQUESTS_DONE.fullmatch(detail.strip()) if isinstance(detail, str) else None
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
 @dataclass
 class JobRecord:
     """One role's Slurm job as run.json records it (exit codes as Slurm's ``"N:M"`` strings)."""

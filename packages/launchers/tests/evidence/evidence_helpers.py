@@ -1,11 +1,13 @@
 """Run directories for the evidence tests (fixtures in conftest.py).
 
 ``mocker_run``: a copy of a real disaggregated run recorded from Dynamo 1.3's frontend and mocker engines
-(fixtures/record_mocker_run.py). ``atom_run``: a disaggregated ATOM run built from the line formats the real
-components write (vLLM's NixlConnector metrics and its "KV Transfer metrics" summaries, the NIXL patch's
-HOST-classification line, dmabuf-shim's registration lines): no MI355X here. The nixl_rocm line is one of the
-forms the parser accepts (a line naming nixl_rocm with initialized/loaded/available/version/using); no upstream
-component is known to print one yet (see the evidence README).
+(fixtures/record_mocker_run.py). ``atom_run``: a disaggregated run directory with an ATOM run's layout whose
+gate-deciding lines come from real runs committed in this repository: dmabuf-shim's lines from the H200 run
+(evidence/h200-cuda-dmabuf), nixl-compat doctor's report from the H200 run (evidence/h200-nixl-kv-bench-device),
+NIXL_ERR from the H200 bench log, UCX_PROTO_INFO tables from real NIXL transfers on the CPU machine
+(fixtures/ucx-proto-info). No MI355X here: the H200's doctor names nixl_cu13, so the atom engine's own
+expectations fail it, and ``OBSERVED`` says what those real lines do prove. vLLM's NIXL metrics and "KV Transfer
+metrics" summaries follow vLLM's formats (no real-engine rehearsal log is committed yet).
 """
 
 from __future__ import annotations
@@ -18,8 +20,39 @@ from typing import Any
 
 import pytest
 
+from atomdyn_launchers.rundir import GateExpectations
+
 FIXTURES = Path(__file__).parent / "fixtures"
 MOCKER_RUN = next((FIXTURES / "mocker-disagg").iterdir())
+REPO = Path(__file__).resolve().parents[4]
+H200_DOCTOR = REPO / "evidence" / "h200-nixl-kv-bench-device" / "h200-doctor.json"
+H200_DMABUF = REPO / "evidence" / "h200-cuda-dmabuf" / "dmabuf-shim-gpu-check.txt"
+H200_BENCH_LOG = REPO / "evidence" / "h200-nixl-kv-bench" / "run.log"
+UCX_TCP = FIXTURES / "ucx-proto-info" / "tcp.log"
+UCX_CMA = FIXTURES / "ucx-proto-info" / "default.log"
+REGISTRATIONS = 720  # per worker, as the PoC's P/D run logged
+
+# What the real lines of atom_run prove: the H200's backend (nixl_cu13), 720 dma-buf registrations a worker.
+OBSERVED = GateExpectations(
+    nixl_transfers=True,
+    external_prefix_hits=True,
+    dmabuf_registrations_per_worker=REGISTRATIONS,
+    nixl_backend="nixl_cu13",
+    doctor_required=True,
+)
+
+
+def real_lines(path: Path, needle: str) -> list[str]:
+    """The lines of a committed real run's file that hold ``needle``."""
+    return [line for line in path.read_text().splitlines() if needle in line]
+
+
+def dmabuf_lines() -> list[str]:
+    """The H200 helper's init line and REGISTRATIONS of its dma-buf registration lines."""
+    init = real_lines(H200_DMABUF, "dmabuf-shim: init")[1]
+    ok = real_lines(H200_DMABUF, "dmabuf-shim: reg ok")[1]
+    return [init] + [ok] * REGISTRATIONS
+
 
 ATOM_RUN_ID = "20261129T231500Z-disagg-atom"
 
@@ -48,17 +81,11 @@ def atom_logs(role: str) -> list[str]:
     lines = [
         "INFO 11-29 23:15:02 [__init__.py:239] Automatically detected platform rocm.",
         "INFO 11-29 23:15:03 [platform.py:88] ATOM platform plugin registered (atom.plugin.vllm.register)",
-        _vllm("23:15:09", "nixl_rocm 1.5.1 initialized: UCX backend loaded from /opt/nixl/lib/plugins"),
         _vllm("23:15:09", "Initialized NIXL agent: 6c1f2a9e-" + role),
         "W1129 23:15:10.412 1171 ucx_utils.cpp:584] NIXL_COMPAT_HOST_VRAM: VRAM classified as HOST by UCX; "
         "registering as host memory addr=0x7f3a20000000 len=2359296",
     ]
-    lines.append("dmabuf-shim: init version=0.1.0 backends=hsa ibverbs=1 reg_dmabuf=1 strip=0x0")
-    lines += [
-        f"dmabuf-shim: reg ok backend=hsa path=dmabuf size=2359296 offset={i * 2359296} fd_closed=1 "
-        f"addr=0x7f3a2{i:07x} iova=0x7f3a2{i:07x} access=0xf"
-        for i in range(4)
-    ]
+    lines += dmabuf_lines()
     if role == "decode":
         lines += [
             _kv_summary("23:15:31", 3, 2.25, 1.588),
@@ -161,6 +188,8 @@ def atom_run(tmp_path: Path) -> Path:
         "placement_verified": True,
         "result": "pass",
         "failure": None,
+        "requests_total": 8,
+        "requests_ok": 8,
     }
     (run / "run.json").write_text(json.dumps(run_json, indent=2))
     t0 = 1795994100.0
@@ -172,8 +201,12 @@ def atom_run(tmp_path: Path) -> Path:
     ]  # fmt: skip
     write_jsonl(
         run / "timeline.jsonl",
-        [{"t": t0 + dt, "event": e, **({"role": r} if r else {})} for dt, e, r in events],
-    )
+        [{"t": t0 + dt, "event": e, **({"role": r} if r else {}), **({"detail": "8/8 ok"} if e == "requests_done" else {})}
+         for dt, e, r in events],
+    )  # fmt: skip
+    (run / "doctor").mkdir()
+    for role in ("prefill", "decode"):
+        shutil.copy(H200_DOCTOR, run / "doctor" / f"{role}.json")
     write_jsonl(run / "requests.jsonl", [request(i, "long" if i % 2 else f"short-{i}") for i in range(8)])
     for role in ("prefill", "decode"):
         (run / "logs" / f"{role}.worker.log").write_text("\n".join(atom_logs(role)) + "\n")

@@ -1,4 +1,4 @@
-"""Collected evidence: its files, its sanitization, verify on evidence, RESULTS.md and the README table."""
+"""Collected evidence: its files, its sanitization, verify judging it again, RESULTS.md and the README table."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 
 from atomdyn_launchers.evidence import invoke_tasks, results
-from atomdyn_launchers.evidence.summary import collect
+from atomdyn_launchers.evidence.summary import SCHEMA_VERSION, collect, sha256_file
 from atomdyn_launchers.evidence.verify import verify_path
 
 SECRETS = ("hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "gpu-mi355x-017", "gpu-mi355x-018", "acme-ml", "10.42.7.19",
@@ -22,8 +22,15 @@ SECRETS = ("hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "gpu-mi355x-017", "gpu-mi3
 
 def _all_text(directory: Path) -> str:
     return "\n".join(
-        p.read_text(errors="replace") for p in directory.rglob("*") if p.suffix in (".json", ".md", ".txt")
+        p.read_text(errors="replace") for p in directory.rglob("*") if p.is_file() and p.suffix != ".png"
     )
+
+
+def _as_engine(run: Path, engine: str) -> Path:
+    record = json.loads((run / "run.json").read_text())
+    record["engine_profile"] = engine
+    (run / "run.json").write_text(json.dumps(record))
+    return run
 
 
 def test_mocker_evidence_files_and_verify(mocker_run: Path, tmp_path: Path) -> None:
@@ -34,23 +41,46 @@ def test_mocker_evidence_files_and_verify(mocker_run: Path, tmp_path: Path) -> N
     (mocker_run / "run.json").write_text(json.dumps(run))
     out, summary = collect(mocker_run, tmp_path / "evidence")
     assert out == tmp_path / "evidence" / MOCKER_RUN.name
-    assert summary["schema_version"] == 1 and summary["verdict"] == "pass"
-    assert summary["platform"] == "rehearsal (CPU, mock engine)"
+    assert summary["schema_version"] == SCHEMA_VERSION and summary["verdict"] == "pass"
+    assert summary["platform"] == "rehearsal (CPU, mock engine)" and summary["platform_source"] == "run.json"
     assert summary["lock_digest"] == "sha256:" + "0" * 64
-    assert summary["gates_passed"] == summary["gates_judged"] == 14
+    assert summary["gates_passed"] == summary["gates_judged"] == 18 and summary["gates_failed"] == 0
     assert summary["figures"]["requests_ok"] == 6 and summary["figures"]["completion_tokens"] == 144
     assert summary["fingerprint_source"].startswith("collected where evidence.collect ran")
     assert "python" in summary["fingerprint"]["collector"]
-    assert summary["pictures"] == ["timeline.png"]
+    assert summary["pictures"] == ["timeline.png"] and summary["collection_notes"] == []
     assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     on_disk = json.loads((out / "summary.json").read_text())
     assert on_disk["gates"] == summary["gates"]
     for gate in on_disk["gates"]:
-        assert gate["excerpt"] and (out / gate["excerpt"]).read_text().strip()
+        assert gate["verdict"] == "n/a" or (gate["excerpt"] and (out / gate["excerpt"]).read_text().strip())
+    for rel in [
+        *summary["excerpts"],
+        *summary["pictures"],
+        "summary.md",
+        "data/requests.jsonl",
+        "data/run.json",
+    ]:
+        assert on_disk["files"][rel] == sha256_file(out / rel), rel
     md = (out / "summary.md").read_text()
-    assert "| verdict | **PASS** (14 of 14 gates) |" in md and "![timeline](timeline.png)" in md
+    assert "| verdict | **PASS** (18 of 18 gates passed) |" in md and "![timeline](timeline.png)" in md
     verdict = verify_path(out)
-    assert verdict.ok, verdict.text()
+    assert verdict.ok and verdict.intact, verdict.text()
+    assert verdict.lines[0].endswith("pass (18 of 18 gates passed); recomputed from data/, every file intact")
+
+
+def test_collected_data_is_reduced_to_what_the_gates_read(atom_run: Path, tmp_path: Path) -> None:
+    log = atom_run / "logs" / "decode.worker.log"
+    log.write_text(log.read_text() + "INFO 11-29 23:16:03 [core.py:211] Scheduler step took 0.002 s\n" * 1000)
+    out, _ = collect(_as_engine(atom_run, "vllm"), tmp_path / "evidence")
+    kept = (out / "data" / "logs" / "decode.worker.log").read_text()
+    assert "Scheduler step" not in kept and kept.count("dmabuf-shim: reg ok") == 720
+    assert "KV Transfer metrics" in kept and "NIXL_COMPAT_HOST_VRAM" in kept
+    prom = (out / "data" / "metrics" / "decode.worker.prom").read_text()
+    assert "# TYPE" not in prom and "_bucket" not in prom and "vllm:nixl_xfer_time_seconds_count" in prom
+    assert (
+        json.loads((out / "data" / "doctor" / "decode.json").read_text())["backend"]["module"] == "nixl_cu13"
+    )
 
 
 def test_atom_evidence_is_sanitized_everywhere(atom_run: Path, tmp_path: Path) -> None:
@@ -59,34 +89,41 @@ def test_atom_evidence_is_sanitized_everywhere(atom_run: Path, tmp_path: Path) -
         log.read_text()
         + "INFO using HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789 on gpu-mi355x-018 via 10.42.7.19\n"
         + "dmabuf-shim: reg fail backend=hsa path=dmabuf size=4096 offset=12 fd_closed=1 addr=0x7f3a42000000 "
-        "iova=0x7f3a42000000 access=0xf errno=22 detail=on:gpu-mi355x-018\n"
+        "iova=0x7f3a42000000 access=0xf errno=22 detail=on:gpu-mi355x-018 NIXL_ERR_BACKEND HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789\n"
     )
     fingerprints = atom_run / "fingerprints"
     fingerprints.mkdir()
     (fingerprints / "decode.json").write_text(json.dumps({"hostname": "gpu-mi355x-018", "kernel": "6.8.0"}))
-    out, summary = collect(atom_run, tmp_path / "evidence")
+    out, summary = collect(_as_engine(atom_run, "vllm"), tmp_path / "evidence")
     text = _all_text(out)
     for secret in SECRETS:
         assert secret not in text, secret
     assert summary["verdict"] == "fail"
-    assert [g["id"] for g in summary["gates"] if g["verdict"] == "fail"] == ["dmabuf_failures"]
+    assert [g["id"] for g in summary["gates"] if g["verdict"] == "fail"] == [
+        "nixl_err_records",
+        "dmabuf_failures",
+    ]
     assert summary["fingerprint"] == {"decode": {"hostname": "host-2", "kernel": "6.8.0"}}
-    excerpt = (out / "excerpts" / "logs.dmabuf_fail.txt").read_text()
+    assert summary["platform_source"] == "the jobs' fingerprints"
     assert (
-        excerpt
-        == "decode.worker.log:16: dmabuf-shim: reg fail backend=hsa path=dmabuf size=4096 offset=12 fd_closed=1 "
-        "addr=0x7f3a42000000 iova=0x7f3a42000000 access=0xf errno=22 detail=on:host-2\n"
+        summary["platform"] == "CPU (no GPU seen), not MI355X"
+    )  # what the node reported, not run.json's word
+    excerpt = (out / "excerpts" / "logs.dmabuf_fail.txt").read_text()
+    assert excerpt.startswith(
+        "decode.worker.log:731: dmabuf-shim: reg fail backend=hsa path=dmabuf size=4096 "
     )
+    assert "detail=on:host-2" in excerpt
     assert summary["pictures"] == ["timeline.png", "kv_transfers.png"]
     assert (out / "kv_transfers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert summary["figures"]["kv_mean_transfer_ms"] == 1.206
     assert summary["figures"]["kv_mean_transfer_mib"] == 2.812
     verdict = verify_path(out)
-    assert not verdict.ok and "gate dmabuf_failures: fail: dmabuf.fail is 1, expected == 0" in verdict.text()
+    assert verdict.intact and not verdict.ok
+    assert "gate dmabuf_failures: fail: dmabuf.fail is 1, expected == 0" in verdict.text()
 
 
 def test_recollecting_replaces_the_evidence_whole(atom_run: Path, tmp_path: Path) -> None:
-    out, _ = collect(atom_run, tmp_path / "evidence")
+    out, _ = collect(_as_engine(atom_run, "vllm"), tmp_path / "evidence")
     stale = out / "excerpts" / "stale.txt"
     stale.write_text("from an earlier collection")
     out2, summary = collect(atom_run, tmp_path / "evidence")
@@ -94,31 +131,95 @@ def test_recollecting_replaces_the_evidence_whole(atom_run: Path, tmp_path: Path
     assert sorted(p.name for p in (tmp_path / "evidence").iterdir()) == [ATOM_RUN_ID]
 
 
-def test_verify_catches_tampered_or_leaking_evidence(mocker_run: Path, tmp_path: Path) -> None:
+@pytest.fixture
+def collected(mocker_run: Path, tmp_path: Path) -> Path:
     out, _ = collect(mocker_run, tmp_path / "evidence")
-    (out / "excerpts" / "jobs.txt").write_text("job ran on node=gpu-a17 at 10.20.30.40\n")
-    (out / "excerpts" / "timeline.txt").unlink()
-    text = verify_path(out).text()
+    assert verify_path(out).ok
+    return out
+
+
+def _problems(out: Path) -> str:
+    verdict = verify_path(out)
+    assert not verdict.ok and not verdict.intact, verdict.text()
+    return verdict.text()
+
+
+def test_a_summary_edited_to_pass_fails_verify(atom_run: Path, tmp_path: Path) -> None:
+    out, summary = collect(atom_run, tmp_path / "evidence")  # the atom engine's expectations: fail
+    assert summary["verdict"] == "fail"
+    summary.update(verdict="pass", gates_passed=summary["gates_judged"], gates_failed=0)
+    for gate in summary["gates"]:
+        gate.update(verdict="pass" if gate["verdict"] == "fail" else gate["verdict"], reason="")
+    (out / "summary.json").write_text(json.dumps(summary))
+    text = _problems(out)
+    assert 'summary.json: verdict is "pass"; the collected data gives "fail"' in text
+    assert "summary.json: gate nixl_backend_missing_roles says" in text
+    assert "summary.md does not say what summary.json says" in text
+
+
+def test_an_edited_figure_or_dropped_gate_fails_verify(collected: Path) -> None:
+    summary = json.loads((collected / "summary.json").read_text())
+    summary["figures"]["requests_ok"] = 64
+    summary["gates"] = [g for g in summary["gates"] if g["id"] != "requests_failed"]
+    (collected / "summary.json").write_text(json.dumps(summary))
+    text = _problems(collected)
+    assert "summary.json: figures is" in text
+    assert "summary.json: gate requests_failed says null; the collected data gives" in text
+
+
+@pytest.mark.parametrize("damage", ["cut", "random", "byte", "edit"])
+def test_damaged_excerpt_picture_or_data_fails_naming_the_file(collected: Path, damage: str) -> None:
+    import os
+
+    target = {"cut": "excerpts/requests.txt", "random": "timeline.png", "byte": "data/requests.jsonl",
+              "edit": "excerpts/jobs.txt"}[damage]  # fmt: skip
+    path = collected / target
+    data = path.read_bytes()
+    if damage == "cut":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "random":
+        path.write_bytes(os.urandom(len(data)))
+    elif damage == "byte":
+        path.write_bytes(data[:10] + bytes([data[10] ^ 1]) + data[11:])
+    else:
+        path.write_text(data.decode().replace("COMPLETED", "COMPLETED "))
+    assert f"{target} was changed after collection" in _problems(collected)
+
+
+def test_verify_catches_missing_added_or_leaking_files(collected: Path) -> None:
+    (collected / "excerpts" / "jobs.txt").write_text("job ran on node=gpu-a17 at 10.20.30.40\n")
+    (collected / "excerpts" / "timeline.txt").unlink()
+    (collected / "excerpts" / "extra.txt").write_text("added later\n")
+    text = _problems(collected)
     assert "excerpts/jobs.txt is not sanitized" in text
+    assert "excerpts/jobs.txt was changed after collection" in text
     assert "excerpts/timeline.txt is missing" in text
-    assert not verify_path(out).ok
+    assert "excerpts/extra.txt is not part of the collected evidence" in text
+
+
+def test_old_format_evidence_is_not_taken_at_its_word(collected: Path) -> None:
+    summary = json.loads((collected / "summary.json").read_text())
+    summary["schema_version"] = 1
+    (collected / "summary.json").write_text(json.dumps(summary))
+    assert "it keeps no data to recompute its gates from" in _problems(collected)
 
 
 def test_results_and_readme_table(mocker_run: Path, atom_run: Path, tmp_path: Path) -> None:
     evidence = tmp_path / "evidence"
-    collect(atom_run, evidence)
-    summaries = results.load_summaries(evidence)
+    collect(_as_engine(atom_run, "vllm"), evidence)
+    summaries, skipped = results.load_summaries(evidence)
+    assert skipped == []
     results_md = tmp_path / "results" / "RESULTS.md"
     assert results.append_results(results_md, summaries, "../evidence") == [ATOM_RUN_ID]
     collect(mocker_run, evidence)
-    summaries = results.load_summaries(evidence)
+    summaries, _ = results.load_summaries(evidence)
     assert results.append_results(results_md, summaries, "../evidence") == [MOCKER_RUN.name]
     assert results.append_results(results_md, summaries, "../evidence") == []  # idempotent
     text = results_md.read_text()
     assert text.startswith("# Results\n")
     assert text.index(ATOM_RUN_ID) < text.index(MOCKER_RUN.name)  # chronological by run id
     assert f"(../evidence/{MOCKER_RUN.name}/summary.md)" in text
-    assert "- platform: MI355X; runtime: docker" in text
+    assert "- platform: MI355X; runtime: docker" in text and "- gates: 23 of 23 gates passed" in text
 
     readme = tmp_path / "README.md"
     readme.write_text(
@@ -131,13 +232,51 @@ def test_results_and_readme_table(mocker_run: Path, atom_run: Path, tmp_path: Pa
         "| Two-node disaggregated prefill/decode (mocker) | PASS, 6/6 requests | rehearsal (CPU, mock engine) | "
         f"[{MOCKER_RUN.name}](evidence/{MOCKER_RUN.name}/summary.md) |" in table
     )
-    assert "| KV handoff prefill to decode (atom) | PASS (kv.transfers = 12) | MI355X |" in table
+    assert "| KV handoff prefill to decode (vllm) | PASS (kv.transfers = 12) | MI355X |" in table
+    assert "| KV handoff prefill to decode (mocker) | PASS (requests.pd_split = 6) |" in table
     assert not results.update_readme(readme, results.glance_table(summaries, "evidence"))  # unchanged
 
     bare = tmp_path / "BARE.md"
     bare.write_text("# no markers\n")
     with pytest.raises(results.ReportError, match="result-at-a-glance:begin"):
         results.update_readme(bare, "x")
+
+
+def test_report_never_publishes_a_contradiction(collected: Path, tmp_path: Path) -> None:
+    summary = json.loads((collected / "summary.json").read_text())
+    summary["gates"][0]["verdict"] = "fail"
+    summary["verdict"] = "fail"
+    (collected / "summary.json").write_text(json.dumps(summary))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{results.GLANCE_BEGIN}\n{results.GLANCE_END}\n")
+    with pytest.raises(results.ReportError, match="does not verify; nothing published"):
+        results.load_summaries(collected.parent)
+    done = _cli(
+        "report",
+        "--evidence",
+        str(collected.parent),
+        "--results",
+        "R.md",
+        "--readme",
+        str(readme),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and "does not verify" in done.stderr
+    assert (
+        readme.read_text() == f"{results.GLANCE_BEGIN}\n{results.GLANCE_END}\n"
+        and not (tmp_path / "R.md").exists()
+    )
+
+
+def test_report_leaves_out_old_format_evidence_and_says_so(collected: Path, tmp_path: Path) -> None:
+    old = collected.parent / "20261129T000000Z-agg-single-mocker"
+    old.mkdir()
+    (old / "summary.json").write_text(
+        json.dumps({"schema_version": 1, "run_id": old.name, "verdict": "pass"})
+    )
+    summaries, skipped = results.load_summaries(collected.parent)
+    assert [s["run_id"] for s in summaries] == [collected.name]
+    assert skipped == [f"{old.name}: summary format 1 keeps no data to recompute its gates from"]
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -148,7 +287,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_cli_collect_verify_sanitize(mocker_run: Path, tmp_path: Path) -> None:
     done = _cli("collect", str(mocker_run), "--evidence", "ev", cwd=tmp_path)
-    assert done.returncode == 0 and "pass (14 of 14 gates)" in done.stdout, done.stderr
+    assert done.returncode == 0 and "pass (18 of 18 gates passed)" in done.stdout, done.stderr
     assert (
         _cli("verify", str(mocker_run), str(tmp_path / "ev" / MOCKER_RUN.name), cwd=tmp_path).returncode == 0
     )
@@ -162,6 +301,17 @@ def test_cli_collect_verify_sanitize(mocker_run: Path, tmp_path: Path) -> None:
     shown = _cli("sanitize", str(secret), cwd=tmp_path)
     assert shown.stdout == "#SBATCH --account=account-1\nexport HF_TOKEN=<redacted:hf-token>\n"
     assert _cli("sanitize", str(tmp_path / "absent"), cwd=tmp_path).returncode == 2
+
+
+def test_cli_collect_of_a_failed_run_exits_non_zero_counting_the_failures(
+    mocker_run: Path, tmp_path: Path
+) -> None:
+    lines = (mocker_run / "requests.jsonl").read_text().splitlines(keepends=True)
+    (mocker_run / "requests.jsonl").write_text("".join(lines[:3]))
+    done = _cli("collect", str(mocker_run), "--evidence", "ev", cwd=tmp_path)
+    assert done.returncode == 1, done.stdout
+    assert f"ev/{MOCKER_RUN.name}: fail (5 of 18 gates failed)" in done.stdout
+    assert "  FAIL requests_recorded: requests.total is 3, expected == run.requests_total (6)" in done.stdout
 
 
 def test_invoke_collection(mocker_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -181,3 +331,5 @@ def test_invoke_collection(mocker_run: Path, tmp_path: Path, capsys: pytest.Capt
     with pytest.raises(Exit):
         invoke_tasks.verify(c, str(mocker_run))
     assert "run.json is missing" in capsys.readouterr().out
+    with pytest.raises(Exit):
+        invoke_tasks.collect(c, str(mocker_run), evidence=str(tmp_path / "ev2"))

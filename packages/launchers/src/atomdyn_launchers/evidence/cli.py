@@ -18,8 +18,13 @@ def collect(run_dir: Path, evidence_root: Path) -> int:
         print(f"evidence collect: {run_dir} is not a run directory", file=sys.stderr)
         return 2
     out, data = summary.collect(run_dir, evidence_root)
-    print(f"{out}: {data['verdict']} ({data['gates_passed']} of {data['gates_judged']} gates)")
-    return 0
+    print(f"{out}: {data['verdict']} ({summary.verdict_words(data)})")
+    for gate in data["gates"]:
+        if gate["verdict"] == "fail":
+            print(f"  FAIL {gate['id']}: {gate['reason']}")
+    for note in data["collection_notes"]:
+        print(f"  note: {note}")
+    return 0 if data["verdict"] == "pass" else 1
 
 
 def verify(paths: list[Path]) -> int:
@@ -32,7 +37,9 @@ def verify(paths: list[Path]) -> int:
 
 
 def report(evidence_root: Path, results_md: Path, readme: Path | None) -> int:
-    summaries = results.load_summaries(evidence_root)
+    summaries, skipped = results.load_summaries(evidence_root)
+    for line in skipped:
+        print(f"not published: {line}")
     prefix = _relative(evidence_root, results_md.parent)
     added = results.append_results(results_md, summaries, prefix)
     print(f"{results_md}: {len(added)} run(s) added" + (f": {', '.join(added)}" if added else ""))

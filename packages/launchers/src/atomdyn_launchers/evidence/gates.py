@@ -1,26 +1,23 @@
-"""The validity gates: one table of data saying, per run kind and engine, what a run must show to pass.
+"""The validity gates: one table of data saying what a run must show to pass.
 
-A gate reads one signal (evidence/signals.py) and compares it with an expected value. A signal without data
-fails its gate with the reason it is missing; a gate whose ``when`` signal is false does not apply (n/a).
-Zero generated tokens fails ``generated_tokens``: an empty success is not a success.
+A gate reads one signal (evidence/signals.py) and compares it with an expected value. Which gates apply comes
+from the run's kind and from the engine's :class:`~atomdyn_launchers.rundir.GateExpectations` (what the engine
+object says its runs must prove), never from the engine's name. A gate is named after the quantity it
+checks, so a line reads as the check itself: ``requests_failed 0 == 0``. A signal without data fails its
+gate with the reason it is missing; a gate whose ``when`` signal is false does not apply (n/a). Counts that
+the run recorded in more than one place (requests.jsonl, run.json, the timeline) must agree.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
-from atomdyn_launchers.evidence.signals import REAL_ENGINES, Signals
-from atomdyn_launchers.rundir import AGG_KINDS, DISAGG_KINDS, KINDS, TWO_NODE_KINDS
-
-ALL_KINDS = KINDS
-TWO_NODE = TWO_NODE_KINDS
-AGG = AGG_KINDS
-DISAGG = DISAGG_KINDS
-ANY_ENGINE = ("mocker", *REAL_ENGINES)
-MOCKER = ("mocker",)
+from atomdyn_launchers.evidence.expectations import expectations_for
+from atomdyn_launchers.evidence.signals import Signals
+from atomdyn_launchers.rundir import AGG_KINDS, DISAGG_KINDS, KINDS, TWO_NODE_KINDS, GateExpectations
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq,
@@ -28,68 +25,103 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt,
     "<=": operator.le,
 }
+_EXPECTATION_FIELDS = frozenset(f.name for f in fields(GateExpectations))
+
+
+def _always(_: GateExpectations) -> bool:
+    return True
 
 
 @dataclass(frozen=True)
 class Gate:
-    id: str
+    id: str  # the quantity checked: "<id> <value> <op> <expected>" reads as the check
     title: str
     kinds: tuple[str, ...]
-    engines: tuple[str, ...]
     signal: str
     op: str
-    expect: Any  # a value, or "$name" for another signal's value
+    expect: Any  # a value, "$name" for another signal's value, "@field" for the engine's expectation
     excerpt: tuple[str, ...]  # excerpt groups whose lines show it: the first that has lines is linked
+    applies: Callable[[GateExpectations], bool] = _always  # by what the engine expects
     when: str | None = None  # a boolean signal that must be true for the gate to apply
+
+    @property
+    def common(self) -> bool:
+        """A gate every engine's runs must pass."""
+        return self.applies is _always
 
 
 GATES: tuple[Gate, ...] = (
-    Gate("launcher_result", "the launcher judged the run a pass", ALL_KINDS, ANY_ENGINE,
+    Gate("launcher_result", "the launcher judged the run a pass", KINDS,
          "run.result", "==", "pass", ("run",)),
-    Gate("jobs_clean", "every job started and ended without a failed step", ALL_KINDS, ANY_ENGINE,
+    Gate("jobs_clean", "every job started and ended without a failed step", KINDS,
          "jobs.clean", "==", True, ("jobs",)),
-    Gate("provenance", "the run names its platform and the lock digest it ran from", ALL_KINDS, ANY_ENGINE,
+    Gate("provenance", "the run names its platform and the lock digest it ran from", KINDS,
          "run.provenance", "==", True, ("run",)),
-    Gate("placement", "every role ran on the node it requested (Slurm and the launcher agree)", ALL_KINDS,
-         ANY_ENGINE, "placement.ok", "==", True, ("jobs",)),
-    Gate("distinct_nodes", "the roles ran on two different nodes", TWO_NODE, ANY_ENGINE,
+    Gate("placement_verified", "every role ran on the node it requested (Slurm and the launcher agree)", KINDS,
+         "placement.ok", "==", True, ("jobs",)),
+    Gate("distinct_nodes", "the roles ran on two different nodes", TWO_NODE_KINDS,
          "placement.distinct_nodes", ">=", 2, ("jobs",)),
-    Gate("timeline", "submission, first good response and end of requests recorded", ALL_KINDS, ANY_ENGINE,
+    Gate("timeline_complete", "submission, first good response and end of requests recorded", KINDS,
          "timeline.complete", "==", True, ("timeline",)),
-    Gate("requests_sent", "smoke requests were sent", ALL_KINDS, ANY_ENGINE,
+    Gate("requests_sent", "smoke requests were sent", KINDS,
          "requests.total", ">=", 1, ("requests",)),
-    Gate("requests_ok", "every smoke request succeeded (HTTP 200)", ALL_KINDS, ANY_ENGINE,
+    Gate("requests_recorded", "requests.jsonl holds as many requests as run.json counts", KINDS,
+         "requests.total", "==", "$run.requests_total", ("requests", "run")),
+    Gate("requests_recorded_vs_timeline", "requests.jsonl holds as many requests as the timeline counts",
+         KINDS, "requests.total", "==", "$timeline.requests_total", ("requests", "timeline")),
+    Gate("requests_ok_recorded", "requests.jsonl holds as many good answers as run.json counts", KINDS,
+         "requests.ok", "==", "$run.requests_ok", ("requests", "run")),
+    Gate("requests_ok_recorded_vs_timeline", "requests.jsonl holds as many good answers as the timeline counts",
+         KINDS, "requests.ok", "==", "$timeline.requests_ok", ("requests", "timeline")),
+    Gate("requests_failed", "every smoke request succeeded (HTTP 200)", KINDS,
          "requests.failed", "==", 0, ("requests.failed", "requests")),
-    Gate("non_empty_output", "every successful response carried content and tokens", ALL_KINDS, ANY_ENGINE,
+    Gate("empty_responses", "every successful response carried content and tokens", KINDS,
          "requests.empty", "==", 0, ("requests.empty", "requests")),
-    Gate("generated_tokens", "tokens were generated (zero is a failure)", ALL_KINDS, ANY_ENGINE,
+    Gate("completion_tokens", "tokens were generated (zero is a failure)", KINDS,
          "requests.completion_tokens", ">", 0, ("requests",)),
-    Gate("frontend_counted", "the frontend's own metrics count at least the successful requests", ALL_KINDS,
-         ANY_ENGINE, "frontend.requests_success", ">=", "$requests.ok", ("metrics.frontend",)),
-    Gate("pd_split", "every response was prefilled and decoded by different workers", DISAGG, ANY_ENGINE,
-         "requests.pd_not_split", "==", 0, ("requests.pd", "requests.split")),
-    Gate("kv_handoff", "at least one prefill-to-decode handoff (distinct worker ids)", DISAGG, MOCKER,
-         "requests.pd_split", ">=", 1, ("requests.split",)),
-    Gate("kv_handoff", "at least one KV transfer through NIXL", DISAGG, REAL_ENGINES,
-         "kv.transfers", ">=", 1, ("metrics.kv", "logs.kv_transfer")),
-    Gate("kv_failures", "zero failed NIXL KV transfers", DISAGG, REAL_ENGINES,
-         "kv.failed_transfers", "==", 0, ("metrics.kv",)),
-    Gate("nixl_err", "zero NIXL_ERR records in the logs", DISAGG, REAL_ENGINES,
-         "logs.nixl_err", "==", 0, ("logs.nixl_err", "logs.nixl_rocm")),
-    Gate("nixl_rocm_init", "every worker initialized nixl_rocm", DISAGG, ("atom",),
-         "nixl_rocm.uninitialized_roles", "==", 0, ("logs.nixl_rocm",)),
-    Gate("dmabuf_registered", "the dma-buf helper registered memory", ALL_KINDS, REAL_ENGINES,
-         "dmabuf.ok", ">=", 1, ("logs.dmabuf_ok",), when="dmabuf.active"),
-    Gate("dmabuf_failures", "zero dma-buf registration failures", ALL_KINDS, REAL_ENGINES,
-         "dmabuf.fail", "==", 0, ("logs.dmabuf_fail", "logs.dmabuf_ok"), when="dmabuf.active"),
-    Gate("prefix_hit", "a repeated prompt hit the KV cache (router kv_hit_rate > 0)", AGG, MOCKER,
-         "requests.repeat_hit_max", ">", 0, ("requests.repeats",)),
-    Gate("prefix_hit", "a repeated prompt hit the prefix cache", AGG, REAL_ENGINES,
-         "prefix.hits", ">", 0, ("metrics.prefix",)),
-    Gate("prefix_hit_decode", "a repeated prompt hit the KV cache (router kv_hit_rate > 0)", DISAGG, MOCKER,
-         "requests.repeat_hit_max", ">", 0, ("requests.repeats",)),
-    Gate("prefix_hit_decode", "a repeated prompt hit the prefix cache on decode", DISAGG, REAL_ENGINES,
-         "prefix.decode_hits", ">", 0, ("metrics.prefix",)),
+    Gate("frontend_successes", "the frontend's own metrics count at least the successful requests", KINDS,
+         "frontend.requests_success", ">=", "$requests.ok", ("metrics.frontend",)),
+    Gate("responses_not_pd_split", "every response was prefilled and decoded by different workers",
+         DISAGG_KINDS, "requests.pd_not_split", "==", 0, ("requests.pd", "requests.split")),
+    Gate("pd_split_responses", "prefill-to-decode handoffs (distinct worker ids)", DISAGG_KINDS,
+         "requests.pd_split", ">=", 1, ("requests.split",), applies=lambda e: e.pd_worker_split),
+    Gate("nixl_transfers", "KV transfers through NIXL (decode's vllm:nixl_xfer_time_seconds_count)",
+         DISAGG_KINDS, "kv.transfers", ">=", 1, ("metrics.kv", "logs.kv_transfer"),
+         applies=lambda e: e.nixl_transfers),
+    Gate("nixl_bytes", "KV bytes moved through NIXL (decode's vllm:nixl_bytes_transferred_sum)",
+         DISAGG_KINDS, "kv.bytes", ">", 0, ("metrics.kv",), applies=lambda e: e.nixl_transfers),
+    Gate("nixl_failed_transfers", "no failed NIXL KV transfer", DISAGG_KINDS,
+         "kv.failed_transfers", "==", 0, ("metrics.kv",), applies=lambda e: e.nixl_transfers),
+    Gate("nixl_err_records", "no NIXL_ERR record in the logs", DISAGG_KINDS,
+         "logs.nixl_err", "==", 0, ("logs.nixl_err",), applies=lambda e: e.nixl_transfers),
+    Gate("decode_external_prefix_hits", "decode reused tokens it did not compute (they came over NIXL)",
+         DISAGG_KINDS, "prefix.decode_external_hits", ">", 0, ("metrics.prefix",),
+         applies=lambda e: e.external_prefix_hits),
+    Gate("kv_transport_rows", "UCX chose the expected transport for the KV reads and writes", DISAGG_KINDS,
+         "kv.expected_transport_rows", ">=", 1, ("logs.ucx_kv_row",),
+         applies=lambda e: e.kv_transport is not None),
+    Gate("kv_forbidden_transport_rows", "no KV read or write fell back to a forbidden transport",
+         DISAGG_KINDS, "kv.forbidden_transport_rows", "==", 0, ("logs.ucx_kv_row",),
+         applies=lambda e: bool(e.forbidden_kv_transports)),
+    Gate("dmabuf_registrations_min_per_worker", "every worker registered its KV memory through dma-buf",
+         KINDS, "dmabuf.min_ok_per_worker", ">=", "@dmabuf_registrations_per_worker",
+         ("logs.dmabuf_ok", "logs.dmabuf_fail"),
+         applies=lambda e: e.dmabuf_registrations_per_worker is not None),
+    Gate("dmabuf_failures", "no dma-buf registration failed", KINDS,
+         "dmabuf.fail", "==", 0, ("logs.dmabuf_fail", "logs.dmabuf_ok"), when="dmabuf.judged"),
+    Gate("doctor_missing_roles", "every worker kept nixl-compat doctor's report (doctor/<role>.json)",
+         KINDS, "doctor.missing_roles", "==", 0, ("doctor",), applies=lambda e: e.doctor_required),
+    Gate("doctor_failed_selftests", "every worker's doctor moved and verified bytes through NIXL", KINDS,
+         "doctor.failed_selftests", "==", 0, ("doctor",), applies=lambda e: e.doctor_required),
+    Gate("nixl_backend_missing_roles", "every worker's NIXL backend is the expected one and passed its self-test",
+         KINDS, "doctor.roles_without_backend", "==", 0, ("doctor",),
+         applies=lambda e: e.nixl_backend is not None),
+    Gate("repeat_kv_hit_rate_max", "a repeated prompt hit the KV cache (router kv_hit_rate > 0)", KINDS,
+         "requests.repeat_hit_max", ">", 0, ("requests.repeats",), applies=lambda e: e.router_prefix_hits),
+    Gate("prefix_cache_hits", "a repeated prompt hit the prefix cache", AGG_KINDS,
+         "prefix.hits", ">", 0, ("metrics.prefix",), applies=lambda e: not e.router_prefix_hits),
+    Gate("decode_prefix_hits", "a repeated prompt hit the prefix cache on decode", DISAGG_KINDS,
+         "prefix.decode_hits", ">", 0, ("metrics.prefix",), applies=lambda e: not e.router_prefix_hits),
 )  # fmt: skip
 
 
@@ -104,28 +136,67 @@ class GateResult:
     reason: str
     excerpt: str | None  # the excerpt group linked, None when no group has lines
 
-
-def gates_for(kind: str | None, engine: str | None) -> list[Gate]:
-    """The gates of a run kind and engine profile; an unknown kind or engine keeps only the common gates."""
-    return [
-        g
-        for g in GATES
-        if (kind in g.kinds if kind in KINDS else g.kinds == ALL_KINDS)
-        and (engine in g.engines if engine in ANY_ENGINE else g.engines == ANY_ENGINE)
-    ]
+    def line(self) -> str:
+        """The check as one line: ``requests_failed 0 == 0``."""
+        value = "no data" if self.value is None else repr(self.value)
+        return f"{self.id} {value} {self.expect}"
 
 
-def _judge(gate: Gate, signals: Signals) -> GateResult:
-    result = _compare(gate, signals)
+def gates_for(kind: str | None, expectations: GateExpectations | None) -> list[Gate]:
+    """The gates of a run kind and engine expectations; an unknown kind or engine keeps the common gates."""
+    if kind not in KINDS:
+        return [g for g in GATES if g.kinds == KINDS and g.common]
+    if expectations is None:
+        return [g for g in GATES if kind in g.kinds and g.common]
+    applied = expectations.for_kind(kind)
+    return [g for g in GATES if kind in g.kinds and g.applies(applied)]
+
+
+def _family(transport: str) -> str:
+    """``rc_verbs/ionic_0:1`` -> ``rc``; ``cuda_ipc/cuda`` -> ``cuda``; ``tcp/eth0`` -> ``tcp``."""
+    return transport.split("/", 1)[0].split("_", 1)[0]
+
+
+def derive(signals: Signals, expectations: GateExpectations | None) -> None:
+    """Signals that depend on what the engine expects: the KV transport rows of the expected and forbidden
+    transports, the workers whose doctor does not report the expected backend, whether dma-buf is judged."""
+    expected = expectations or GateExpectations()
+    rows = signals.get("kv.transport_rows")
+    if isinstance(rows, dict):
+        fams = [(_family(t), n) for t, n in rows.items()]
+        signals.set("kv.expected_transport_rows", sum(n for f, n in fams if f == expected.kv_transport))
+        forbidden = set(expected.forbidden_kv_transports)
+        signals.set("kv.forbidden_transport_rows", sum(n for f, n in fams if f in forbidden))
+    else:
+        why = signals.missing.get("kv.transport_rows", "kv.transport_rows was not collected")
+        signals.absent("kv.expected_transport_rows", why)
+        signals.absent("kv.forbidden_transport_rows", why)
+    backends = signals.get("doctor.backends")
+    selftests = signals.get("doctor.selftest_ok")
+    if isinstance(backends, dict) and isinstance(selftests, dict):
+        workers = signals.get("run.worker_roles") or sorted(backends)
+        without = [r for r in workers if backends.get(r) != expected.nixl_backend or not selftests.get(r)]
+        signals.set("doctor.roles_without_backend", len(without))
+    signals.set(
+        "dmabuf.judged",
+        expected.dmabuf_registrations_per_worker is not None or bool(signals.get("dmabuf.seen")),
+    )
+
+
+def _judge(gate: Gate, signals: Signals, expectations: GateExpectations | None) -> GateResult:
+    result = _compare(gate, signals, expectations)
     group = next((g for g in gate.excerpt if signals.excerpts.get(g)), None)
     return GateResult(result.id, result.title, result.signal, result.expect, result.value, result.verdict,
                       result.reason, group)  # fmt: skip
 
 
-def _compare(gate: Gate, signals: Signals) -> GateResult:
+def _compare(gate: Gate, signals: Signals, expectations: GateExpectations | None) -> GateResult:
     value = signals.get(gate.signal)
     expect, shown = gate.expect, f"{gate.op} {gate.expect}"
-    if isinstance(expect, str) and expect.startswith("$"):
+    if isinstance(expect, str) and expect.startswith("@") and expect[1:] in _EXPECTATION_FIELDS:
+        expect = getattr(expectations or GateExpectations(), expect[1:])
+        shown = f"{gate.op} {expect} (expected by the engine)"
+    elif isinstance(expect, str) and expect.startswith("$"):
         expect = signals.get(expect[1:])
         shown = f"{gate.op} {gate.expect[1:]} ({expect})"
         if expect is None:
@@ -148,10 +219,28 @@ def _compare(gate: Gate, signals: Signals) -> GateResult:
     )
 
 
-def evaluate(signals: Signals) -> list[GateResult]:
-    """Judge every gate of the run's kind and engine."""
+def evaluate(signals: Signals, expectations: GateExpectations | None = None) -> list[GateResult]:
+    """Judge every gate of the run's kind and of what its engine expects (looked up by the engine run.json
+    names unless given)."""
     kind, engine = signals.get("run.kind"), signals.get("run.engine")
-    results = [_judge(g, signals) for g in gates_for(kind, engine)]
+    expectations = expectations or expectations_for(engine)
+    derive(signals, expectations)
+    results = [_judge(g, signals, expectations) for g in gates_for(kind, expectations)]
+    if expectations is None:
+        why = f"no gate expectations for engine {engine!r}: the engine registry does not know it"
+        results.insert(
+            0,
+            GateResult(
+                "engine_known",
+                "the engine's expectations are known",
+                "run.engine",
+                "is known",
+                engine,
+                "fail",
+                why,
+                "run",
+            ),
+        )
     if kind not in KINDS:
         why = signals.missing.get("run.kind") or f"run kind {kind!r} is not one of {', '.join(KINDS)}"
         results.insert(
@@ -167,3 +256,9 @@ def overall(results: list[GateResult]) -> str:
     """``pass`` only when at least one gate ran and none failed."""
     judged = [r for r in results if r.verdict != "n/a"]
     return "pass" if judged and all(r.verdict == "pass" for r in judged) else "fail"
+
+
+def failed_count(results: list[GateResult]) -> tuple[int, int]:
+    """(gates failed, gates judged)."""
+    judged = [r for r in results if r.verdict != "n/a"]
+    return sum(1 for r in judged if r.verdict == "fail"), len(judged)

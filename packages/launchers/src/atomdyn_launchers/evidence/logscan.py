@@ -26,8 +26,7 @@ HOST_VRAM_LINE = "NIXL_COMPAT_HOST_VRAM: VRAM classified as HOST by UCX; registe
 @dataclass(frozen=True)
 class Marker:
     """A fixed byte string to look for. A ``count`` marker is counted in C; every line holding a ``parse``
-    marker is handed to :func:`_classify`, which decides what it is. Needles are chosen for search speed
-    (``xl_rocm`` scans faster than ``nixl_rocm``; the line is checked for the full name)."""
+    marker is handed to :func:`_classify`, which decides what it is."""
 
     name: str
     needle: bytes
@@ -37,19 +36,22 @@ class Marker:
 MARKERS: tuple[Marker, ...] = (
     Marker("nixl", b"NIXL_", parse=True),
     Marker("dmabuf", b"dmabuf-shim: ", parse=True),
-    Marker("nixl_rocm", b"xl_rocm", parse=True),
     Marker("kv_transfer", b"Transfer metrics", parse=True),
+    Marker("ucx_table", b"  | ", parse=True),  # UCX_PROTO_INFO=y tables: which transport moved the KV
     Marker("http_response", b"http response sent"),
     Marker("traceback", b"Traceback (most recent call last)"),
 )
 
-_NIXL_ROCM_INIT = re.compile(
-    r"(?i)nixl_rocm\b.*\b(?:initiali[sz]ed|loaded|available|version|using)\b|"
-    r"(?i:\b(?:initiali[sz]ed|loaded|using|imported)\b.*\bnixl_rocm)"
-)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # Dynamo colours its log even into files
 _ERRNO = re.compile(r"\berrno=(\w+)")
 _KV_FIELDS = re.compile(r"(Num successful transfers|Avg xfer time \(ms\)|Avg MB per transfer)=([0-9.eE+-]+)")
+# UCX_PROTO_INFO=y prints, per endpoint configuration, a table: "| <agent> <scope> cfg#N |", then the
+# operation ("| remote memory read by ucp_get*(multi) into host memory from host |"), then rows
+# "| <size range> | <method> | <transport>/<device>[, ...] |". Put and get carry NIXL's KV reads and writes.
+_UCX_SCOPE = re.compile(r"^\|\s*\S+\s+(self|intra-node|inter-node)\s+cfg#\d+\s*\|$")
+_UCX_TITLE = re.compile(r"^\|\s*(.+? by ucp_\w+\*.*?)\s*\|$")
+_UCX_ROW = re.compile(r"^\|\s*([\d.]+(?:\.\.[\w.]+)?)\s*\|\s*([^|]+?)\s*\|\s*([^|]+?)\s*\|$")
+_UCX_TLDEV = re.compile(r"([a-z][a-z0-9_]*)/([A-Za-z0-9_:.\-]+)")
 _VLLM_TIME = re.compile(r"\b(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
 _ISO_TIME = re.compile(r"\b\d{4}-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d(?:\.\d+)?)")
 
@@ -73,11 +75,14 @@ class FileScan:
     lines: int = 0
     counts: dict[str, int] = field(default_factory=dict)
     excerpts: dict[str, list[str]] = field(default_factory=dict)
-    nixl_rocm_init: int = 0
     dmabuf_errnos: dict[str, int] = field(default_factory=dict)
     kv_points: list[KvPoint] = field(default_factory=list)
     cut_lines: int = 0
     undecodable: bool = False
+    # UCX tables: (scope, operation) of the table being read, and "transport/device" -> rows that carried a
+    # put or get between two processes (scope intra-node or inter-node, not self)
+    ucx_table: tuple[str, str] = ("", "")
+    kv_transports: dict[str, int] = field(default_factory=dict)
 
     def count(self, name: str) -> int:
         return self.counts.get(name, 0)
@@ -116,12 +121,8 @@ def _classify(scan: FileScan, marker: Marker, line: str, max_points: int) -> str
         if "dmabuf-shim: init" in line:
             return "dmabuf_init"
         return "dmabuf_config" if "dmabuf-shim: config bad" in line else None
-    if marker.name == "nixl_rocm":
-        if "nixl_rocm" not in line:
-            return None
-        if _NIXL_ROCM_INIT.search(line):
-            scan.nixl_rocm_init += 1
-        return "nixl_rocm"
+    if marker.name == "ucx_table":
+        return _ucx_table_line(scan, line)
     if marker.name == "kv_transfer" and "KV Transfer metrics:" in line:
         fields = dict(_KV_FIELDS.findall(line))
         try:
@@ -136,6 +137,27 @@ def _classify(scan: FileScan, marker: Marker, line: str, max_points: int) -> str
             if len(scan.kv_points) > max_points:  # keep the series bounded: drop every other point
                 del scan.kv_points[1::2]
         return "kv_transfer"
+    return None
+
+
+def _ucx_table_line(scan: FileScan, line: str) -> str | None:
+    """Follow a UCX_PROTO_INFO table; a row of a put/get between processes is a KV transport row."""
+    start = line.find("|")
+    cell = line[start:].strip() if start >= 0 else ""
+    scope, operation = scan.ucx_table
+    if found := _UCX_SCOPE.match(cell):
+        scan.ucx_table = (found.group(1), "")
+    elif found := _UCX_TITLE.match(cell):
+        scan.ucx_table = (scope, found.group(1))
+    elif (
+        scope in ("intra-node", "inter-node")
+        and ("ucp_put" in operation or "ucp_get" in operation)
+        and (found := _UCX_ROW.match(cell))
+    ):
+        for transport, device in _UCX_TLDEV.findall(found.group(3)):
+            key = f"{transport}/{device}"
+            scan.kv_transports[key] = scan.kv_transports.get(key, 0) + 1
+        return "ucx_kv_row"
     return None
 
 
@@ -161,6 +183,23 @@ def _blocks(path: Path, block: int) -> Iterator[tuple[bytes, int, int]]:
             carry = buf[end:]
     if carry:
         yield carry, len(carry), 0
+
+
+def matching_lines(path: Path, markers: tuple[Marker, ...] = MARKERS, block: int = BLOCK) -> Iterator[bytes]:
+    """Every line of ``path`` that holds a marker, in file order and with its newline (the file's last line
+    may lack one; a line longer than a block comes cut): what a scan of the log reads, and nothing else."""
+    for buf, end, _ in _blocks(path, block):
+        spans: set[tuple[int, int]] = set()
+        for marker in markers:
+            pos = buf.find(marker.needle, 0, end)
+            while pos >= 0:
+                start = buf.rfind(b"\n", 0, pos) + 1
+                stop = buf.find(b"\n", pos, end)
+                stop = end if stop < 0 else stop + 1
+                spans.add((start, stop))
+                pos = buf.find(marker.needle, stop, end)
+        for start, stop in sorted(spans):
+            yield buf[start:stop]
 
 
 def scan_file(

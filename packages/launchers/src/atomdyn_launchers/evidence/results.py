@@ -1,8 +1,11 @@
 """Records generated from ``evidence/``: results/RESULTS.md and the README's "Result at a glance".
 
-RESULTS.md is a chronological record, one entry per collected run, ordered by run id (its UTC timestamp);
-entries already there are kept as they are. The README table lives between two marker comments and is
-regenerated whole from the summaries: the latest run of each capability and platform.
+Only evidence that verifies is published: every summary is judged again from its collected data first
+(evidence/verify.py), so what these records say is what the data says. Evidence that was edited after
+collection stops the report; evidence collected in the old format (no data to recompute from) is left out
+of both and named. RESULTS.md is a chronological record, one entry per collected run, ordered by run id (its
+UTC timestamp); entries already there are kept as they are. The README table lives between two marker
+comments and is regenerated whole from the summaries: the latest run of each capability and platform.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
+from atomdyn_launchers.evidence.summary import SCHEMA_VERSION, verdict_words
 
 GLANCE_BEGIN = "<!-- result-at-a-glance:begin -->"
 GLANCE_END = "<!-- result-at-a-glance:end -->"
@@ -35,19 +39,29 @@ class ReportError(ValueError):
     """A README or RESULTS.md that cannot be updated safely."""
 
 
-def load_summaries(evidence_root: Path) -> list[dict[str, Any]]:
-    """Every ``evidence_root/<run-id>/summary.json`` of schema version 1, oldest run first."""
-    found = []
+def load_summaries(evidence_root: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The summaries of ``evidence_root/<run-id>/`` that verify, oldest run first, and a line for each one
+    left out (collected in an older format). Evidence that does not verify otherwise raises ReportError."""
+    from atomdyn_launchers.evidence.verify import verify_evidence  # verify reads summaries: import late
+
+    found, skipped = [], []
     for path in sorted(evidence_root.glob("*/summary.json")):
         try:
             summary = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ReportError(f"{path}: unreadable summary: {exc}") from exc
-        if not isinstance(summary, dict) or summary.get("schema_version") != 1:
-            raise ReportError(f"{path}: not a schema_version 1 summary")
+        if not isinstance(summary, dict):
+            raise ReportError(f"{path}: not a JSON object")
+        if summary.get("schema_version") != SCHEMA_VERSION:
+            skipped.append(f"{path.parent.name}: summary format {summary.get('schema_version')!r} keeps no data "
+                           "to recompute its gates from")  # fmt: skip
+            continue
+        verdict = verify_evidence(path.parent)
+        if not verdict.intact:
+            raise ReportError(f"{path.parent} does not verify; nothing published:\n{verdict.text().rstrip()}")
         summary["_dir"] = path.parent.name
         found.append(summary)
-    return sorted(found, key=lambda s: str(s.get("run_id")))
+    return sorted(found, key=lambda s: str(s.get("run_id"))), skipped
 
 
 def _gate(summary: dict[str, Any], gate_id: str) -> dict[str, Any] | None:
@@ -72,8 +86,7 @@ def _entry(summary: dict[str, Any], link: str) -> str:
         f"- platform: {summary.get('platform')}; runtime: {summary.get('runtime')}; "
         f"model profile: {summary.get('model_profile')}",
         f"- lock digest: `{summary.get('lock_digest')}`",
-        f"- gates: {summary.get('gates_passed')} of {summary.get('gates_judged')} passed"
-        + (f"; failed: {', '.join(failed)}" if failed else ""),
+        f"- gates: {verdict_words(summary)}" + (f": {', '.join(failed)}" if failed else ""),
         f"- {_requests(summary)}"
         + (f"; first good response {figures['startup_to_first_good_response_s']} s after submission"
            if "startup_to_first_good_response_s" in figures else ""),
@@ -122,11 +135,14 @@ def glance_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, str, str, st
         verdict = str(s.get("verdict")).upper()
         rows[(capability, platform)] = (capability, f"{verdict}, {_requests(s)}", platform, s["_dir"])
         if s.get("kind") == "disagg":
-            for gate_id, name in (
-                ("kv_handoff", "KV handoff prefill to decode"),
-                ("prefix_hit_decode", "Prefix-cache hit on decode for a repeated prompt"),
+            for gate_ids, name in (
+                (("pd_split_responses", "nixl_transfers"), "KV handoff prefill to decode"),
+                (
+                    ("repeat_kv_hit_rate_max", "decode_prefix_hits"),
+                    "Prefix-cache hit on decode for a repeated prompt",
+                ),
             ):
-                gate = _gate(s, gate_id)
+                gate = next((g for g in map(lambda i: _gate(s, i), gate_ids) if g is not None), None)
                 if gate is not None:
                     value = round(gate["value"], 3) if isinstance(gate["value"], float) else gate["value"]
                     result = f"{str(gate['verdict']).upper()} ({gate['signal']} = {value})"

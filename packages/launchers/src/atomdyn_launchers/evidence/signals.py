@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from atomdyn_launchers.evidence import logscan, prom
-from atomdyn_launchers.rundir import DISAGG_KINDS, KINDS, SCHEMA_VERSION, JobRecord
+from atomdyn_launchers.rundir import DISAGG_KINDS, KINDS, SCHEMA_VERSION, JobRecord, parse_requests_done
 
 REAL_ENGINES = ("vllm", "atom")
 _RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(" + "|".join(map(re.escape, KINDS)) + r")-([A-Za-z0-9_-]+)$")
@@ -42,7 +42,7 @@ _PREFIX_METRICS = {
     "vllm:external_prefix_cache_hits_total": "external_hits",
 }
 _FRONTEND_REQUESTS = "dynamo_frontend_requests_total"
-_WANTED = frozenset({*_KV_METRICS, *_PREFIX_METRICS, _FRONTEND_REQUESTS})
+WANTED_METRICS = frozenset({*_KV_METRICS, *_PREFIX_METRICS, _FRONTEND_REQUESTS})
 
 
 @dataclass
@@ -50,6 +50,7 @@ class Signals:
     """Named facts about one run, the reasons for the absent ones, and the lines that show them."""
 
     run_dir: Path
+    name: str  # the run directory's name: <run-id>
     values: dict[str, Any] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     excerpts: dict[str, list[str]] = field(default_factory=dict)
@@ -75,7 +76,7 @@ class Signals:
         self.excerpts.setdefault(group, []).append(line)
 
 
-def _lines(handle: IO[bytes], limit: int = _MAX_RECORD) -> Iterator[bytes]:
+def record_lines(handle: IO[bytes], limit: int = _MAX_RECORD) -> Iterator[bytes]:
     """Lines of at most ``limit`` bytes; a longer one is yielded as ``b""`` (bad) without being held whole."""
     while True:
         raw = handle.readline(limit)
@@ -93,7 +94,7 @@ def _jsonl(path: Path, signals: Signals) -> Iterator[tuple[int, str, dict[str, A
     """Complete, valid JSON-object lines of ``path`` with their numbers; bad lines become problems."""
     bad = 0
     with open(path, "rb") as handle:
-        for number, raw in enumerate(_lines(handle), 1):
+        for number, raw in enumerate(record_lines(handle), 1):
             if not raw.endswith(b"\n"):
                 signals.problems.append(f"{path.name}:{number}: truncated last line ignored")
                 break
@@ -126,11 +127,13 @@ def _read_run(signals: Signals) -> None:
         why = "run.json is not a JSON object"
     if why is None and run.get("schema_version") != SCHEMA_VERSION:
         why = f"run.json has schema_version {run.get('schema_version')!r}, expected {SCHEMA_VERSION}"
-    from_name = _RUN_ID.match(signals.run_dir.name)
+    from_name = _RUN_ID.match(signals.name)
     if why is not None:
         signals.problems.append(why)
         for name in (
             "run.result",
+            "run.requests_total",
+            "run.requests_ok",
             "jobs.count",
             "jobs.clean",
             "placement.verified",
@@ -142,13 +145,13 @@ def _read_run(signals: Signals) -> None:
         signals.absent("placement.distinct_nodes", why)
         signals.set("run.kind", from_name.group(1) if from_name else None)
         signals.set("run.engine", from_name.group(2) if from_name else None)
-        signals.set("run.id", signals.run_dir.name)
+        signals.set("run.id", signals.name)
         return
     signals.run = run
     run_id = run.get("run_id")
     if not (isinstance(run_id, str) and _SAFE_ID.match(run_id)):
         signals.problems.append(f"run.json run_id {run_id!r} is not a plain name; using the directory name")
-        run_id = signals.run_dir.name
+        run_id = signals.name
     signals.set("run.id", run_id)
     kind = run.get("kind")
     signals.set("run.kind", kind if kind in KINDS else (from_name.group(1) if from_name else None))
@@ -161,6 +164,12 @@ def _read_run(signals: Signals) -> None:
                       and _DIGEST.match(digest))  # fmt: skip
     signals.set("run.provenance", provenance)
     signals.excerpt("run", f"run.json: platform={platform!r} lock_digest={digest}")
+    for key in ("requests_total", "requests_ok"):  # what the launcher counted, cross-checked by the gates
+        count = run.get(key)
+        if isinstance(count, int) and not isinstance(count, bool):
+            signals.set(f"run.{key}", count)
+        else:
+            signals.absent(f"run.{key}", f"run.json records no {key}")
     result = run.get("result")
     if result in ("pass", "fail"):
         signals.set("run.result", result)
@@ -224,10 +233,16 @@ def _read_run(signals: Signals) -> None:
 def _read_timeline(signals: Signals) -> None:
     path = signals.run_dir / "timeline.jsonl"
     if not path.exists():
-        for name in ("timeline.complete", "timeline.startup_s"):
+        for name in (
+            "timeline.complete",
+            "timeline.startup_s",
+            "timeline.requests_total",
+            "timeline.requests_ok",
+        ):
             signals.absent(name, "timeline.jsonl is missing")
         return
     first: dict[str, float] = {}
+    done: tuple[int, int] | None = None
     tail: deque[str] = deque(maxlen=6)
     shown = 0
     for _, text, record in _jsonl(path, signals):
@@ -235,6 +250,8 @@ def _read_timeline(signals: Signals) -> None:
         if not isinstance(event, str) or not isinstance(t, int | float):
             continue
         first.setdefault(event, float(t))
+        if event == "requests_done" and done is None:
+            done = parse_requests_done(record.get("detail"))
         if len(signals.events) < _MAX_EVENTS:
             signals.events.append({"t": float(t), "event": event, "role": record.get("role")})
         if shown < 24:
@@ -254,6 +271,12 @@ def _read_timeline(signals: Signals) -> None:
         signals.set("timeline.startup_s", round(first["first_good_response"] - first["submitted"], 3))
     else:
         signals.absent("timeline.startup_s", "timeline.jsonl lacks submitted or first_good_response")
+    if done is not None:
+        signals.set("timeline.requests_ok", done[0])
+        signals.set("timeline.requests_total", done[1])
+    else:
+        for name in ("timeline.requests_total", "timeline.requests_ok"):
+            signals.absent(name, "timeline.jsonl has no requests_done event with an ok/total detail")
     signals.set("timeline.failed_events", sum(1 for e in signals.events if e["event"] == "failed"))
 
 
@@ -363,7 +386,7 @@ def _read_metrics(signals: Signals) -> None:
     for path in files:
         role = path.name.split(".", 1)[0]
         try:
-            for sample in prom.read_samples(path, _WANTED):
+            for sample in prom.read_samples(path, WANTED_METRICS):
                 if sample.name == _FRONTEND_REQUESTS:
                     sums["frontend.requests_total"] = sums.get("frontend.requests_total", 0.0) + sample.value
                     if sample.labels.get("status") == "success":
@@ -425,7 +448,12 @@ def _worker_roles(signals: Signals) -> set[str]:
     }
     if signals.get("run.kind") in DISAGG_KINDS:
         return {"prefill", "decode"}
-    return roles - {"frontend"}
+    return roles - {"frontend", "etcd"}
+
+
+def _role_of(path: Path) -> str:
+    """``logs/<role>.<process>.log`` -> role."""
+    return path.name.split(".", 1)[0]
 
 
 def _read_logs(signals: Signals) -> None:
@@ -434,19 +462,21 @@ def _read_logs(signals: Signals) -> None:
         "logs.nixl_err",
         "logs.host_vram",
         "logs.tracebacks",
+        "logs.http_responses",
         "dmabuf.ok",
         "dmabuf.fail",
-        "logs.http_responses",
-        "nixl_rocm.uninitialized_roles",
+        "dmabuf.min_ok_per_worker",
+        "kv.transport_rows",
     )
     if not files:
         for name in names:
             signals.absent(name, "no logs/ files (aborted run?)")
-        signals.set("dmabuf.active", False)
+        signals.set("dmabuf.seen", False)
         return
     totals: dict[str, int] = {}
-    initialized: set[str] = set()
+    ok_by_role: dict[str, int] = {}
     errnos: dict[str, int] = {}
+    transports: dict[str, int] = {}
     points: list[logscan.KvPoint] = []
     read = 0
     for path in files:
@@ -469,15 +499,17 @@ def _read_logs(signals: Signals) -> None:
         for name, lines in scan.excerpts.items():
             for line in lines:
                 signals.excerpt(f"logs.{name}", line)
-        if scan.nixl_rocm_init:
-            initialized.add(path.name.split(".", 1)[0])
+        role = _role_of(path)
+        ok_by_role[role] = ok_by_role.get(role, 0) + scan.count("dmabuf_ok")
         for key, count in scan.dmabuf_errnos.items():
             errnos[key] = errnos.get(key, 0) + count
+        for key, count in scan.kv_transports.items():
+            transports[key] = transports.get(key, 0) + count
         points.extend(scan.kv_points)
     if not read:
         for name in names:
             signals.absent(name, "no logs/ file could be read")
-        signals.set("dmabuf.active", False)
+        signals.set("dmabuf.seen", False)
         return
     signals.set("logs.files", read)
     signals.set("logs.nixl_err", totals.get("nixl_err", 0))
@@ -485,28 +517,27 @@ def _read_logs(signals: Signals) -> None:
     signals.set("logs.tracebacks", totals.get("traceback", 0))
     signals.set("logs.http_responses", totals.get("http_response", 0))
     seen = sum(totals.get(k, 0) for k in ("dmabuf_init", "dmabuf_ok", "dmabuf_fail", "dmabuf_plain"))
-    expected = bool(signals.run.get("dmabuf_shim")) or str(
-        (signals.run.get("config") or {}).get("DMABUF_SHIM", "")
-    ).lower() in ("1", "on", "true", "yes")
-    signals.set("dmabuf.active", bool(seen) or expected)
+    signals.set("dmabuf.seen", bool(seen))
     if totals.get("dmabuf_config"):
         signals.problems.append(f"{totals['dmabuf_config']} 'dmabuf-shim: config bad' line(s): see the logs")
-    if seen:
-        signals.set("dmabuf.ok", totals.get("dmabuf_ok", 0))
-        signals.set("dmabuf.plain", totals.get("dmabuf_plain", 0))
-        signals.set("dmabuf.fail", totals.get("dmabuf_fail", 0))
-        signals.set("dmabuf.fail_errnos", dict(sorted(errnos.items())))
+    # Counted whether or not the helper logged anything: a run that expects it and shows no line fails.
+    signals.set("dmabuf.ok", totals.get("dmabuf_ok", 0))
+    signals.set("dmabuf.plain", totals.get("dmabuf_plain", 0))
+    signals.set("dmabuf.fail", totals.get("dmabuf_fail", 0))
+    signals.set("dmabuf.fail_errnos", dict(sorted(errnos.items())))
+    workers = sorted(_worker_roles(signals))
+    signals.set("dmabuf.ok_by_role", {role: ok_by_role.get(role, 0) for role in workers})
+    if workers:
+        signals.set("dmabuf.min_ok_per_worker", min(ok_by_role.get(role, 0) for role in workers))
     else:
-        why = (
-            "the helper is expected (run.json) but no log line came from it"
-            if expected
-            else "no helper lines"
+        signals.absent("dmabuf.min_ok_per_worker", "run.json names no worker role")
+    if transports:
+        signals.set("kv.transport_rows", dict(sorted(transports.items())))
+    else:
+        signals.absent(
+            "kv.transport_rows",
+            "no UCX_PROTO_INFO table of a put/get between processes in logs/ (UCX_PROTO_INFO=y for the workers)",
         )
-        signals.absent("dmabuf.ok", why)
-        signals.absent("dmabuf.fail", why)
-    expected_roles = _worker_roles(signals)
-    signals.set("nixl_rocm.initialized_roles", sorted(initialized))
-    signals.set("nixl_rocm.uninitialized_roles", len(expected_roles - initialized))
     if points:
         timed = [p for p in points if p.t is not None]
         origin = min((p.t for p in timed if p.t is not None), default=0.0)
@@ -514,9 +545,49 @@ def _read_logs(signals: Signals) -> None:
         signals.set("kv.log_transfers", sum(p.transfers for p in points))
 
 
-def collect_signals(run_dir: Path) -> Signals:
-    """Everything the gates need from ``run_dir``; never raises on what the run left behind."""
-    signals = Signals(Path(run_dir))
+def _read_doctor(signals: Signals) -> None:
+    """``doctor/<role>.json``: nixl-compat doctor's report from inside each worker's container: the NIXL
+    backend the worker's ``rixl`` resolved to and whether that backend moved and verified bytes."""
+    workers = sorted(_worker_roles(signals))
+    signals.set("run.worker_roles", workers)
+    backends: dict[str, str | None] = {}
+    selftest: dict[str, bool] = {}
+    for role in workers:
+        path = signals.run_dir / "doctor" / f"{role}.json"
+        try:
+            report = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        except FileNotFoundError:
+            continue
+        except (OSError, json.JSONDecodeError) as exc:
+            signals.problems.append(f"doctor/{role}.json: unreadable: {exc}")
+            continue
+        if not isinstance(report, dict):
+            signals.problems.append(f"doctor/{role}.json: not a JSON object")
+            continue
+        backend = report.get("backend")
+        module = backend.get("module") if isinstance(backend, dict) else None
+        backends[role] = module if isinstance(module, str) else None
+        test = report.get("selftest")
+        selftest[role] = isinstance(test, dict) and test.get("ok") is True
+        signals.excerpt(
+            "doctor",
+            f"doctor/{role}.json: backend={backends[role]} "
+            f"version={backend.get('version') if isinstance(backend, dict) else None} "
+            f"selftest_ok={selftest[role]}",
+        )
+    signals.set("doctor.backends", backends)
+    signals.set("doctor.selftest_ok", selftest)
+    signals.set("doctor.missing_roles", len([r for r in workers if r not in backends]))
+    if selftest:
+        signals.set("doctor.failed_selftests", len([r for r in workers if not selftest.get(r, True)]))
+    else:
+        signals.absent("doctor.failed_selftests", "no worker kept a doctor report (doctor/<role>.json)")
+
+
+def collect_signals(run_dir: Path, name: str | None = None) -> Signals:
+    """Everything the gates need from ``run_dir``; never raises on what the run left behind. ``name``: the
+    run directory's name when ``run_dir`` is a copy under another name (evidence's ``data/``)."""
+    signals = Signals(Path(run_dir), name or Path(run_dir).name)
     if not signals.run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist")
     _read_run(signals)
@@ -524,4 +595,5 @@ def collect_signals(run_dir: Path) -> Signals:
     _read_requests(signals)
     _read_metrics(signals)
     _read_logs(signals)
+    _read_doctor(signals)
     return signals

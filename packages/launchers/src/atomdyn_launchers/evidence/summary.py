@@ -1,28 +1,36 @@
-"""Turn a run directory into ``evidence/<run-id>/``: summary.json, summary.md, excerpts and pictures.
+"""Turn a run directory into ``evidence/<run-id>/``: data/, summary.json, summary.md, excerpts and pictures.
 
 Everything written passes through one :class:`~atomdyn_core.sanitize.Sanitizer` built from the run's own
 identities (node names, Slurm account/partition/QoS, shared paths), so a node is the same ``host-N`` in every
-file of the evidence. The directory is built beside its final place and renamed into it.
+file of the evidence. The summary is judged from the collected data (``data/``, evidence/data.py), exactly as
+``evidence.verify`` judges it again later, and it carries the sha256 of every other file of the evidence, so
+an edit, a truncation or a replaced byte anywhere fails verification naming the file. The directory is built
+beside its final place and renamed into it.
 """
 
 from __future__ import annotations
 
 import getpass
+import hashlib
 import json
 import shutil
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from atomdyn_core.atomic import atomic_write_json, atomic_write_text
+from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from atomdyn_core.fingerprint import collect_fingerprint
 from atomdyn_core.sanitize import Sanitizer
 from atomdyn_launchers.evidence import pictures
-from atomdyn_launchers.evidence.gates import GateResult, evaluate, overall
+from atomdyn_launchers.evidence.data import DATA, json_bytes, reduce_run, sanitize_obj
+from atomdyn_launchers.evidence.expectations import platform_label
+from atomdyn_launchers.evidence.gates import GateResult, evaluate, failed_count, overall
 from atomdyn_launchers.evidence.signals import Signals, collect_signals
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # of summary.json; 1 had no data/ and no file digests, so its gates cannot be recomputed
+COLLECTOR_FINGERPRINT = "collector-fingerprint.json"  # in data/, when the run saved no fingerprint
 EXCERPT_MAX_LINES = 16
 EXCERPT_MAX_CHARS = 400
 
@@ -62,27 +70,31 @@ def local_identities() -> tuple[list[str], list[str]]:
     return ([name] if len(name) >= 3 else []), ([user] if user else [])
 
 
-def _sanitize_obj(obj: Any, sanitizer: Sanitizer) -> Any:
-    if isinstance(obj, str):
-        return sanitizer.sanitize(obj)
-    if isinstance(obj, dict):
-        return {sanitizer.sanitize(str(k)): _sanitize_obj(v, sanitizer) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_sanitize_obj(v, sanitizer) for v in obj]
-    return obj
-
-
-def _fingerprints(run_dir: Path) -> tuple[dict[str, Any], str]:
-    """Fingerprints the jobs saved (``fingerprints/<role>.json``), else this machine's, saying which."""
+def _fingerprints(data: Path) -> tuple[dict[str, Any], str]:
+    """The fingerprints the jobs saved (``fingerprints/<role>.json``), else the collector's, saying which."""
     found: dict[str, Any] = {}
-    for path in sorted((run_dir / "fingerprints").glob("*.json")):
+    for path in sorted((data / "fingerprints").glob("*.json")):
         try:
             found[path.stem] = json.loads(path.read_text(encoding="utf-8", errors="replace"))
         except (OSError, json.JSONDecodeError) as exc:
             found[path.stem] = {"error": f"unreadable: {exc}"}
     if found:
         return found, "saved by the run's jobs"
-    return {"collector": collect_fingerprint()}, "collected where evidence.collect ran (the run saved none)"
+    try:
+        collector = json.loads((data / COLLECTOR_FINGERPRINT).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, json.JSONDecodeError):
+        return {}, "none (the run saved none and the collector's is missing)"
+    return {"collector": collector}, "collected where evidence.collect ran (the run saved none)"
+
+
+def _platform(signals: Signals, fingerprints: dict[str, Any], source: str) -> tuple[str, str]:
+    """The platform label: from the jobs' fingerprints through the engine when they exist (what the nodes
+    reported), else what run.json says."""
+    if source.startswith("saved"):
+        label = platform_label(signals.get("run.engine"), fingerprints)
+        if label is not None:
+            return label, "the jobs' fingerprints"
+    return str(signals.get("run.platform") or "unknown (run.json missing)"), "run.json"
 
 
 def _figures(signals: Signals) -> dict[str, Any]:
@@ -99,13 +111,18 @@ def _figures(signals: Signals) -> dict[str, Any]:
         "kv_transfers": v("kv.transfers"),
         "kv_bytes": v("kv.bytes"),
         "kv_failed_transfers": v("kv.failed_transfers"),
+        "kv_transport_rows": v("kv.transport_rows"),
         "prefix_decode_hit_rate": v("prefix.decode_hit_rate"),
         "nixl_err_records": v("logs.nixl_err"),
         "host_vram_warnings": v("logs.host_vram"),
         "dmabuf_registrations_ok": v("dmabuf.ok"),
-        "dmabuf_registrations_failed": v("dmabuf.fail"),
+        "dmabuf_registrations_ok_by_role": v("dmabuf.ok_by_role") if v("dmabuf.seen") else None,
+        "dmabuf_registrations_failed": v("dmabuf.fail") if v("dmabuf.seen") else None,
+        "nixl_backends": v("doctor.backends") or None,
         "tracebacks_in_logs": v("logs.tracebacks"),
     }
+    if not v("dmabuf.seen"):
+        figures["dmabuf_registrations_ok"] = None
     transfers, seconds, size = v("kv.transfers"), v("kv.seconds"), v("kv.bytes")
     if transfers and seconds is not None:
         figures["kv_mean_transfer_ms"] = round(seconds / transfers * 1000, 3)
@@ -122,19 +139,16 @@ def _excerpt_text(lines: list[str], sanitizer: Sanitizer) -> str:
     return "\n".join(body) + "\n"
 
 
-def _markdown(summary: dict[str, Any]) -> str:
+def markdown(summary: dict[str, Any]) -> str:
+    """summary.md: the summary for people, generated from summary.json alone."""
     rows = [
-        ("platform", summary["platform"]),
+        ("platform", f"{summary['platform']} (from {summary['platform_source']})"),
         ("run kind", summary["kind"]),
         ("engine profile", summary["engine_profile"]),
         ("model profile", summary["model_profile"]),
         ("runtime", summary["runtime"]),
         ("lock digest", f"`{summary['lock_digest']}`"),
-        (
-            "verdict",
-            f"**{summary['verdict'].upper()}** "
-            f"({summary['gates_passed']} of {summary['gates_judged']} gates)",
-        ),
+        ("verdict", f"**{summary['verdict'].upper()}** ({verdict_words(summary)})"),
     ]
     out = [f"# Evidence: {summary['run_id']}", "", "| | |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in rows]
@@ -151,78 +165,138 @@ def _markdown(summary: dict[str, Any]) -> str:
         verdict = gate["verdict"].upper() + (f": {gate['reason']}" if gate["verdict"] == "fail" else "")
         out.append(f"| {gate['id']} | {gate['title']} | {value} | `{gate['expect']}` | {verdict} | {link} |")
     out += ["", "## Key figures", ""]
-    out += [f"- {k.replace('_', ' ')}: `{v}`" for k, v in summary["figures"].items()]
+    out += [f"- {k.replace('_', ' ')}: `{v}`" for k, v in sorted(summary["figures"].items())]
     if summary["pictures"]:
         out += ["", "## Pictures", ""]
         out += [f"![{Path(p).stem.replace('_', ' ')}]({p})" for p in summary["pictures"]]
     if summary["problems"]:
         out += ["", "## Problems met while reading the run", ""]
         out += [f"- {p}" for p in summary["problems"]]
-    out += ["", f"Fingerprint ({summary['fingerprint_source']}) and every value above: `summary.json`.", ""]
+    out += [
+        "",
+        f"Fingerprint ({summary['fingerprint_source']}) and every value above: `summary.json`; the data the",
+        "gates were judged from: `data/` (`invoke evidence.verify` judges them again and checks every file's"
+        " sha256).",
+        "",
+    ]
     return "\n".join(out)
 
 
-def build_summary(signals: Signals, results: list[GateResult], sanitizer: Sanitizer) -> dict[str, Any]:
+def verdict_words(summary: dict[str, Any]) -> str:
+    """``14 of 14 gates passed`` or ``3 of 14 gates failed``."""
+    if summary["verdict"] == "pass":
+        return f"{summary['gates_passed']} of {summary['gates_judged']} gates passed"
+    return f"{summary['gates_failed']} of {summary['gates_judged']} gates failed"
+
+
+def judged_summary(
+    data: Path, run_name: str, sanitize: Callable[[str], str] = str
+) -> tuple[dict[str, Any], Signals]:
+    """Everything in summary.json that the collected data decides: identity, platform, gates, figures,
+    problems, fingerprint. ``evidence.verify`` calls it again and compares. ``run_name``: the run
+    directory's name (the evidence directory's), which the data directory does not carry."""
+    signals = collect_signals(data, run_name)
+    results = evaluate(signals)
+    failed, judged = failed_count(results)
+    fingerprints, source = _fingerprints(data)
+    platform, platform_source = _platform(signals, fingerprints, source)
     v = signals.get
-    judged = [r for r in results if r.verdict != "n/a"]
-    return {
+    summary = {
         "schema_version": SCHEMA_VERSION,
         "run_id": v("run.id"),
         "kind": v("run.kind"),
         "engine_profile": v("run.engine"),
         "model_profile": v("run.model_profile"),
         "runtime": v("run.runtime"),
-        "platform": sanitizer.sanitize(str(v("run.platform") or "unknown (run.json missing)")),
+        "platform": sanitize(platform),
+        "platform_source": platform_source,
         "lock_digest": v("run.lock_digest"),
         "launcher_result": v("run.result"),
-        "failure": sanitizer.sanitize(str(v("run.failure"))) if v("run.failure") else None,
+        "failure": sanitize(str(v("run.failure"))) if v("run.failure") else None,
         "verdict": overall(results),
-        "gates_passed": sum(1 for r in judged if r.verdict == "pass"),
-        "gates_judged": len(judged),
+        "gates_passed": judged - failed,
+        "gates_failed": failed,
+        "gates_judged": judged,
         "gates": [
             {
                 "id": r.id,
                 "title": r.title,
                 "signal": r.signal,
                 "expect": r.expect,
-                "value": _sanitize_obj(r.value, sanitizer),
+                "value": sanitize_obj(r.value, sanitize),
                 "verdict": r.verdict,
-                "reason": sanitizer.sanitize(r.reason),
+                "reason": sanitize(r.reason),
                 "excerpt": f"excerpts/{r.excerpt}.txt" if r.excerpt else None,
             }
             for r in results
         ],
-        "figures": _figures(signals),
-        "problems": [sanitizer.sanitize(p) for p in signals.problems],
+        "figures": sanitize_obj(_figures(signals), sanitize),
+        "problems": [sanitize(p) for p in signals.problems],
+        "fingerprint_source": source,
+        "fingerprint": sanitize_obj(fingerprints, sanitize),
     }
+    return json.loads(json.dumps(summary)), signals  # as it reads back from summary.json
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_digests(evidence_dir: Path) -> dict[str, str]:
+    """sha256 of every file of an evidence directory but summary.json, by relative path."""
+    return {
+        p.relative_to(evidence_dir).as_posix(): sha256_file(p)
+        for p in sorted(evidence_dir.rglob("*"))
+        if p.is_file() and p.relative_to(evidence_dir).as_posix() != "summary.json"
+    }
+
+
+def _disagreements(raw: list[GateResult], judged: dict[str, Any]) -> list[str]:
+    """Gates the run directory judges differently from its collected data: a collection that lost data."""
+    mine = {g["id"]: g["verdict"] for g in judged["gates"]}
+    return [f"gate {r.id}: {r.verdict} on the run directory, {mine.get(r.id)} on the collected data"
+            for r in raw if mine.get(r.id) != r.verdict]  # fmt: skip
 
 
 def collect(run_dir: Path, evidence_root: Path, with_pictures: bool = True) -> tuple[Path, dict[str, Any]]:
     """Write ``evidence_root/<run-id>/`` for ``run_dir``; return its path and the summary."""
     run_dir = Path(run_dir)
-    signals = collect_signals(run_dir)
-    results = evaluate(signals)
-    sanitizer = sanitizer_for_run(signals.run)
+    raw = collect_signals(run_dir)  # the excerpts quote the run's own files, with their line numbers
+    raw_results = evaluate(raw)
+    sanitizer = sanitizer_for_run(raw.run)
+    for path in sorted((run_dir / "fingerprints").glob("*.json")):
+        try:
+            found = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(found, dict) and found.get("hostname"):
+            sanitizer.add_known(hosts=[str(found["hostname"])])
     evidence_root.mkdir(parents=True, exist_ok=True)
-    run_id = str(signals.get("run.id") or run_dir.name)
+    run_id = str(raw.get("run.id") or run_dir.name)
     final = evidence_root / run_id
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=evidence_root))
     try:
-        drawn = pictures.draw(signals, staging) if with_pictures else []
-        summary = build_summary(signals, results, sanitizer)
-        fingerprints, source = _fingerprints(run_dir)
-        sanitizer.add_known(
-            hosts=[str(fp.get("hostname")) for fp in fingerprints.values() if fp.get("hostname")]
-        )
-        summary["fingerprint_source"] = source
-        summary["fingerprint"] = _sanitize_obj(fingerprints, sanitizer)
+        data = staging / DATA
+        reduce_run(run_dir, data, sanitizer.sanitize)
+        if not any((data / "fingerprints").glob("*.json")):
+            mine = collect_fingerprint()
+            atomic_write_bytes(data / COLLECTOR_FINGERPRINT, json_bytes(mine, sanitizer.sanitize))
+        summary, signals = judged_summary(data, final.name, sanitizer.sanitize)
+        summary["collection_notes"] = _disagreements(raw_results, summary)
         groups = sorted({g["excerpt"] for g in summary["gates"] if g["excerpt"]})
         for rel in groups:
-            atomic_write_text(staging / rel, _excerpt_text(signals.excerpts[Path(rel).stem], sanitizer))
+            lines = raw.excerpts.get(Path(rel).stem) or signals.excerpts.get(Path(rel).stem) or []
+            atomic_write_text(staging / rel, _excerpt_text(lines, sanitizer))
         summary["excerpts"] = groups
-        summary["pictures"] = drawn
+        summary["pictures"] = pictures.draw(signals, staging) if with_pictures else []
+        summary["collection_notes"] += [p for p in signals.problems if p.startswith("pictures not drawn")]
+        atomic_write_text(staging / "summary.md", markdown(summary))
+        summary["files"] = file_digests(staging)
         atomic_write_json(staging / "summary.json", summary)
-        atomic_write_text(staging / "summary.md", _markdown(summary))
         staging.chmod(0o755)
         old = None
         if final.exists():

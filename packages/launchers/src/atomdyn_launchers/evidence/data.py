@@ -1,0 +1,96 @@
+"""The collected data: a reduced, sanitized copy of a run directory, kept in the evidence under ``data/``.
+
+It has the run directory's own layout (docs/run-directory.md), holding only what the gates read: run.json,
+the timeline and the request records whole; of each metrics file the samples the gates use; of each log the
+lines a scan of it reads (logscan.matching_lines); the per-role fingerprints and doctor reports. The signals
+of ``data/`` are therefore the signals of the run, so ``evidence.verify`` recomputes every gate from it instead
+of trusting what ``summary.json`` says. Every line passes through the run's sanitizer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from atomdyn_core.atomic import atomic_write_bytes
+from atomdyn_launchers.evidence import logscan, signals
+
+DATA = "data"
+_JSON_DIRS = ("fingerprints", "doctor")
+
+
+def sanitize_obj(obj: Any, sanitize: Callable[[str], str]) -> Any:
+    if isinstance(obj, str):
+        return sanitize(obj)
+    if isinstance(obj, dict):
+        return {sanitize(str(k)): sanitize_obj(v, sanitize) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [sanitize_obj(v, sanitize) for v in obj]
+    return obj
+
+
+def _text_lines(lines: Iterable[bytes], sanitize: Callable[[str], str]) -> bytes:
+    out = []
+    for raw in lines:
+        newline = raw.endswith(b"\n")
+        text = raw[:-1] if newline else raw
+        out.append(sanitize(text.decode("utf-8", errors="replace")).encode() + (b"\n" if newline else b""))
+    return b"".join(out)
+
+
+def json_bytes(obj: Any, sanitize: Callable[[str], str]) -> bytes:
+    """A JSON document sanitized as text, so the sanitizer sees each value beside its key
+    (``"hostname": "vm"``); its replacements hold no quote, so the document stays valid."""
+    text = sanitize(json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False))
+    json.loads(text)  # a replacement that broke the document is a sanitizer bug: stop here
+    return (text + "\n").encode()
+
+
+def _json_file(source: Path, sanitize: Callable[[str], str]) -> bytes:
+    raw = source.read_bytes()
+    try:
+        parsed = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _text_lines(raw.splitlines(keepends=True), sanitize)  # the readers report it as unreadable
+    return json_bytes(parsed, sanitize)
+
+
+def _jsonl(source: Path) -> Iterable[bytes]:
+    with open(source, "rb") as handle:
+        yield from signals.record_lines(handle)
+
+
+def _metrics(source: Path) -> Iterable[bytes]:
+    with open(source, "rb") as handle:
+        for raw in handle:
+            name = raw.split(b"{", 1)[0].split(b" ", 1)[0].decode("utf-8", errors="replace")
+            if name in signals.WANTED_METRICS:
+                yield raw
+
+
+def reduce_run(run_dir: Path, out: Path, sanitize: Callable[[str], str]) -> list[str]:
+    """Write the collected data of ``run_dir`` under ``out``; the paths written, relative to ``out``."""
+    written: list[str] = []
+
+    def put(rel: str, data: bytes) -> None:
+        atomic_write_bytes(out / rel, data)
+        written.append(rel)
+
+    (out).mkdir(parents=True, exist_ok=True)
+    if (run_dir / "run.json").is_file():
+        put("run.json", _json_file(run_dir / "run.json", sanitize))
+    for name in ("timeline.jsonl", "requests.jsonl"):
+        if (run_dir / name).is_file():
+            put(name, _text_lines(_jsonl(run_dir / name), sanitize))
+    for sub, pick in (("metrics", _metrics), ("logs", logscan.matching_lines)):
+        for path in sorted((run_dir / sub).glob("*")):
+            if path.is_file():
+                (out / sub).mkdir(exist_ok=True)
+                put(f"{sub}/{path.name}", _text_lines(pick(path), sanitize))
+    for sub in _JSON_DIRS:
+        for path in sorted((run_dir / sub).glob("*.json")):
+            (out / sub).mkdir(exist_ok=True)
+            put(f"{sub}/{path.name}", _json_file(path, sanitize))
+    return written
