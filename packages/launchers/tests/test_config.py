@@ -18,6 +18,7 @@ from atomdyn_launchers.config import (
     PreflightError,
     check_etcd,
     check_model_path,
+    example_text,
     load_cluster_config,
     parse_cluster_env,
     resolve_cluster_config,
@@ -58,6 +59,52 @@ def test_example_file_loads_with_every_documented_key() -> None:
     text = EXAMPLE.read_text()
     for key in KEYS:  # every key is at least mentioned, commented or not
         assert key in text, key
+
+
+def test_example_file_is_generated_from_the_key_specs() -> None:
+    assert EXAMPLE.read_text() == example_text(), (
+        "config/cluster.env.example differs from the key specifications in config.py: "
+        "regenerate it with `nox -s snapshots`"
+    )
+
+
+def test_example_images_are_the_image_builders_tags() -> None:
+    from atomdyn_core.lock import find_lock_path, load_lock
+    from atomdyn_images.render import release_tag
+
+    lock = load_lock(find_lock_path(EXAMPLE.parents[1]))
+    cfg = load_cluster_config(EXAMPLE)
+    assert cfg.dynamo_atom_image == release_tag(lock)
+    assert cfg.nixl_image == release_tag(lock, "-nixl-rocm")
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("UCX_NET_DEVICES=ionic_0:1", "is not NODE=DEVICE"),
+        ("UCX_NET_DEVICES='n01=ionic_0:1 n01=ionic_1:1'", "names a node twice"),
+        ("UCX_NET_DEVICES=n01=ionic 0", "whitespace in an unquoted value"),
+        ("UCX_NET_DEVICES=n01=ionic;0", "is not a UCX device name"),
+        ("ATOM_UCX_PATH=tcp", "'tcp' is not one of host-vram, rocm"),
+        ("SLURM_GPU_GRES=true", "'true' is not yes or no"),
+        ("RDMA_PROVIDER_LIBS=libionic.so", "is not an absolute path"),
+    ],
+)
+def test_launch_path_keys_refuse_bad_values(line: str, problem: str) -> None:
+    assert any(problem in p for p in problems_of(MINIMAL + line + "\n"))
+
+
+def test_launch_path_keys_per_node_and_defaults() -> None:
+    cfg = parse_cluster_env(MINIMAL)
+    assert cfg.ucx_net_devices_for("n01") is None and cfg.atom_ucx_path == "host-vram"
+    assert cfg.slurm_gpu_gres is False and cfg.rdma_verbs_config_dir == Path("/etc/libibverbs.d")
+    text = MINIMAL + "UCX_NET_DEVICES='n01=mlx5_0:1,mlx5_1:1 *=ionic_0:1'\nSLURM_GPU_GRES=yes\n"
+    cfg = parse_cluster_env(text + "RDMA_PROVIDER_LIBS='/usr/lib/a.so /usr/lib/b.so'\n")
+    assert cfg.ucx_net_devices_for("n01") == "mlx5_0:1,mlx5_1:1"
+    assert cfg.ucx_net_devices_for("n02") == "ionic_0:1"
+    assert cfg.slurm_gpu_gres is True
+    assert cfg.rdma_provider_libs == (Path("/usr/lib/a.so"), Path("/usr/lib/b.so"))
+    assert parse_cluster_env(cfg.to_env_text()) == cfg
 
 
 def test_minimal_file_gets_defaults() -> None:
