@@ -41,7 +41,10 @@ PYTHON_VENV=/shared/atomdyn/checkout/.venv
 GPUS_PER_NODE=8
 DYNAMO_ATOM_IMAGE=dynamo-atom-mi355x:1.3.0-0.1.6rc0
 NIXL_IMAGE=dynamo-atom-mi355x-nixl-rocm:1.3.0-0.1.6rc0
-ETCD_ENDPOINT={ETCD}
+ETCD_ENDPOINTS={ETCD}
+UCX_NET_DEVICES='gpu-node-01=ionic_0:1 gpu-node-02=ionic_0:1'
+RDMA_PROVIDER_LIBS=/usr/lib/x86_64-linux-gnu/libionic-rdmav34.so
+SLURM_GPU_GRES=yes
 """
 
 

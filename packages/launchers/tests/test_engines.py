@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -230,3 +231,42 @@ def test_atom_rocm_transport_variant_is_an_explicit_option() -> None:
     assert "NIXL_COMPAT_ALLOW_HOST_VRAM" not in env and "LD_PRELOAD" not in env
     with pytest.raises(EngineError, match="unknown ATOM_UCX_PATH 'ib'"):
         atom.plan(replace(_ctx("decode", VENV), ucx_path="ib"))
+
+
+def test_ucx_net_devices_come_from_the_config_for_the_roles_node() -> None:
+    atom = get_engine("atom")
+    plan = atom.plan(replace(_ctx("prefill", VENV, index=1), ucx_net_devices="ionic_3:1"))
+    assert plan.processes[0].env["UCX_NET_DEVICES"] == "ionic_3:1"
+    # A P/D run on nodes the config names no device for is refused before anything is submitted.
+    devices = {"n1": "ionic_0:1"}.get
+    problems = atom.launch_problems("disagg", ["n1", "n2"], devices)
+    assert len(problems) == 1 and problems[0].startswith("UCX_NET_DEVICES names no device for n2")
+    assert atom.launch_problems("agg-single", ["n2"], devices) == []
+
+
+@pytest.mark.parametrize(
+    ("engine", "kept", "dropped"),
+    [
+        ("atom", "ROCR_VISIBLE_DEVICES", ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")),
+        ("vllm", "CUDA_VISIBLE_DEVICES", ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")),
+    ],
+)
+def test_one_gpu_selection_variable_per_vendor(
+    tmp_path: Path, engine: str, kept: str, dropped: tuple[str, ...]
+) -> None:
+    runtime = DockerRuntime("img:1", "atomdyn-r", ["/shared"])
+    plan = get_engine(engine).plan(_ctx("decode", runtime, frontend=True))
+    worker = " ".join(render_arg(a) for a in next(p for p in plan.processes if p.name == "decode").argv)
+    assert f"-e {kept} " in worker
+    for var in dropped:
+        assert var not in worker
+    frontend = " ".join(render_arg(a) for a in next(p for p in plan.processes if p.name == "frontend").argv)
+    assert "VISIBLE_DEVICES" not in frontend
+    # In the job (venv runtime too) the other variables are gone before any process starts; Slurm's binding
+    # through CUDA_VISIBLE_DEVICES alone still selects the same GPUs on AMD.
+    lines = [line for line in plan.prelude if "VISIBLE_DEVICES" in line]
+    script = tmp_path / "select.sh"
+    script.write_text("\n".join([*lines, "env | grep VISIBLE_DEVICES | sort", ""]))
+    env = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "2,3", "HIP_VISIBLE_DEVICES": "2,3"}
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.split() == [f"{kept}=2,3"]

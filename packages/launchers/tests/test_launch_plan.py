@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 
 from atomdyn_launchers.config import ClusterConfig, PreflightError, parse_cluster_env
-from atomdyn_launchers.launch import Launch, LaunchOptions, plan_roles, required_instances
+from atomdyn_launchers.engines import get_engine
+from atomdyn_launchers.launch import Launch, LaunchOptions, Submission, plan_roles, required_instances
+from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.rundir import RunDir, make_run_id, read_jsonl
+from atomdyn_launchers.sbatch import render
 
 
 def _config(tmp_path: Path, **changes: object) -> ClusterConfig:
@@ -99,7 +102,12 @@ def test_venv_without_dynamo_is_refused(tmp_path: Path) -> None:
 
 def test_model_larger_than_a_node_is_refused(tmp_path: Path) -> None:
     cfg = _config(
-        tmp_path, engine_profile="atom", runtime="docker", dynamo_atom_image="img:1", nixl_image="img:2"
+        tmp_path,
+        engine_profile="atom",
+        runtime="docker",
+        dynamo_atom_image="img:1",
+        nixl_image="img:2",
+        ucx_net_devices=(("*", "ionic_0:1"),),
     )
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     (tmp_path / "venv" / "bin" / "python").touch()
@@ -115,6 +123,41 @@ def test_atom_p_d_without_the_overlay_image_is_refused(tmp_path: Path) -> None:
     with pytest.raises(PreflightError, match="atom P/D runs need NIXL_IMAGE"):
         Launch(cfg, LaunchOptions(kind="disagg")).run()
     assert not (tmp_path / "runs").exists()
+
+
+def test_atom_p_d_without_ucx_net_devices_is_refused(tmp_path: Path) -> None:
+    cfg = _config(
+        tmp_path,
+        engine_profile="atom",
+        runtime="docker",
+        dynamo_atom_image="img:1",
+        nixl_image="img:2",
+        ucx_net_devices=(("n1", "ionic_0:1"),),
+    )
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").touch()
+    with pytest.raises(PreflightError, match="UCX_NET_DEVICES names no device for n2"):
+        Launch(cfg, LaunchOptions(kind="disagg")).run()
+
+
+@pytest.mark.parametrize(("gres", "expected"), [(False, 0), (True, 1)])
+def test_gres_only_when_the_config_asks(tmp_path: Path, gres: bool, expected: int) -> None:
+    cfg = _config(tmp_path, engine_profile="atom", slurm_gpu_gres=gres, ucx_net_devices=(("*", "ionic_0:1"),))
+    run_id = "20260101T000000Z-disagg-atom"
+    submission = Submission(
+        cfg,
+        LaunchOptions(kind="disagg"),
+        get_engine("atom"),
+        get_model("qwen3-8b-bf16"),
+        RunDir(tmp_path / run_id, run_id),
+        "http://127.0.0.1:2379",
+        60.0,
+    )
+    runtime = submission.runtime()
+    for spec in plan_roles("disagg", cfg):
+        plan, job = submission.role(spec, runtime)
+        assert plan.gpus == 1 and job.gpus == expected
+        assert ("#SBATCH --gres=gpu:1" in render(job)) is gres
 
 
 def test_run_ids_keep_their_format_when_two_start_in_one_second(tmp_path: Path) -> None:

@@ -23,7 +23,6 @@ import signal
 import threading
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -32,11 +31,11 @@ from types import FrameType
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_core.lock import find_lock_path, load_lock
-from atomdyn_launchers import readiness
+from atomdyn_launchers import direct_http, readiness
 from atomdyn_launchers.config import ClusterConfig, PreflightError, resolve_cluster_config
 from atomdyn_launchers.engines import Engine, EngineError, get_engine
 from atomdyn_launchers.engines.base import Ports, RoleContext, RolePlan
-from atomdyn_launchers.engines.runtime import DockerRuntime, Runtime, VenvRuntime
+from atomdyn_launchers.engines.runtime import DockerRuntime, RdmaMounts, Runtime, VenvRuntime
 from atomdyn_launchers.nodes.check import CheckReport, check_nodes
 from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, OwnedEtcdError, owned_etcd_node
 from atomdyn_launchers.nodes.jobs import NodeJobError, docker_host
@@ -290,6 +289,11 @@ class Launch:
                 raise PreflightError(str(exc)) from None
             if not images:
                 raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
+        problems = self.engine.launch_problems(
+            self.options.kind, [r.node for r in self.roles], self.config.ucx_net_devices_for
+        )
+        if problems:
+            raise PreflightError("; ".join(problems))
         if self.engine.needs_gpus() and self.model.gpus_per_worker > self.config.gpus_per_node:
             raise PreflightError(
                 f"model profile {self.model.name} needs {self.model.gpus_per_worker} GPUs per worker; "
@@ -298,7 +302,7 @@ class Launch:
         nodes = list(dict.fromkeys(r.node for r in self.roles))
         preflight(self.config, nodes, slurm=self.slurm, need_etcd=self.config.etcd_endpoint is not None)
         if self.config.etcd_endpoint is not None:
-            readiness.EtcdClient(self.config.etcd_endpoint).version()
+            readiness.EtcdClient(readiness.etcd_access(self.config)).version()
         if not self.options.node_check:
             return None
         try:
@@ -345,7 +349,9 @@ class Launch:
                 raise PreflightError(f"run-owned etcd: {exc}") from exc
             self.progress.line(f"run-owned etcd at {owned.endpoint} (job {owned.job_id} on {node})")
         endpoint = owned.endpoint if owned is not None else self.config.require_etcd()
-        client = readiness.EtcdClient(endpoint)
+        client = readiness.EtcdClient(
+            readiness.etcd_access(self.config, owned.endpoint if owned is not None else None)
+        )
         prefix = readiness.run_prefix(rundir.run_id)
         events: queue.Queue[readiness.RoleEvent] = queue.Queue()
         return EtcdSession(
@@ -437,7 +443,7 @@ class Stages:
                 script,
                 job_name=job.job_name,
                 nodelist=spec.node,
-                gres=f"gpu:{plan.gpus}" if plan.gpus else None,
+                gres=f"gpu:{job.gpus}" if job.gpus else None,
                 output=ctx.rundir.slurm_out(spec.role),
                 chdir=ctx.rundir.path,
                 env={"DOCKER_HOST": docker_host(ctx.config, spec.node)} if ctx.config.docker_host else None,
@@ -627,7 +633,7 @@ class Stages:
             for process, port in reg.ports.items():
                 url = f"http://{reg.host}:{port}/metrics"
                 try:
-                    with urllib.request.urlopen(url, timeout=5) as response:
+                    with direct_http.urlopen(url, timeout=5) as response:
                         text = response.read().decode("utf-8", "replace")
                 except (OSError, urllib.error.URLError) as exc:
                     self.ctx.progress.line(f"metrics from {role}.{process} ({url}) unavailable: {exc}")
@@ -825,12 +831,22 @@ class Submission:
             prepared_shim=str(shim_current(self.config)),
             run_dir=str(self.rundir.path),
             node_python=tuple(self.node_python()),
+            etcd_env=readiness.worker_etcd_env(self.config),
+            ucx_net_devices=self.config.ucx_net_devices_for(spec.node),
+            ucx_path=self.config.atom_ucx_path,
+            rdma=RdmaMounts(
+                str(self.config.rdma_verbs_config_dir),
+                tuple(str(p) for p in self.config.rdma_provider_libs),
+            ),
         )
 
     def register_command(self, spec: RoleSpec, plan: RolePlan, ports: Ports) -> list[Arg]:
         """The registration helper: runs on the node, outside any container, after every process started."""
         args: list[Arg] = [*self.node_python(), "-m", "atomdyn_launchers.readiness", "register"]
-        args += ["--etcd", self.etcd_endpoint, "--key", self.etcd_prefix + spec.role, "--role", spec.role]
+        access = readiness.etcd_access(
+            self.config, None if self.config.etcd_endpoints else self.etcd_endpoint
+        )
+        args += [*access.cli_args(), "--key", self.etcd_prefix + spec.role, "--role", spec.role]
         args += ["--job-id", Shell('"${SLURM_JOB_ID:-}"'), "--timeout", f"{self.ready_timeout_s:.0f}"]
         args += ["--launcher-key", readiness.launcher_key(self.rundir.run_id)]
         for proc in plan.processes:
@@ -850,6 +866,10 @@ class Submission:
         ]
         return args
 
+    def gres_gpus(self, plan: RolePlan) -> int:
+        """GPUs asked of Slurm (--gres) for a role: only when SLURM_GPU_GRES=yes."""
+        return plan.gpus if self.config.slurm_gpu_gres else 0
+
     def role(self, spec: RoleSpec, runtime: Runtime) -> tuple[RolePlan, JobSpec]:
         """One role's plan and job."""
         role_ctx = self.role_context(spec, runtime)
@@ -866,7 +886,7 @@ class Submission:
             processes=plan.processes,
             env=plan.env,
             prelude=plan.prelude,
-            gpus=plan.gpus,
+            gpus=self.gres_gpus(plan),
             time_limit=self.options.time_limit or self.engine.timeouts.time_limit,
             register=self.register_command(spec, plan, role_ctx.ports),
             header_comment=(

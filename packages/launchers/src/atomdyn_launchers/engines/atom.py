@@ -4,7 +4,7 @@ RoCE (ionic NICs) with the NIXL HOST-classification opt-in and the dma-buf regis
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from atomdyn_launchers.engines.base import Engine, EngineError, NodeNeeds, RoleContext, RolePlan, Timeouts
 from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, devices, plan_vllm_role
@@ -51,7 +51,7 @@ def _needs_helper(ctx: RoleContext) -> bool:
 
 
 MI355X = VllmPlatform(
-    gpu_visibility=("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
+    gpu_visibility="ROCR_VISIBLE_DEVICES",
     vendor="amd",
     ucx_env=_ucx_env,
     extra_env=ATOM_ENV,
@@ -79,6 +79,18 @@ class AtomEngine(Engine):
                 )
             return [nixl_image]
         return super().images(kind, base_image, nixl_image)
+
+    def launch_problems(
+        self, kind: str, nodes: Sequence[str], net_devices: Callable[[str], str | None]
+    ) -> list[str]:
+        if kind != "disagg":
+            return []
+        return [
+            f"UCX_NET_DEVICES names no device for {node}: atom P/D runs name the RDMA device(s) UCX moves KV "
+            "over (on a node with several NICs UCX would pick one itself)"
+            for node in nodes
+            if not net_devices(node)
+        ]
 
     def node_needs(self, kind: str | None) -> NodeNeeds:
         # The helper is checked where it is loaded: P/D runs (or a standalone check, which covers them).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,6 +201,12 @@ class Engine(ABC):
     def node_needs(self, kind: str | None) -> NodeNeeds:
         """What ``nodes.check`` requires of a node for a run of ``kind`` (None: any run of this engine)."""
         return NodeNeeds()
+
+    def launch_problems(
+        self, kind: str, nodes: Sequence[str], net_devices: Callable[[str], str | None]
+    ) -> list[str]:
+        """What in the configuration keeps a run of ``kind`` on ``nodes`` from starting (preflight)."""
+        return []
 
     def needs_gpus(self) -> bool:
         return self.vendor != "none"

@@ -39,7 +39,7 @@ KV_TRANSFER_CONFIG = kv_transfer_config()
 class VllmPlatform:
     """Everything a vLLM-based engine changes in the shared role builder."""
 
-    gpu_visibility: tuple[str, ...]  # the variables passed through from the job that select GPUs
+    gpu_visibility: str | None  # the one variable that selects GPUs (ROCR_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES)
     vendor: str  # "amd" | "nvidia" | "none"
     # UCX/NIXL environment of the KV path, per mode (P/D may differ from aggregated runs).
     ucx_env: Callable[[RoleContext], Mapping[str, str]] = lambda ctx: {}
@@ -199,7 +199,7 @@ def plan_vllm_role(ctx: RoleContext, platform: VllmPlatform) -> RolePlan:
         env.update(model.atom_env)
     access = devices(platform, ctx.rdma)
     prelude = probe_disagg_prelude(ctx) + mgmt_prelude(ctx)
-    prelude += ctx.runtime.prelude(access)
+    prelude += access.selection_prelude() + ctx.runtime.prelude(access)
     if platform.preload_helper(ctx):
         env["LD_PRELOAD"] = Shell('"$SHIM_PRELOAD"')
         prelude += shim_prelude(ctx)

@@ -39,7 +39,7 @@ class DeviceAccess:
     """
 
     vendor: str  # "amd" | "nvidia" | "none"
-    gpu_visibility: tuple[str, ...] = ()
+    gpu_visibility: str | None = None
     rdma_required: bool = False
     rdma: RdmaMounts | None = None
 
@@ -56,8 +56,8 @@ class DeviceAccess:
             args.append(Shell('"${IB_DEVICE_ARGS[@]}"'))  # NVLink-only hosts have none; see prelude()
         if self.rdma is not None:
             args += self.rdma.args()
-        for var in self.gpu_visibility:
-            args += ["-e", var]  # passed through from the job (Slurm's GPU binding), absent if unset
+        if self.gpu_visibility:
+            args += ["-e", self.gpu_visibility]  # from the job (Slurm's GPU binding); absent if unset there
         return args
 
     def prelude(self) -> list[str]:
@@ -68,8 +68,26 @@ class DeviceAccess:
             "if [ -e /dev/infiniband ]; then IB_DEVICE_ARGS=(--device /dev/infiniband); fi",
         ]
 
+    def selection_prelude(self) -> list[str]:
+        """Leave exactly one GPU selection variable in the job: the vendor's. Slurm's GPU binding may set
+        CUDA_VISIBLE_DEVICES only; on AMD its indices then become ROCR_VISIBLE_DEVICES."""
+        var = self.gpu_visibility
+        if var is None:
+            return []
+        others = [v for v in GPU_VISIBILITY_VARS if v != var]
+        lines = [f"# GPU selection: {var} alone (the others would filter the same GPUs a second time)."]
+        if var != "CUDA_VISIBLE_DEVICES":
+            lines.append(
+                f'if [ -z "${{{var}+x}}" ] && [ -n "${{CUDA_VISIBLE_DEVICES+x}}" ]; then '
+                f'export {var}="$CUDA_VISIBLE_DEVICES"; fi'
+            )
+        lines.append(f"unset {' '.join(others)}")
+        return lines
+
 
 NO_DEVICES = DeviceAccess("none")
+# Every variable that selects GPUs: ROCm reads the first two (HIP's on top of ROCR's) and also the third.
+GPU_VISIBILITY_VARS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
 
 @dataclass(frozen=True)

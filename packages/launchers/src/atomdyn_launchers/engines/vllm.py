@@ -10,7 +10,7 @@ from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, devices, plan_vl
 from atomdyn_launchers.engines.runtime import DeviceAccess, RdmaMounts
 
 NVIDIA = VllmPlatform(
-    gpu_visibility=("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
+    gpu_visibility="CUDA_VISIBLE_DEVICES",
     vendor="nvidia",
     extra_env={"ATOM_DISABLE_VLLM_PLUGIN": "1"},
 )
