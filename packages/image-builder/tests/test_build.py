@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import PATCHES, Daemon, Fixture
+from conftest import PATCHES, REPO, Daemon, Fixture
 
 from atomdyn_core.lock import load_lock
 from atomdyn_images import render
@@ -14,6 +16,7 @@ from atomdyn_images.build import BuildError, BuildOptions, BuildRecord, build, b
 from atomdyn_images.cli import main
 from atomdyn_images.engine import DaemonUnreachable, Docker, DockerError
 from atomdyn_images.patching import PatchError
+from atomdyn_images.wheelfile import write_wheel
 
 pytestmark = pytest.mark.integration
 
@@ -182,3 +185,60 @@ def test_patch_that_does_not_apply_stops_the_overlay(
     saved = json.loads((fixture.workdir / "build-record.json").read_text())
     assert saved["error"].startswith("PatchError: patch 0001-nope.patch does not apply")
     assert [image["target"] for image in saved["images"]] == ["base"]
+
+
+def test_a_wheel_for_another_python_fails_the_overlay_build_naming_both(
+    fixture: Fixture, daemon: Daemon
+) -> None:
+    """The stand-in runs this host's Python; a dmabuf-shim wheel built for the next Python must not install."""
+    lock = load_lock(fixture.lock_path)
+    build(lock, options(fixture, daemon), daemon.docker)
+    other = f"cp{sys.version_info[0]}{sys.version_info[1] + 1}"
+    next(fixture.compat.glob("dmabuf_shim-*.whl")).unlink()
+    write_wheel(fixture.compat, "dmabuf-shim", "0.1.0", {"dmabuf_shim/__init__.py": ""},
+                tag=f"{other}-{other}-linux_x86_64")  # fmt: skip
+    with pytest.raises(DockerError) as failed:
+        build(lock, options(fixture, daemon, targets=("overlay",)), daemon.docker)
+    here = f"Python {sys.version_info[0]}.{sys.version_info[1]} (cp{sys.version_info[0]}{sys.version_info[1]}"
+    assert (
+        f"dmabuf_shim-0.1.0-{other}-{other}-linux_x86_64.whl: built for {other}-{other}-linux_x86_64"
+        in str(failed.value)
+    )
+    assert f"which does not fit this image's {here}" in str(failed.value)
+    assert daemon.docker.image_id(render.release_tag(lock, "-nixl-rocm")) is None
+
+
+def test_build_network_is_an_override_in_labels_and_record(fixture: Fixture, daemon: Daemon) -> None:
+    lock = load_lock(fixture.lock_path)
+    record = build(lock, options(fixture, daemon, network="host"), daemon.docker)
+    labels = daemon.docker.labels(record.images[0].image_id)
+    assert labels["io.atomdyn.build-network"] == "host"
+    assert "build-network=host" in labels["io.atomdyn.overrides"].split(",")
+    assert "build-network=host" in record.overrides
+
+
+def test_source_build_without_network_needs_the_subproject_archives(fixture: Fixture, daemon: Daemon) -> None:
+    """Refused while staging, before any docker build, naming both ways to provide them."""
+    lock = load_lock(fixture.lock_path)
+    build(lock, options(fixture, daemon), daemon.docker)
+    raw = fixture.raw
+    tools = next(fixture.mirror.glob("ai_dynamo-*.whl"))  # any small real wheel stands for the build tools
+    raw["wheels"]["overlay-build-tool"] = {  # type: ignore[index]
+        "filename": tools.name, "source": "pypi", "project": "ai-dynamo", "version": "1.3.0.post1",
+        "size": tools.stat().st_size, "sha256": hashlib.sha256(tools.read_bytes()).hexdigest(),
+        "roles": ["image-overlay"],
+    }  # fmt: skip
+    lock = load_lock(fixture.write_lock(raw))
+    build(lock, options(fixture, daemon), daemon.docker)
+    shim = REPO / "packages" / "dmabuf-shim"
+    opts = options(fixture, daemon, targets=("overlay",), native="source", shim_source=shim)
+    with pytest.raises(
+        BuildError, match=r"--subprojects DIR .* or let meson download them with --network host"
+    ):
+        build(lock, opts, daemon.docker)
+    staged = fixture.workdir / "overlay"
+    assert (staged / "build-tools" / tools.name).is_file()
+    assert f"build-tools/{tools.name} --hash=sha256:" in (staged / "requirements-build.txt").read_text()
+    assert (staged / "sources" / "dmabuf-shim" / "pyproject.toml").is_file()
+    assert not (staged / "sources" / "dmabuf-shim" / "build").exists()
+    assert daemon.docker.image_id(render.release_tag(lock, "-nixl-rocm")) is None

@@ -30,12 +30,30 @@ def _top_level_modules(package_dir: Path) -> set[str]:
     return {p.name for p in src.iterdir() if p.is_dir() and any(p.glob("*.py"))} if src.is_dir() else set()
 
 
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_nodes(node: ast.AST) -> list[ast.AST]:
+    """Every node that runs: the body of ``if TYPE_CHECKING:`` is for the type checker only."""
+    found = [node]
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and _is_type_checking(child.test):
+            for other in child.orelse:
+                found += _runtime_nodes(other)
+        else:
+            found += _runtime_nodes(child)
+    return found
+
+
 def _imported_top_levels(package_dir: Path) -> dict[str, set[str]]:
-    """Top-level module name -> the files (relative to the package) importing it."""
+    """Top-level module name -> the files (relative to the package) importing it at run time."""
     found: dict[str, set[str]] = {}
     for path in sorted((package_dir / "src").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node in ast.walk(tree):
+        for node in _runtime_nodes(tree):
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
@@ -86,6 +104,14 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
             if cycle:
                 return cycle
     return []
+
+
+def test_imports_for_the_type_checker_only_are_not_dependencies() -> None:
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nelse:\n    import b\n"
+    )
+    imported = {n.names[0].name for n in _runtime_nodes(tree) if isinstance(n, ast.Import)}
+    assert imported == {"b"}
 
 
 def test_find_cycle_reports_a_cycle_and_accepts_a_tree() -> None:

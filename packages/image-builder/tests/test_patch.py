@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import PATCHES, make_fixture, preimage_tree
 
-from atomdyn_images import patching
+from atomdyn_images import patching, subprojects
 from atomdyn_images.cli import main
 
 NIXL_PATCH = PATCHES / "0001-ucx-opt-in-host-classified-vram.patch"
@@ -108,3 +112,80 @@ def test_cli_patch_refuses_unrecorded_archive_without_override(
                "--source-mirror", str(fx.source_mirror), "--patches", str(PATCHES)])  # fmt: skip
     assert rc == 2
     assert "hash not yet recorded" in capsys.readouterr().err
+
+
+# --- The series against the real NIXL tree at the pinned commit -------------------------------------------
+#
+# Upstream source is never committed here, so the tree must be provided: ATOMDYN_NIXL_SRC names a git checkout
+# of ai-dynamo/nixl at the lock's commit, or a tar.gz of that commit (a GitHub archive or `git archive
+# --format=tar.gz <commit>`, both carry the commit id, which is checked). Without it, the lock's recorded
+# archive in the build cache (build/images/cache/sources/nixl-<commit>.tar.gz, hash-checked) is used. CI
+# reaches only package registries, not the source host, so there these tests skip and say why.
+
+LOCK = json.loads((PATCHES.parent / "release-lock.json").read_text())
+NIXL_COMMIT = LOCK["sources"]["nixl"]["commit"]
+NIXL_ENV = "ATOMDYN_NIXL_SRC"
+
+
+def _commit_of(source: Path) -> str:
+    if source.is_dir():
+        done = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=False)  # fmt: skip
+        return done.stdout.strip() if done.returncode == 0 else "(not a git checkout)"
+    with gzip.open(source) as tar:
+        head = tar.read(65536)  # the pax global header with the commit id comes first
+    done = subprocess.run(["git", "get-tar-commit-id"], input=head, capture_output=True, check=False)
+    return done.stdout.decode().strip() or "(no commit id in the archive)"
+
+
+def _real_source() -> Path | None:
+    if os.environ.get(NIXL_ENV):
+        return Path(os.environ[NIXL_ENV])
+    archive = LOCK["sources"]["nixl"]["archive"]
+    cached = PATCHES.parent / "build" / "images" / "cache" / "sources" / f"nixl-{NIXL_COMMIT}.tar.gz"
+    recorded = archive["sha256"] != "unrecorded" and cached.is_file()
+    if recorded and hashlib.sha256(cached.read_bytes()).hexdigest() == archive["sha256"]:
+        return cached
+    return None
+
+
+@pytest.fixture(scope="module")
+def real_nixl_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    source = _real_source()
+    if source is None:
+        pytest.skip(
+            f"no NIXL source at the pinned commit {NIXL_COMMIT[:8]}: set {NIXL_ENV} to a checkout or a tar.gz of "
+            "it, or record the archive's hash in the lock and fetch it (CI cannot reach the source host)"
+        )
+    if not source.exists():
+        pytest.fail(f"{NIXL_ENV}={source} does not exist")
+    commit = _commit_of(source)
+    assert commit == NIXL_COMMIT, f"{source} is at {commit}, not the lock's NIXL commit {NIXL_COMMIT}"
+    tree = tmp_path_factory.mktemp("real-nixl") / "nixl"
+    if source.is_dir():
+        shutil.copytree(source, tree, ignore=shutil.ignore_patterns(".git"))
+    else:
+        patching.extract_archive(source, tree)
+    return tree
+
+
+def test_series_applies_to_the_real_nixl_tree_at_the_pinned_commit(real_nixl_tree: Path) -> None:
+    before = (real_nixl_tree / TARGET).read_text()
+    assert 'NIXL_ERROR << "VRAM memory is detected as host by UCX' in before  # the spot the patch is about
+    patching.apply_series(real_nixl_tree, patching.read_series(PATCHES))
+    patched = (real_nixl_tree / TARGET).read_text()
+    assert patched.count(WARNING) == 1
+    assert patched.index("hostClassifiedVramAllowed()") < patched.index(
+        'NIXL_ERROR << "VRAM memory is detected'
+    )
+
+
+def test_the_real_trees_meson_subprojects_are_pinned_by_hash(real_nixl_tree: Path, tmp_path: Path) -> None:
+    archives = subprojects.wrap_archives(real_nixl_tree)
+    names = {a.subproject for a in archives}
+    assert {"taskflow", "abseil-cpp", "liburing"} <= names  # what NIXL's meson.build falls back to
+    assert all(len(a.sha256) == 64 and a.url.startswith("https://") for a in archives)
+    with pytest.raises(
+        subprojects.SubprojectError, match=r"lacks NIXL's meson subproject archives .*taskflow"
+    ):
+        subprojects.stage_packagecache(real_nixl_tree, tmp_path)

@@ -50,6 +50,40 @@ def test_production_rendering_from_the_lock(tmp_path: Path) -> None:
     assert 'io.atomdyn.native-stage="source"' in overlay
     assert "STAND-IN" not in overlay
     assert 'io.atomdyn.patches="0001.patch"' in overlay
+    assert 'io.atomdyn.build-network="none"' in overlay
+
+
+def test_every_wheel_is_tag_checked_and_the_native_stage_builds_with_pinned_tools(tmp_path: Path) -> None:
+    lock = load_lock(real_lock_with_digest(tmp_path))
+    base = render.render_base(lock, render.RenderOptions(atom_variant="rocm7.1"))
+    assert (
+        "python3 /tmp/atomdyn/wheeltags.py /tmp/atomdyn/wheels/*.whl \\\n    && python3 -m pip install"
+        in base
+    )
+    overlay = render.render_overlay(lock, render.RenderOptions(atom_variant="rocm7.1"), [])
+    native, final = overlay.split("\nFROM base\n")
+    assert "python3 /tmp/atomdyn/wheeltags.py /tmp/atomdyn/build-tools/*.whl" in native
+    assert "--require-hashes \\\n        --target /opt/atomdyn-build -r" in native
+    assert "-Csetup-args=--wrap-mode=nodownload" in native
+    assert "COPY sources/dmabuf-shim /src/dmabuf-shim" in native
+    assert "--wheel-dir /opt/compat-wheels" in native
+    assert "python3 -m pip install --no-cache-dir" not in native  # nothing unpinned from an index
+    assert (
+        "/tmp/atomdyn/nixl-wheels/*.whl /tmp/atomdyn/compat-wheels/*.whl /tmp/atomdyn/wheels/*.whl" in final
+    )
+    with_network = render.render_overlay(lock, render.RenderOptions("rocm7.1", network="host"), [])
+    assert "--wrap-mode=nodownload" not in with_network
+    assert 'io.atomdyn.build-network="host"' in with_network
+    tools = lock.wheels_with_role(render.BUILD_TOOLS_ROLE)
+    assert {w.project for w in tools} >= {
+        "meson",
+        "meson-python",
+        "ninja",
+        "pybind11",
+        "scikit-build-core",
+        "cmake",
+    }
+    assert all(w.recorded for w in tools)
 
 
 def test_stand_in_and_overrides_show_in_labels(tmp_path: Path) -> None:

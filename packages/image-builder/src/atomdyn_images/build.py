@@ -13,13 +13,16 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from atomdyn_core.fetch import FetchError, FetchResult, fetch_wheel
 from atomdyn_core.lock import Lock
-from atomdyn_images import patching, render, sources
+from atomdyn_images import patching, render, sources, subprojects
 from atomdyn_images.engine import BuildResult, Docker, DockerError
 from atomdyn_images.wheelfile import write_wheel
 
 VALIDATOR_SOURCE = Path(__file__).with_name("validator.py")
 VALIDATOR_WRAPPER = '#!/bin/sh\nexec python3 /opt/atomdyn/validator.py "$@"\n'
-COMPAT_PROJECTS = ("nixl_compat", "dmabuf_shim")
+WHEEL_TAGS_SOURCE = Path(__file__).with_name("wheeltags.py")
+NIXL_COMPAT, DMABUF_SHIM = "nixl_compat", "dmabuf_shim"
+# What the dmabuf-shim build in the image needs from its source directory (not build outputs or tests).
+_SHIM_SOURCE_IGNORE = shutil.ignore_patterns("build", "dist", "tests", "__pycache__", "*.egg-info", ".*")
 
 
 class BuildError(RuntimeError):
@@ -40,6 +43,8 @@ class BuildOptions:
     network: str = "none"
     targets: tuple[str, ...] = ("base", "overlay")
     rehearsal: bool = False  # stand-in base and inputs (atomdyn_images.rehearsal): labeled and tagged as such
+    shim_source: Path | None = None  # packages/dmabuf-shim, built in the overlay (default: beside the lock)
+    subprojects: Path | None = None  # NIXL's meson subproject archives, for a source build without network
 
     def overrides(self, target: str = "overlay") -> list[str]:
         found = []
@@ -51,6 +56,8 @@ class BuildOptions:
             found.append(f"native-stage={self.native}")
         if self.allow_unrecorded:
             found.append("allow-unrecorded")
+        if self.network != "none":
+            found.append(f"build-network={self.network}")
         if self.rehearsal:
             found.append("rehearsal")
         return found
@@ -58,7 +65,13 @@ class BuildOptions:
     def render_options(self, target: str) -> render.RenderOptions:
         overrides = tuple(self.overrides(target))
         return render.RenderOptions(
-            self.atom_variant, self.base, self.native, overrides, self.allow_unrecorded, self.rehearsal
+            self.atom_variant,
+            self.base,
+            self.native,
+            overrides,
+            self.allow_unrecorded,
+            self.rehearsal,
+            self.network,
         )
 
 
@@ -151,6 +164,7 @@ def stage_base(lock: Lock, options: BuildOptions, record: BuildRecord) -> Path:
         _place(path, wheels_dir)
     requirements = render.requirements_text([(p.name, sha) for p, sha in entries], "/tmp/atomdyn/wheels")
     _write_if_changed(context / "requirements-base.txt", requirements)
+    _stage_wheel_tags(context)
     validator = context / "validator"
     validator.mkdir(parents=True, exist_ok=True)
     _write_if_changed(validator / "validator.py", VALIDATOR_SOURCE.read_text(encoding="utf-8"))
@@ -163,24 +177,27 @@ def stage_base(lock: Lock, options: BuildOptions, record: BuildRecord) -> Path:
     return dockerfile
 
 
-def _compat_wheels(options: BuildOptions) -> list[Path]:
+def _stage_wheel_tags(context: Path) -> None:
+    tools = context / "tools"
+    tools.mkdir(parents=True, exist_ok=True)
+    _write_if_changed(tools / "wheeltags.py", WHEEL_TAGS_SOURCE.read_text(encoding="utf-8"))
+
+
+def _compat_wheel(options: BuildOptions, project: str) -> Path:
     if options.compat_wheels is None:
         raise BuildError(
-            "the overlay needs --compat-wheels DIR holding the nixl-compat and dmabuf-shim wheels"
+            f"the overlay needs --compat-wheels DIR holding the {project.replace('_', '-')} wheel"
         )
-    found = []
-    for project in COMPAT_PROJECTS:
-        matches = sorted(options.compat_wheels.glob(f"{project}-*.whl"))
-        if len(matches) != 1:
-            raise BuildError(
-                f"expected exactly one {project}-*.whl in {options.compat_wheels}, found {len(matches)} "
-                f"(build it with `pip wheel --no-deps packages/{project.replace('_', '-')} -w DIR`)"
-            )
-        found.append(matches[0])
-    return found
+    matches = sorted(options.compat_wheels.glob(f"{project}-*.whl"))
+    if len(matches) != 1:
+        raise BuildError(
+            f"expected exactly one {project}-*.whl in {options.compat_wheels}, found {len(matches)} "
+            f"(build it with `pip wheel --no-deps packages/{project.replace('_', '-')} -w DIR`)"
+        )
+    return matches[0]
 
 
-def _stand_in_native(context: Path, nixl_version: str) -> None:
+def _stand_in_native(context: Path, nixl_version: str, shim_wheel: Path) -> None:
     stand_in = context / "stand-in"
     (stand_in / "ucx" / "lib").mkdir(parents=True, exist_ok=True)
     _write_if_changed(stand_in / "ucx" / "lib" / "STAND_IN", "UCX was not compiled: stand-in native stage\n")
@@ -191,6 +208,68 @@ def _stand_in_native(context: Path, nixl_version: str) -> None:
     }
     path = write_wheel(wheels, "nixl-rocm", nixl_version, files)
     _sync_dir(wheels, {path.name})
+    compat = stand_in / "compat-wheels"
+    _sync_dir(compat, {shim_wheel.name})
+    _place(shim_wheel, compat)
+
+
+def _stage_build_tools(lock: Lock, options: BuildOptions, context: Path, record: BuildRecord) -> None:
+    """The native stage's build tools: the lock's wheels with the build-tools role, verified, with hashes."""
+    tools = lock.wheels_with_role(render.BUILD_TOOLS_ROLE)
+    if not tools:
+        raise BuildError(
+            f"release-lock.json names no build tools for the overlay (wheels with role {render.BUILD_TOOLS_ROLE!r})"
+        )
+    entries = []
+    for wheel in tools:
+        try:
+            fetched = fetch_wheel(
+                wheel,
+                options.workdir / "cache" / "wheels",
+                mirror=options.mirror or None,
+                allow_unrecorded=options.allow_unrecorded,
+            )
+        except FetchError as exc:
+            raise BuildError(f"build tool {wheel.name}: {exc}") from exc
+        record.overrides.extend(o for o in fetched.overrides if o not in record.overrides)
+        entries.append((fetched.path, fetched.sha256))
+        record.inputs.append(
+            Input("build-tool", wheel.filename, fetched.sha256, fetched.origin, wheel.requirement)
+        )
+    directory = context / "build-tools"
+    _sync_dir(directory, {path.name for path, _ in entries})
+    for path, _ in entries:
+        _place(path, directory)
+    requirements = render.requirements_text([(p.name, sha) for p, sha in entries], "/tmp/atomdyn/build-tools")
+    _write_if_changed(context / "requirements-build.txt", requirements)
+
+
+def _shim_source(lock: Lock, options: BuildOptions) -> Path:
+    if options.shim_source is not None:
+        source = options.shim_source
+    elif lock.path is not None:
+        source = lock.path.parent / "packages" / "dmabuf-shim"
+    else:
+        raise BuildError("no dmabuf-shim source: pass --shim-source DIR (packages/dmabuf-shim)")
+    if not (source / "pyproject.toml").is_file():
+        raise BuildError(
+            f"{source} is not the dmabuf-shim source (no pyproject.toml): pass --shim-source DIR"
+        )
+    return source
+
+
+def _stage_shim_source(source: Path, context: Path, record: BuildRecord) -> None:
+    """A copy of the dmabuf-shim source; copy2 keeps mtimes, so an unchanged source stays cached."""
+    target = context / "sources" / "dmabuf-shim"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target, ignore=_SHIM_SOURCE_IGNORE, copy_function=shutil.copy2)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in target.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(target)}\0".encode() + path.read_bytes())
+    record.inputs.append(
+        Input("source", "dmabuf-shim", digest.hexdigest(), f"local:{source}", "built in the image")
+    )
 
 
 def _stage_source(
@@ -229,6 +308,26 @@ def _stage_source(
     atomic_write_text(stamp, wanted)
 
 
+def _stage_subprojects(options: BuildOptions, tree: Path, record: BuildRecord) -> None:
+    if options.network != "none":
+        return  # meson downloads them (checking its wrap hashes); the network is in the labels and record
+    if options.subprojects is None:
+        raise BuildError(
+            "the overlay's native stage builds without network, so NIXL's meson subprojects must come from "
+            "--subprojects DIR (fill it with `atomdyn-images subprojects SRC --out DIR`); "
+            "or let meson download them with --network host (an override, recorded)"
+        )
+    try:
+        staged = subprojects.stage_packagecache(tree, options.subprojects)
+    except subprojects.SubprojectError as exc:
+        raise BuildError(str(exc)) from exc
+    for archive in staged:
+        origin = f"local:{options.subprojects / archive.filename}"
+        record.inputs.append(
+            Input("subproject", archive.filename, archive.sha256, origin, archive.subproject)
+        )
+
+
 def stage_overlay(lock: Lock, options: BuildOptions, record: BuildRecord) -> Path:
     context = options.workdir / "overlay"
     patches = patching.read_series(options.patches)
@@ -236,21 +335,29 @@ def stage_overlay(lock: Lock, options: BuildOptions, record: BuildRecord) -> Pat
         record.inputs.append(Input("patch", patch.name, patch.sha256, str(patch.path)))
     ropts = options.render_options("overlay")
     dockerfile_text = render.render_overlay(lock, ropts, [p.name for p in patches])
+    nixl_compat = _compat_wheel(options, NIXL_COMPAT)
+    _stage_wheel_tags(context)
     _stage_source(lock, "nixl", options, record, patches)
     _stage_source(lock, "ucx", options, record, [], extract=options.native == "source")
-    if options.native != "source":
-        _stand_in_native(context, lock.sources["nixl"].version or "0.0.0")
+    if options.native == "source":
+        _stage_build_tools(lock, options, context, record)
+        _stage_shim_source(_shim_source(lock, options), context, record)
+        _stage_subprojects(options, context / "sources" / "nixl", record)
+    else:
+        shim = _compat_wheel(options, DMABUF_SHIM)
+        sha = _sha256_bytes(shim.read_bytes())
+        record.inputs.append(Input("wheel", shim.name, sha, f"local:{shim}", "built on the host (stand-in)"))
+        _stand_in_native(context, lock.sources["nixl"].version or "0.0.0", shim)
     wheels_dir = context / "wheels-overlay"
-    compat = _compat_wheels(options)
-    _sync_dir(wheels_dir, {p.name for p in compat})
-    entries = []
-    for path in compat:
-        _place(path, wheels_dir)
-        sha = _sha256_bytes(path.read_bytes())
-        entries.append((path.name, sha))
-        record.inputs.append(Input("wheel", path.name, sha, f"local:{path}", "built from packages/"))
+    _sync_dir(wheels_dir, {nixl_compat.name})
+    _place(nixl_compat, wheels_dir)
+    sha = _sha256_bytes(nixl_compat.read_bytes())
+    record.inputs.append(
+        Input("wheel", nixl_compat.name, sha, f"local:{nixl_compat}", "built from packages/")
+    )
     _write_if_changed(
-        context / "requirements-overlay.txt", render.requirements_text(entries, "/tmp/atomdyn/wheels")
+        context / "requirements-overlay.txt",
+        render.requirements_text([(nixl_compat.name, sha)], "/tmp/atomdyn/wheels"),
     )
     dockerfile = context / "Dockerfile"
     _write_if_changed(dockerfile, dockerfile_text)

@@ -6,14 +6,16 @@ import argparse
 import sys
 import tempfile
 import time
+from importlib import metadata
 from pathlib import Path
 
 from atomdyn_core.fetch import FetchError
 from atomdyn_core.lock import LockError, UnrecordedHashError, load_lock
-from atomdyn_images import build, patching, rehearsal, render, sources, standin
+from atomdyn_images import build, patching, rehearsal, render, sources, standin, subprojects
 from atomdyn_images.daemon import DaemonError
 from atomdyn_images.engine import Docker, DockerError, echo_progress
 
+DIST = "atomdyn-image-builder"
 DEFAULT_WORKDIR = Path("build/images")
 ERRORS = (
     LockError,
@@ -26,6 +28,7 @@ ERRORS = (
     standin.StandInError,
     rehearsal.RehearsalError,
     DaemonError,
+    subprojects.SubprojectError,
     FileNotFoundError,
 )
 
@@ -67,10 +70,30 @@ def _build_args(parser: argparse.ArgumentParser) -> None:
         "--source-mirror", default="", help="directory with <name>-<commit>.tar.gz source archives"
     )
     parser.add_argument(
-        "--compat-wheels", type=Path, default=None, help="directory with nixl-compat, dmabuf-shim wheels"
+        "--compat-wheels",
+        type=Path,
+        default=None,
+        help="directory with the nixl-compat wheel (and, with --stand-in-native, the dmabuf-shim wheel)",
     )
     parser.add_argument(
-        "--network", default="none", choices=("none", "host", "default"), help="build network"
+        "--shim-source",
+        type=Path,
+        default=None,
+        help="dmabuf-shim source, built inside the overlay for its Python (default: packages/dmabuf-shim beside the lock)",
+    )
+    parser.add_argument(
+        "--subprojects",
+        type=Path,
+        default=None,
+        help="directory with NIXL's meson subproject archives (see `atomdyn-images subprojects`), "
+        "for a source build without network",
+    )
+    parser.add_argument(
+        "--network",
+        default="none",
+        choices=render.NETWORKS,
+        help="build network (default none: NIXL's meson subprojects must be in the tree's packagecache; "
+        "host or default let meson download them: OVERRIDE, recorded in labels and record)",
     )
     parser.add_argument("--docker-host", default="", help="daemon address (default: $DOCKER_HOST)")
     parser.add_argument("--quiet", action="store_true", help="do not stream build progress")
@@ -91,6 +114,8 @@ def _options(args: argparse.Namespace, lock_path: Path | None) -> build.BuildOpt
         source_mirror=getattr(args, "source_mirror", ""),
         patches=_patches(args, lock_path),
         compat_wheels=getattr(args, "compat_wheels", None),
+        shim_source=getattr(args, "shim_source", None),
+        subprojects=getattr(args, "subprojects", None),
         allow_unrecorded=getattr(args, "allow_unrecorded", False),
         native="stand-in" if args.stand_in_native else "source",
         network=getattr(args, "network", "none"),
@@ -111,7 +136,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 # Options the rehearsal sets itself; giving them too is a contradiction, not a preference.
 _REHEARSAL_SETS = ("base", "mirror", "source_mirror", "compat_wheels", "allow_unrecorded", "stand_in_native",
-                   "target", "workdir")  # fmt: skip
+                   "target", "workdir", "shim_source", "subprojects")  # fmt: skip
 
 
 def cmd_rehearsal(args: argparse.Namespace) -> int:
@@ -209,6 +234,12 @@ def cmd_standin(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_subprojects(args: argparse.Namespace) -> int:
+    for archive in subprojects.fetch_subprojects(args.src, args.out):
+        print(f"{archive.subproject}: {args.out / archive.filename} sha256 {archive.sha256}")
+    return 0
+
+
 def cmd_build_context(args: argparse.Namespace) -> int:
     """Build one prepared context and tag it; the launchers' node preparation calls this as a command."""
     dockerfile = args.context / "Dockerfile"
@@ -230,6 +261,7 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="atomdyn-images", description="Pinned ATOM + Dynamo images from the release lock"
     )
+    top.add_argument("--version", action="version", version=f"atomdyn-images {metadata.version(DIST)}")
     sub = top.add_subparsers(dest="command", required=True)
     p = sub.add_parser("render", help="write Dockerfile.base and Dockerfile.overlay (no daemon, no fetching)")
     _common(p)

