@@ -83,7 +83,7 @@ def _shellcheck(path: Path) -> None:
     if exe is None:
         if IN_CI:
             pytest.fail("shellcheck is not installed")
-        return
+        pytest.skip("shellcheck is not installed")  # never a silent pass
     done = subprocess.run([exe, str(path)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout
 
