@@ -418,7 +418,7 @@ def _build_targets(lock: Lock, options: BuildOptions, docker: Docker, record: Bu
         if docker.image_id(base_tag) is None:
             raise BuildError(f"the overlay builds on {base_tag}, which does not exist: build the base first")
         dockerfile = stage_overlay(lock, options, record)
-        tag = render.release_tag(lock, "-nixl-rocm", rehearsal=options.rehearsal)
+        tag = render.release_tag(lock, render.OVERLAY_SUFFIX, rehearsal=options.rehearsal)
         record.images.append(build_staged(docker, dockerfile, "overlay", tag, lock, options.network))
 
 

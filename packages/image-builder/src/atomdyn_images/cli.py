@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -234,6 +235,17 @@ def cmd_standin(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tags(args: argparse.Namespace) -> int:
+    """The release tags the builder gives the images: what DYNAMO_ATOM_IMAGE and NIXL_IMAGE name."""
+    lock = load_lock(args.lock)
+    tags = {"base": render.release_tag(lock), "overlay": render.release_tag(lock, render.OVERLAY_SUFFIX)}
+    if args.json:
+        print(json.dumps(tags, indent=2))
+    else:
+        print(f"DYNAMO_ATOM_IMAGE={tags['base']}\nNIXL_IMAGE={tags['overlay']}")
+    return 0
+
+
 def cmd_subprojects(args: argparse.Namespace) -> int:
     for archive in subprojects.fetch_subprojects(args.src, args.out):
         print(f"{archive.subproject}: {args.out / archive.filename} sha256 {archive.sha256}")
@@ -304,6 +316,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("tag")
     p.add_argument("--docker-host", default="")
     p.set_defaults(func=cmd_standin)
+    p = sub.add_parser("tags", help="the image tags a release build gives (for cluster.env)")
+    p.add_argument("--lock", type=Path, default=None)
+    p.add_argument("--json", action="store_true", help="as JSON: {base, overlay}")
+    p.set_defaults(func=cmd_tags)
+    p = sub.add_parser(
+        "subprojects", help="download NIXL's meson subproject archives, checked against its wrap files"
+    )
+    p.add_argument(
+        "src", type=Path, help="a NIXL source tree (e.g. from `atomdyn-images patch SRC --from-lock nixl`)"
+    )
+    p.add_argument(
+        "--out", type=Path, required=True, help="directory for the archives (--subprojects of build)"
+    )
+    p.set_defaults(func=cmd_subprojects)
     p = sub.add_parser(
         "build-context", help="build the Dockerfile in a prepared context directory and tag it"
     )

@@ -44,6 +44,7 @@ class RenderOptions:
     network: str = "none"
 
 
+OVERLAY_SUFFIX = "-nixl-rocm"  # the overlay's repository is the base's with this suffix
 REHEARSAL_LABEL = "io.atomdyn.rehearsal"
 REHEARSAL_NOTE = "REHEARSAL: built from stand-in base and inputs; not for GPU nodes"
 
