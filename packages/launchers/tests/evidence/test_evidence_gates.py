@@ -41,7 +41,8 @@ def _append(path: Path, lines: list[str]) -> None:
 
 
 MOCKER_GATES = [
-    "launcher_result", "jobs_clean", "provenance", "placement_verified", "distinct_nodes", "timeline_complete",
+    "launcher_result", "jobs_clean", "provenance", "placement_verified", "distinct_nodes",
+    "jobs_recorded_vs_timeline", "timeline_complete",
     "requests_sent", "requests_recorded", "requests_recorded_vs_timeline", "requests_ok_recorded",
     "requests_ok_recorded_vs_timeline", "requests_failed", "empty_responses", "completion_tokens",
     "frontend_successes", "responses_not_pd_split", "pd_split_responses", "dmabuf_failures",
@@ -245,6 +246,14 @@ def test_lost_request_records_fail_against_run_json_and_timeline(mocker_run: Pat
     )
     assert failed["requests_ok_recorded"] == "requests.ok is 3, expected == run.requests_ok (6)"
     assert "requests_sent" not in failed  # 3 >= 1: alone it would have passed
+
+
+def test_a_job_missing_from_run_json_fails_against_the_timeline(mocker_run: Path) -> None:
+    run = json.loads((mocker_run / "run.json").read_text())
+    run["jobs"] = run["jobs"][1:]  # the prefill job's record lost; the timeline saw it submitted
+    (mocker_run / "run.json").write_text(json.dumps(run))
+    failed = _failed(mocker_run)
+    assert failed["jobs_recorded_vs_timeline"] == "jobs.count is 1, expected == timeline.submitted_roles (2)"
 
 
 def test_run_json_without_its_counts_fails_the_cross_checks(mocker_run: Path) -> None:

@@ -44,7 +44,7 @@ def test_mocker_evidence_files_and_verify(mocker_run: Path, tmp_path: Path) -> N
     assert summary["schema_version"] == SCHEMA_VERSION and summary["verdict"] == "pass"
     assert summary["platform"] == "rehearsal (CPU, mock engine)" and summary["platform_source"] == "run.json"
     assert summary["lock_digest"] == "sha256:" + "0" * 64
-    assert summary["gates_passed"] == summary["gates_judged"] == 18 and summary["gates_failed"] == 0
+    assert summary["gates_passed"] == summary["gates_judged"] == 19 and summary["gates_failed"] == 0
     assert summary["figures"]["requests_ok"] == 6 and summary["figures"]["completion_tokens"] == 144
     assert summary["fingerprint_source"].startswith("collected where evidence.collect ran")
     assert "python" in summary["fingerprint"]["collector"]
@@ -63,10 +63,10 @@ def test_mocker_evidence_files_and_verify(mocker_run: Path, tmp_path: Path) -> N
     ]:
         assert on_disk["files"][rel] == sha256_file(out / rel), rel
     md = (out / "summary.md").read_text()
-    assert "| verdict | **PASS** (18 of 18 gates passed) |" in md and "![timeline](timeline.png)" in md
+    assert "| verdict | **PASS** (19 of 19 gates passed) |" in md and "![timeline](timeline.png)" in md
     verdict = verify_path(out)
     assert verdict.ok and verdict.intact, verdict.text()
-    assert verdict.lines[0].endswith("pass (18 of 18 gates passed); recomputed from data/, every file intact")
+    assert verdict.lines[0].endswith("pass (19 of 19 gates passed); recomputed from data/, every file intact")
 
 
 def test_collected_data_is_reduced_to_what_the_gates_read(atom_run: Path, tmp_path: Path) -> None:
@@ -219,7 +219,7 @@ def test_results_and_readme_table(mocker_run: Path, atom_run: Path, tmp_path: Pa
     assert text.startswith("# Results\n")
     assert text.index(ATOM_RUN_ID) < text.index(MOCKER_RUN.name)  # chronological by run id
     assert f"(../evidence/{MOCKER_RUN.name}/summary.md)" in text
-    assert "- platform: MI355X; runtime: docker" in text and "- gates: 23 of 23 gates passed" in text
+    assert "- platform: MI355X; runtime: docker" in text and "- gates: 24 of 24 gates passed" in text
 
     readme = tmp_path / "README.md"
     readme.write_text(
@@ -287,7 +287,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_cli_collect_verify_sanitize(mocker_run: Path, tmp_path: Path) -> None:
     done = _cli("collect", str(mocker_run), "--evidence", "ev", cwd=tmp_path)
-    assert done.returncode == 0 and "pass (18 of 18 gates passed)" in done.stdout, done.stderr
+    assert done.returncode == 0 and "pass (19 of 19 gates passed)" in done.stdout, done.stderr
     assert (
         _cli("verify", str(mocker_run), str(tmp_path / "ev" / MOCKER_RUN.name), cwd=tmp_path).returncode == 0
     )
@@ -310,7 +310,7 @@ def test_cli_collect_of_a_failed_run_exits_non_zero_counting_the_failures(
     (mocker_run / "requests.jsonl").write_text("".join(lines[:3]))
     done = _cli("collect", str(mocker_run), "--evidence", "ev", cwd=tmp_path)
     assert done.returncode == 1, done.stdout
-    assert f"ev/{MOCKER_RUN.name}: fail (5 of 18 gates failed)" in done.stdout
+    assert f"ev/{MOCKER_RUN.name}: fail (5 of 19 gates failed)" in done.stdout
     assert "  FAIL requests_recorded: requests.total is 3, expected == run.requests_total (6)" in done.stdout
 
 
@@ -333,3 +333,24 @@ def test_invoke_collection(mocker_run: Path, tmp_path: Path, capsys: pytest.Capt
     assert "run.json is missing" in capsys.readouterr().out
     with pytest.raises(Exit):
         invoke_tasks.collect(c, str(mocker_run), evidence=str(tmp_path / "ev2"))
+
+
+def test_collecting_again_from_the_evidence_data_gives_the_same_judgement(
+    collected: Path, tmp_path: Path
+) -> None:
+    first = json.loads((collected / "summary.json").read_text())
+    again, summary = collect(collected / "data", tmp_path / "again")
+    assert again.name == collected.name and verify_path(again).ok
+    for key in (
+        "verdict",
+        "gates_passed",
+        "gates_judged",
+        "figures",
+        "platform",
+        "lock_digest",
+        "fingerprint",
+    ):
+        assert summary[key] == first[key], key
+    assert [(g["id"], g["verdict"], g["value"]) for g in summary["gates"]] == [
+        (g["id"], g["verdict"], g["value"]) for g in first["gates"]
+    ]

@@ -18,6 +18,7 @@ from atomdyn_core.atomic import atomic_write_bytes
 from atomdyn_launchers.evidence import logscan, signals
 
 DATA = "data"
+COLLECTOR_FINGERPRINT = "collector-fingerprint.json"  # the collector's, when the run saved no fingerprint
 _JSON_DIRS = ("fingerprints", "doctor")
 
 
@@ -89,6 +90,8 @@ def reduce_run(run_dir: Path, out: Path, sanitize: Callable[[str], str]) -> list
             if path.is_file():
                 (out / sub).mkdir(exist_ok=True)
                 put(f"{sub}/{path.name}", _text_lines(pick(path), sanitize))
+    if (run_dir / COLLECTOR_FINGERPRINT).is_file():  # collecting again from an evidence's own data/
+        put(COLLECTOR_FINGERPRINT, _json_file(run_dir / COLLECTOR_FINGERPRINT, sanitize))
     for sub in _JSON_DIRS:
         for path in sorted((run_dir / sub).glob("*.json")):
             (out / sub).mkdir(exist_ok=True)

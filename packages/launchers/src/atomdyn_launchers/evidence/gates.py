@@ -61,6 +61,8 @@ GATES: tuple[Gate, ...] = (
          "placement.ok", "==", True, ("jobs",)),
     Gate("distinct_nodes", "the roles ran on two different nodes", TWO_NODE_KINDS,
          "placement.distinct_nodes", ">=", 2, ("jobs",)),
+    Gate("jobs_recorded_vs_timeline", "run.json lists a job for every role the timeline saw submitted", KINDS,
+         "jobs.count", "==", "$timeline.submitted_roles", ("jobs", "timeline")),
     Gate("timeline_complete", "submission, first good response and end of requests recorded", KINDS,
          "timeline.complete", "==", True, ("timeline",)),
     Gate("requests_sent", "smoke requests were sent", KINDS,

@@ -238,11 +238,13 @@ def _read_timeline(signals: Signals) -> None:
             "timeline.startup_s",
             "timeline.requests_total",
             "timeline.requests_ok",
+            "timeline.submitted_roles",
         ):
             signals.absent(name, "timeline.jsonl is missing")
         return
     first: dict[str, float] = {}
     done: tuple[int, int] | None = None
+    submitted: set[str] = set()  # roles whose job was submitted
     tail: deque[str] = deque(maxlen=6)
     shown = 0
     for _, text, record in _jsonl(path, signals):
@@ -250,6 +252,8 @@ def _read_timeline(signals: Signals) -> None:
         if not isinstance(event, str) or not isinstance(t, int | float):
             continue
         first.setdefault(event, float(t))
+        if event == "submitted" and isinstance(record.get("role"), str):
+            submitted.add(record["role"])
         if event == "requests_done" and done is None:
             done = parse_requests_done(record.get("detail"))
         if len(signals.events) < _MAX_EVENTS:
@@ -271,6 +275,7 @@ def _read_timeline(signals: Signals) -> None:
         signals.set("timeline.startup_s", round(first["first_good_response"] - first["submitted"], 3))
     else:
         signals.absent("timeline.startup_s", "timeline.jsonl lacks submitted or first_good_response")
+    signals.set("timeline.submitted_roles", len(submitted))
     if done is not None:
         signals.set("timeline.requests_ok", done[0])
         signals.set("timeline.requests_total", done[1])

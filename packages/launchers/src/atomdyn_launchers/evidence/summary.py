@@ -24,13 +24,12 @@ from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_wr
 from atomdyn_core.fingerprint import collect_fingerprint
 from atomdyn_core.sanitize import Sanitizer
 from atomdyn_launchers.evidence import pictures
-from atomdyn_launchers.evidence.data import DATA, json_bytes, reduce_run, sanitize_obj
+from atomdyn_launchers.evidence.data import COLLECTOR_FINGERPRINT, DATA, json_bytes, reduce_run, sanitize_obj
 from atomdyn_launchers.evidence.expectations import platform_label
 from atomdyn_launchers.evidence.gates import GateResult, evaluate, failed_count, overall
 from atomdyn_launchers.evidence.signals import Signals, collect_signals
 
 SCHEMA_VERSION = 2  # of summary.json; 1 had no data/ and no file digests, so its gates cannot be recomputed
-COLLECTOR_FINGERPRINT = "collector-fingerprint.json"  # in data/, when the run saved no fingerprint
 EXCERPT_MAX_LINES = 16
 EXCERPT_MAX_CHARS = 400
 
@@ -282,7 +281,7 @@ def collect(run_dir: Path, evidence_root: Path, with_pictures: bool = True) -> t
     try:
         data = staging / DATA
         reduce_run(run_dir, data, sanitizer.sanitize)
-        if not any((data / "fingerprints").glob("*.json")):
+        if not any((data / "fingerprints").glob("*.json")) and not (data / COLLECTOR_FINGERPRINT).exists():
             mine = collect_fingerprint()
             atomic_write_bytes(data / COLLECTOR_FINGERPRINT, json_bytes(mine, sanitizer.sanitize))
         summary, signals = judged_summary(data, final.name, sanitizer.sanitize)
