@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Two `nox -s release` runs from the same commit must give byte-identical artifacts.
+# Two `nox -s release` runs from the same commit must give byte-identical artifacts and simple index
+# (SHA256SUMS lists every file under dist/, dist/simple included).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 first=$(mktemp -d)
@@ -11,4 +12,4 @@ if ! diff -u "$first/SHA256SUMS" dist/SHA256SUMS; then
   echo "release is not reproducible: SHA256SUMS differ between two runs" >&2
   exit 1
 fi
-echo "release reproducible: $(wc -l <dist/SHA256SUMS) artifacts, identical SHA256SUMS"
+echo "release reproducible: $(wc -l <dist/SHA256SUMS) files (artifacts and index), identical SHA256SUMS"

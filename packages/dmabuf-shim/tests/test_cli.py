@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import importlib.metadata
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -51,22 +54,106 @@ def test_env_check_loads_the_library_in_a_child_and_reports(programs: Programs) 
     assert lines[-1] == "dmabuf-shim: check ok"
 
 
-def test_env_check_notes_a_node_without_gpu_runtimes(programs: Programs, verbs_only_dir: Path) -> None:
+def failed_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The verdict is the last line: nodes.check reports exactly that line."""
+    assert result.returncode == 1, result.stdout + result.stderr
+    last = result.stdout.splitlines()[-1]
+    assert last.startswith("dmabuf-shim: check FAILED: "), result.stdout
+    return last
+
+
+def test_env_check_fails_on_a_node_without_gpu_runtimes(programs: Programs, verbs_only_dir: Path) -> None:
     env = python_env(programs, preload=False)
     env["LD_LIBRARY_PATH"] = str(verbs_only_dir)
     result = cli("env", "--check", env=env)
-    assert result.returncode == 0, result.stdout + result.stderr
     assert "backends=none" in result.stdout
-    assert "note: no GPU runtime found" in result.stdout
+    last = failed_line(result)
+    assert "missing GPU runtime: neither the HSA runtime (libhsa-runtime64.so.1) nor the CUDA driver" in last
+    assert "libibverbs" not in last and "ibv_reg_dmabuf_mr" not in last
 
 
-def test_env_check_notes_an_rdma_core_without_dmabuf(programs: Programs) -> None:
+def test_env_check_fails_on_an_rdma_core_without_dmabuf(programs: Programs) -> None:
     env = python_env(programs, preload=False)
     env["LD_LIBRARY_PATH"] = f"{programs.doubles['ibverbs_no_dmabuf'].parent}:{programs.doubles['lib_dir']}"
     result = cli("env", "--check", env=env)
-    assert result.returncode == 0, result.stdout + result.stderr
     assert "reg_dmabuf=0" in result.stdout
-    assert "note: libibverbs has no ibv_reg_dmabuf_mr (rdma-core < 34)" in result.stdout
+    last = failed_line(result)
+    assert "missing ibv_reg_dmabuf_mr: this libibverbs lacks it (rdma-core >= 34 has it)" in last
+    assert "GPU runtime" not in last
+
+
+def test_env_check_fails_without_libibverbs(programs: Programs, tmp_path: Path) -> None:
+    # An unloadable libibverbs.so.1 first on the search path stands in for a node without rdma-core.
+    broken = tmp_path / "no-verbs"
+    broken.mkdir()
+    (broken / "libibverbs.so.1").write_bytes(b"")
+    env = python_env(programs, preload=False)
+    env["LD_LIBRARY_PATH"] = f"{broken}:{programs.doubles['lib_dir']}"
+    result = cli("env", "--check", env=env)
+    assert "ibverbs=0" in result.stdout
+    last = failed_line(result)
+    assert "missing libibverbs.so.1: not loadable here (install rdma-core)" in last
+    assert "ibv_reg_dmabuf_mr" not in last and "GPU runtime" not in last
+
+
+def test_env_check_names_everything_missing_at_once(programs: Programs, tmp_path: Path) -> None:
+    broken = tmp_path / "no-verbs"
+    broken.mkdir()
+    (broken / "libibverbs.so.1").write_bytes(b"")
+    env = python_env(programs, preload=False)
+    env.update(LD_LIBRARY_PATH=str(broken), DMABUF_SHIM_BACKEND="none")
+    last = failed_line(cli("env", "--check", env=env))
+    assert "missing libibverbs.so.1" in last
+    assert "missing GPU runtime: DMABUF_SHIM_BACKEND=none turns every backend off" in last
+
+
+def loads(soname: str, symbol: str | None = None) -> bool:
+    try:
+        lib = ctypes.CDLL(soname)
+    except OSError:
+        return False
+    return symbol is None or hasattr(lib, symbol)
+
+
+def test_env_check_without_the_doubles_names_what_this_machine_lacks() -> None:
+    """No doubles on the search path: the verdict is about this machine's own libraries."""
+    result = cli("env", "--check", env={"PATH": "/usr/bin:/bin"})
+    verbs = loads("libibverbs.so.1")
+    lacking = {
+        "missing libibverbs.so.1": not verbs,
+        "missing ibv_reg_dmabuf_mr": verbs and not loads("libibverbs.so.1", "ibv_reg_dmabuf_mr"),
+        "missing GPU runtime": not (loads("libhsa-runtime64.so.1") or loads("libcuda.so.1")),
+    }
+    if not any(lacking.values()):
+        assert result.returncode == 0, result.stdout + result.stderr
+        return
+    last = failed_line(result)
+    for piece, absent in lacking.items():
+        assert (piece in last) is absent, (piece, last)
+
+
+def test_env_check_works_without_the_native_module(programs: Programs, tmp_path: Path) -> None:
+    """A copy whose pybind11 module was built for another Python: env and env --check still work."""
+    copy = tmp_path / "site" / "dmabuf_shim"
+    shutil.copytree(Path(dmabuf_shim.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    [module] = copy.glob("_native.*.so")
+    module.rename(copy / "_native.cpython-39-x86_64-linux-gnu.so")
+    env = python_env(programs, preload=False)
+    env["PYTHONPATH"] = str(copy.parent)
+    result = cli("env", "--check", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[0] == f"LD_PRELOAD={copy / 'libdmabuf_shim.so'}"
+    assert result.stdout.splitlines()[-1] == "dmabuf-shim: check ok"
+    unusable = cli("bench", "--iterations", "10", "--rounds", "1", env=env)
+    assert unusable.returncode == 1
+    assert "the native module does not load in this Python" in unusable.stdout
+
+
+def test_version_is_the_distributions() -> None:
+    result = cli("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"dmabuf-shim {importlib.metadata.version('dmabuf-shim')}\n"
+    assert dmabuf_shim.version() == dmabuf_shim.__version__ == importlib.metadata.version("dmabuf-shim")
 
 
 def test_counters_of_the_preloaded_copy_are_readable_from_python(programs: Programs) -> None:

@@ -1,3 +1,5 @@
 """Shared foundations: the release lock, verified fetching, atomic writes, the sanitizer, the fingerprint."""
 
-__version__ = "0.1.0"
+from importlib.metadata import version as _version
+
+__version__ = _version("atomdyn-core")  # pyproject.toml is the one version source

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from atomdyn_core import __version__
 from atomdyn_core.fetch import FetchError, fetch_wheel, print_progress
 from atomdyn_core.lock import Lock, LockError, UnrecordedHashError, load_lock
 
@@ -80,6 +81,7 @@ def _fetch(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="atomdyn-lock", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"atomdyn-lock {__version__}")
     parser.add_argument(
         "--lock", type=Path, default=None, help="path of release-lock.json (default: found upward)"
     )

@@ -1,4 +1,8 @@
-"""`dmabuf-shim env [--check]` and `dmabuf-shim bench`."""
+"""`dmabuf-shim env [--check]` and `dmabuf-shim bench`.
+
+`env` and `env --check` need only the preload library (found beside the package, probed through ctypes), so
+they work where the native module was built for another Python; `bench` needs the module.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from dmabuf_shim import _native
+import dmabuf_shim
 
 BENCH_LIB = "libdmabuf_shim_benchverbs.so"
 CHILD_TIMEOUT_S = 120
@@ -24,7 +28,7 @@ def preload_value(library: str, existing: str | None) -> str:
 
 
 def _library() -> Path:
-    path = Path(_native.library_path())
+    path = Path(dmabuf_shim.library_path())
     if not path.is_file():
         raise SystemExit(f"dmabuf-shim: {path} is missing: the installation is broken, reinstall dmabuf-shim")
     return path
@@ -69,31 +73,51 @@ def cmd_env(check: bool) -> int:
     problems = []
     if found.get("interposes") != "1":
         problems.append("another library's ibv_reg_mr wins symbol resolution")
-    if found.get("version") != _native.version():
-        problems.append(f"loaded version {found.get('version')} differs from installed {_native.version()}")
-    notes = []
-    if not report["libibverbs"]:
-        notes.append(
-            "libibverbs.so.1 not loadable here: every registration passes through (install rdma-core)"
+    if found.get("version") != dmabuf_shim.version():
+        problems.append(
+            f"loaded version {found.get('version')} differs from installed {dmabuf_shim.version()}"
         )
-    elif found.get("reg_dmabuf") != "1":
-        notes.append(
-            "libibverbs has no ibv_reg_dmabuf_mr (rdma-core < 34): GPU memory falls back to plain ibv_reg_mr"
-        )
-    if found.get("backends") == "none":
-        notes.append("no GPU runtime found (libhsa-runtime64.so.1, libcuda.so.1): pure passthrough")
+    problems += missing_pieces(found, bool(report["libibverbs"]), env.get("DMABUF_SHIM_BACKEND", "auto"))
     print(f"dmabuf-shim: loaded {library}")
     print(
         "dmabuf-shim: version={version} interposes={interposes} ibverbs={ibverbs} reg_dmabuf={reg_dmabuf} "
         "backends={backends} hsa_export_v2={hsa_export_v2} strip={strip}".format(**found)
     )
-    for note in notes:
-        print(f"dmabuf-shim: note: {note}")
     if problems:
         print(f"dmabuf-shim: check FAILED: {'; '.join(problems)}")
         return 1
     print("dmabuf-shim: check ok")
     return 0
+
+
+def missing_pieces(found: dict[str, str], libibverbs: bool, backend: str) -> list[str]:
+    """What the node lacks for the shim to do its job; without any of it every registration is a passthrough."""
+    missing = []
+    if not libibverbs:
+        missing.append("missing libibverbs.so.1: not loadable here (install rdma-core)")
+    elif found.get("reg_dmabuf") != "1":
+        missing.append("missing ibv_reg_dmabuf_mr: this libibverbs lacks it (rdma-core >= 34 has it)")
+    if found.get("backends") == "none":
+        if backend == "none":
+            missing.append("missing GPU runtime: DMABUF_SHIM_BACKEND=none turns every backend off")
+        else:
+            missing.append(
+                "missing GPU runtime: neither the HSA runtime (libhsa-runtime64.so.1) nor the CUDA driver "
+                "(libcuda.so.1) loads here"
+            )
+    return missing
+
+
+def preloaded_probe() -> str | None:
+    """The preloaded shim's view of its environment (its exported probe), or None when it is not loaded."""
+    run = getattr(ctypes.CDLL(None), "dmabuf_shim_probe", None)
+    if run is None:
+        return None
+    run.restype = ctypes.c_int
+    run.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    buffer = ctypes.create_string_buffer(512)
+    run(buffer, len(buffer))
+    return buffer.value.decode()
 
 
 def cmd_probe_child() -> int:
@@ -103,7 +127,7 @@ def cmd_probe_child() -> int:
         libibverbs = True
     except OSError:
         libibverbs = False
-    print(json.dumps({"probe": _native.probe(), "libibverbs": libibverbs}))
+    print(json.dumps({"probe": preloaded_probe(), "libibverbs": libibverbs}))
     return 0
 
 
@@ -121,10 +145,14 @@ def _init_runtimes() -> list[str]:
 
 
 def cmd_bench_child(iterations: int, rounds: int, init_runtimes: bool) -> int:
+    try:
+        from dmabuf_shim import _native
+    except ImportError as exc:
+        raise SystemExit(f"dmabuf-shim bench: the native module does not load in this Python: {exc}") from exc
     started = _init_runtimes() if init_runtimes else []
-    lib = str(Path(_native.library_path()).with_name(BENCH_LIB))
+    lib = str(Path(dmabuf_shim.library_path()).with_name(BENCH_LIB))
     figures = _native.bench(lib, iterations, rounds)
-    probe = parse_probe(_native.probe() or "")
+    probe = parse_probe(preloaded_probe() or "")
     print(json.dumps({**figures, "backends": probe.get("backends", "not-loaded"), "runtimes": started}))
     return 0
 
@@ -168,6 +196,7 @@ def cmd_bench(iterations: int, rounds: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dmabuf-shim", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"dmabuf-shim {dmabuf_shim.version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     env = sub.add_parser("env", help="print the LD_PRELOAD=... line for the installed library")
     env.add_argument("--check", action="store_true", help="load the library in a child process and report")

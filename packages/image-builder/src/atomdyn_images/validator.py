@@ -197,10 +197,19 @@ def run_checks(expected: dict[str, str]) -> list[Check]:
     return [step() for step in steps]
 
 
+def _own_version() -> str:
+    """The installed atomdyn-image-builder's version; in an image this file is a copy outside any distribution."""
+    try:
+        return metadata.version("atomdyn-image-builder")
+    except metadata.PackageNotFoundError:
+        return "(copied into the image; the image's labels name the release)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="atomdyn-validate", description=__doc__.splitlines()[0] if __doc__ else None
     )
+    parser.add_argument("--version", action="version", version=f"atomdyn-validate {_own_version()}")
     parser.add_argument("--json", action="store_true", help="print one JSON document (for evidence)")
     parser.add_argument("--expected", type=Path, default=Path(os.environ.get(EXPECTED_ENV, DEFAULT_EXPECTED)))
     args = parser.parse_args(argv)

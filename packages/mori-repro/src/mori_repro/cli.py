@@ -10,15 +10,28 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from mori_repro import __version__
 from mori_repro.exitcodes import ExitCode
-from mori_repro.native import NativeError, UsageError, binary_path, run_loopback
+from mori_repro.native import BINARY_NAME, NativeError, UsageError, binary_path, run_loopback
 from mori_repro.report import write_bundle
 from mori_repro.system import collect
 
 EXIT_CODE_HELP = "\n".join(f"  {int(c):>2}  {c.verdict}" for c in ExitCode)
+
+
+class _ArgumentsRejected(Exception):
+    """argparse rejected the command line; main() reports it as text or, for `run --json`, as JSON."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _ArgumentsRejected(self, message)
 
 
 def _add_loopback_options(p: argparse.ArgumentParser) -> None:
@@ -66,7 +79,7 @@ def _native_args(ns: argparse.Namespace) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mori-repro",
         description="Loopback reproducer of the sub-allocated dma-buf offset bug (see docs/mori-path.md).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -90,7 +103,30 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cmd_run(ns: argparse.Namespace) -> int:
     cmd = [str(binary_path()), *(["--json"] if ns.json else []), *_native_args(ns)]
-    return subprocess.run(cmd, check=False).returncode
+    if not ns.json:
+        return subprocess.run(cmd, check=False).returncode
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode == ExitCode.USAGE and not proc.stdout.strip():
+        lines = proc.stderr.strip().splitlines()
+        raise UsageError(lines[0].removeprefix(f"{BINARY_NAME}: ") if lines else "bad arguments")
+    sys.stderr.write(proc.stderr)
+    sys.stdout.write(proc.stdout)
+    return proc.returncode
+
+
+def usage_error_json(message: str) -> str:
+    """What `run --json` prints for a usage error: the report's envelope, with the error in place of results."""
+    code = ExitCode.USAGE
+    return json.dumps(
+        {
+            "tool": "mori-repro",
+            "schema": 1,
+            "exit_code": int(code),
+            "verdict": code.verdict,
+            "summary": f"usage error: {message}",
+            "error": message,
+        }
+    )
 
 
 def _load_result(path: Path) -> dict[str, Any]:
@@ -114,12 +150,27 @@ def _cmd_report(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _wants_json(args: Sequence[str]) -> bool:
+    """`run ... --json`, read before parsing so that a command line argparse rejects still answers in JSON."""
+    return bool(args) and args[0] == "run" and "--json" in args[1:]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    ns = _parser().parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        ns = _parser().parse_args(args)
+    except _ArgumentsRejected as exc:
+        exc.parser.print_usage(sys.stderr)
+        print(f"{exc.parser.prog}: error: {exc}", file=sys.stderr)
+        if _wants_json(args):
+            print(usage_error_json(str(exc)))
+        return int(ExitCode.USAGE)
     try:
         return _cmd_run(ns) if ns.command == "run" else _cmd_report(ns)
     except UsageError as exc:
         print(f"mori-repro: {exc}", file=sys.stderr)
+        if ns.command == "run" and ns.json:
+            print(usage_error_json(str(exc)))
         return int(ExitCode.USAGE)
     except NativeError as exc:
         print(f"mori-repro: {exc}", file=sys.stderr)

@@ -9,9 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from atomdyn_core.atomic import atomic_write_text
-from atomdyn_core.sanitize import Sanitizer
 from mori_repro import __version__
+from mori_repro.shared import Sanitizer, atomic_write_text
 
 BUNDLE_FILES = ("report.md", "result.json", "system.json")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
 from nixl_compat._torch import import_torch
@@ -128,6 +129,9 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nixl-compat", description=__doc__)
+    parser.add_argument(
+        "--version", action="version", version=f"nixl-compat {metadata.version('nixl-compat')}"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("doctor", help="which NIXL backend, which UCX, which transports; a loopback self-test")
     d.add_argument("--json", action="store_true", help="machine-readable report for evidence")
