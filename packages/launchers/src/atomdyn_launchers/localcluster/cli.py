@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from atomdyn_launchers import __version__
 from atomdyn_launchers.localcluster.cluster import LocalCluster, LocalClusterError
 
 __all__ = ["LocalClusterError", "down", "main", "status", "up"]
@@ -50,6 +51,7 @@ def down(cluster: LocalCluster) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="atomdyn-cluster", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"atomdyn-cluster {__version__}")
     parser.add_argument("command", choices=("up", "status", "down"))
     parser.add_argument("--state-dir", help="default: <repo>/.atomdyn/cluster")
     parser.add_argument("--venv", help="python virtualenv the jobs use (default: <repo>/.venv)")
