@@ -110,8 +110,10 @@ def test_atom_evidence_is_sanitized_everywhere(atom_run: Path, tmp_path: Path) -
     )  # what the node reported, not run.json's word
     excerpt = (out / "excerpts" / "logs.dmabuf_fail.txt").read_text()
     assert excerpt.startswith(
-        "decode.worker.log:731: dmabuf-shim: reg fail backend=hsa path=dmabuf size=4096 "
+        "decode.worker.log:726: dmabuf-shim: reg fail backend=hsa path=dmabuf size=4096 "
     )
+    kept = (out / "data" / "logs" / "decode.worker.log").read_text().splitlines()
+    assert kept[725] == excerpt.split(": ", 1)[1].rstrip("\n")  # the line number is the one under data/
     assert "detail=on:host-2" in excerpt
     assert summary["pictures"] == ["timeline.png", "kv_transfers.png"]
     assert (out / "kv_transfers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -354,3 +356,14 @@ def test_collecting_again_from_the_evidence_data_gives_the_same_judgement(
     assert [(g["id"], g["verdict"], g["value"]) for g in summary["gates"]] == [
         (g["id"], g["verdict"], g["value"]) for g in first["gates"]
     ]
+
+
+def test_an_edited_excerpt_fails_even_with_its_digest_updated(collected: Path) -> None:
+    path = collected / "excerpts" / "requests.txt"
+    path.write_text(path.read_text().replace('"status": 200', '"status": 201', 1))
+    summary = json.loads((collected / "summary.json").read_text())
+    summary["files"]["excerpts/requests.txt"] = sha256_file(path)
+    (collected / "summary.json").write_text(json.dumps(summary))
+    text = _problems(collected)
+    assert "excerpts/requests.txt does not show what data/ shows" in text
+    assert "was changed after collection" not in text

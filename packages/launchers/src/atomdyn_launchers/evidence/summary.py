@@ -130,12 +130,17 @@ def _figures(signals: Signals) -> dict[str, Any]:
     return {k: val for k, val in figures.items() if val is not None}
 
 
-def _excerpt_text(lines: list[str], sanitizer: Sanitizer) -> str:
-    kept = lines[:EXCERPT_MAX_LINES]
-    body = [sanitizer.sanitize(line[:EXCERPT_MAX_CHARS]) for line in kept]
-    if len(lines) > len(kept):
-        body.append(f"... {len(lines) - len(kept)} more line(s) in the run directory")
-    return "\n".join(body) + "\n"
+def excerpts(summary: dict[str, Any], signals: Signals) -> dict[str, str]:
+    """The excerpt files the gates link to, from the collected data's own lines (their line numbers are those
+    of the files under data/), so ``evidence.verify`` can draw them again and compare."""
+    out = {}
+    for rel in sorted({g["excerpt"] for g in summary["gates"] if g["excerpt"]}):
+        lines = signals.excerpts.get(Path(rel).stem, [])
+        body = [line[:EXCERPT_MAX_CHARS] for line in lines[:EXCERPT_MAX_LINES]]
+        if len(lines) > EXCERPT_MAX_LINES:
+            body.append(f"... {len(lines) - EXCERPT_MAX_LINES} more line(s) under {DATA}/")
+        out[rel] = "\n".join(body) + "\n"
+    return out
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -264,7 +269,7 @@ def _disagreements(raw: list[GateResult], judged: dict[str, Any]) -> list[str]:
 def collect(run_dir: Path, evidence_root: Path, with_pictures: bool = True) -> tuple[Path, dict[str, Any]]:
     """Write ``evidence_root/<run-id>/`` for ``run_dir``; return its path and the summary."""
     run_dir = Path(run_dir)
-    raw = collect_signals(run_dir)  # the excerpts quote the run's own files, with their line numbers
+    raw = collect_signals(run_dir)  # judged here too: a collection that lost data shows as a disagreement
     raw_results = evaluate(raw)
     sanitizer = sanitizer_for_run(raw.run)
     for path in sorted((run_dir / "fingerprints").glob("*.json")):
@@ -286,11 +291,10 @@ def collect(run_dir: Path, evidence_root: Path, with_pictures: bool = True) -> t
             atomic_write_bytes(data / COLLECTOR_FINGERPRINT, json_bytes(mine, sanitizer.sanitize))
         summary, signals = judged_summary(data, final.name, sanitizer.sanitize)
         summary["collection_notes"] = _disagreements(raw_results, summary)
-        groups = sorted({g["excerpt"] for g in summary["gates"] if g["excerpt"]})
-        for rel in groups:
-            lines = raw.excerpts.get(Path(rel).stem) or signals.excerpts.get(Path(rel).stem) or []
-            atomic_write_text(staging / rel, _excerpt_text(lines, sanitizer))
-        summary["excerpts"] = groups
+        shown = excerpts(summary, signals)
+        for rel, text in shown.items():
+            atomic_write_text(staging / rel, text)
+        summary["excerpts"] = sorted(shown)
         summary["pictures"] = pictures.draw(signals, staging) if with_pictures else []
         summary["collection_notes"] += [p for p in signals.problems if p.startswith("pictures not drawn")]
         atomic_write_text(staging / "summary.md", markdown(summary))

@@ -16,9 +16,10 @@ from typing import Any
 from atomdyn_core.sanitize import sanitize
 from atomdyn_launchers.evidence.data import DATA
 from atomdyn_launchers.evidence.gates import GateResult, evaluate, failed_count, overall
-from atomdyn_launchers.evidence.signals import collect_signals
+from atomdyn_launchers.evidence.signals import Signals, collect_signals
 from atomdyn_launchers.evidence.summary import (
     SCHEMA_VERSION,
+    excerpts,
     file_digests,
     judged_summary,
     markdown,
@@ -122,6 +123,26 @@ def _files(evidence_dir: Path, summary: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _excerpts(
+    evidence_dir: Path, summary: dict[str, Any], judged: dict[str, Any], signals: Signals
+) -> list[str]:
+    """Each excerpt is drawn again from data/ and compared: an edit shows even where its digest was updated."""
+    drawn = excerpts(judged, signals)
+    problems = []
+    if summary.get("excerpts") != sorted(drawn):
+        problems.append(
+            f"summary.json: excerpts is {_short(summary.get('excerpts'))}; the gates link {_short(sorted(drawn))}"
+        )
+    for rel, text in drawn.items():
+        try:
+            kept = (evidence_dir / rel).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # missing or binary: the digest check names it
+        if kept != text:
+            problems.append(f"{rel} does not show what {DATA}/ shows")
+    return problems
+
+
 def verify_evidence(evidence_dir: Path) -> Verdict:
     """Recompute the gates from data/, compare with the summary, check every file's digest and sanitization."""
     name = evidence_dir.name
@@ -144,8 +165,9 @@ def verify_evidence(evidence_dir: Path) -> Verdict:
         problems.append(f"{DATA}/ is missing: the gates cannot be recomputed")
         judged: dict[str, Any] = {}
     else:
-        judged, _ = judged_summary(data, name)
+        judged, signals = judged_summary(data, name)
         problems += _claims(summary, judged)
+        problems += _excerpts(evidence_dir, summary, judged, signals)
     md = evidence_dir / "summary.md"
     try:
         if md.read_text(encoding="utf-8") != markdown(summary):
