@@ -43,6 +43,8 @@ def _ctx(
         home_dir="/shared/runs/r/home/x",
         ports=Ports.for_role(index),
         runtime=runtime,
+        run_dir="/shared/runs/r",
+        node_python=("/opt/venv/bin/python",),
     )
 
 
@@ -264,7 +266,9 @@ def test_one_gpu_selection_variable_per_vendor(
     assert "VISIBLE_DEVICES" not in frontend
     # In the job (venv runtime too) the other variables are gone before any process starts; Slurm's binding
     # through CUDA_VISIBLE_DEVICES alone still selects the same GPUs on AMD.
-    lines = [line for line in plan.prelude if "VISIBLE_DEVICES" in line]
+    start = next(i for i, line in enumerate(plan.prelude) if line.startswith("# GPU selection"))
+    end = next(i for i, line in enumerate(plan.prelude) if line.startswith("unset ") and i > start)
+    lines = plan.prelude[start : end + 1]
     script = tmp_path / "select.sh"
     script.write_text("\n".join([*lines, "env | grep VISIBLE_DEVICES | sort", ""]))
     env = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "2,3", "HIP_VISIBLE_DEVICES": "2,3"}

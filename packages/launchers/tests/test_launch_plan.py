@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
 from atomdyn_launchers.config import ClusterConfig, PreflightError, parse_cluster_env
 from atomdyn_launchers.engines import get_engine
-from atomdyn_launchers.launch import Launch, LaunchOptions, Submission, plan_roles, required_instances
+from atomdyn_launchers.launch import (
+    Launch,
+    LaunchOptions,
+    Submission,
+    plan_roles,
+    platform_of,
+    required_instances,
+    role_files,
+    run_lock_digest,
+)
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.rundir import RunDir, make_run_id, read_jsonl
 from atomdyn_launchers.sbatch import render
@@ -189,3 +199,42 @@ def test_timeline_and_requests_refuse_off_contract_records(tmp_path: Path) -> No
     with (run.path / "timeline.jsonl").open("a") as handle:
         handle.write('{"t": 2.0, "ev')
     assert len(read_jsonl(run.path / "timeline.jsonl")) == 1
+
+
+def test_docker_runs_record_the_lock_digest_of_the_running_image() -> None:
+    # The checkout's lock may differ from the one the image was built from: the image's label wins.
+    images = {
+        "prefill": {"image": "img:2", "id": "sha256:1", "lock_digest": "sha256:image"},
+        "decode": {"image": "img:2", "id": "sha256:1", "lock_digest": "sha256:image"},
+    }
+    assert run_lock_digest("docker", images, "sha256:checkout") == (
+        "sha256:image",
+        "image label io.atomdyn.lock.digest",
+    )
+    unlabeled = {**images, "decode": {**images["decode"], "lock_digest": ""}}
+    digest, source = run_lock_digest("docker", unlabeled, "sha256:checkout")
+    assert digest is None and "decode carries no io.atomdyn.lock.digest label" in source
+    mixed = {**images, "decode": {**images["decode"], "lock_digest": "sha256:other"}}
+    assert run_lock_digest("docker", mixed, "sha256:checkout")[0] is None
+    assert run_lock_digest("docker", {}, "sha256:checkout")[0] is None
+    assert run_lock_digest("venv", {}, "sha256:checkout") == (
+        "sha256:checkout",
+        "checkout lock (venv runtime)",
+    )
+
+
+def test_platform_comes_from_the_roles_fingerprints_not_the_engine_name(tmp_path: Path) -> None:
+    atom = get_engine("atom")
+    mi355x = {"accelerator": "amd", "amd": {"gpus": ["AMD Instinct MI355X"] * 8}}
+    h200 = {"accelerator": "nvidia", "nvidia": {"gpus": [{"name": "NVIDIA H200"}]}}
+    cpu = {"accelerator": None}
+    assert platform_of(atom, {"prefill": mi355x, "decode": mi355x}) == "MI355X"
+    assert platform_of(atom, {"decode": h200}) == "H200 (NVIDIA), not MI355X"
+    assert platform_of(atom, {"decode": cpu}) == "CPU (no GPU seen), not MI355X"
+    assert platform_of(atom, {}) == "unknown (no fingerprint), not MI355X"
+    assert platform_of(get_engine("mocker"), {"decode": cpu}) == "rehearsal (CPU, mock engine)"
+    # role_files reads what the jobs wrote, skipping a file being written.
+    (tmp_path / "fingerprints").mkdir()
+    (tmp_path / "fingerprints" / "decode.json").write_text(json.dumps(h200))
+    (tmp_path / "fingerprints" / "prefill.json.tmp").write_text("{")
+    assert role_files(tmp_path, "fingerprints") == {"decode": h200}

@@ -199,6 +199,8 @@ def _probe(tmp: Path, help_text: str, mode: str) -> subprocess.CompletedProcess[
         home_dir=str(tmp / "home"),
         ports=Ports(),
         runtime=VenvRuntime(_fake_venv(tmp, help_text)),
+        run_dir=str(tmp / "run"),
+        node_python=(sys.executable,),
     )
     plan = plan_role("vllm", ctx)
     script = tmp / "probe.sh"
@@ -259,6 +261,7 @@ def test_every_engine_and_runtime_renders_shellcheck_clean(
             home_dir="/shared/home",
             ports=Ports(),
             runtime=runtime,
+            run_dir="/shared/runs/r",
         )
         plan = plan_role(engine, ctx)
         job = _job(

@@ -28,6 +28,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_core.lock import find_lock_path, load_lock
@@ -744,13 +745,19 @@ class Stages:
         with suppress(readiness.ReadinessError):
             ctx.etcd.client.delete_prefix(ctx.etcd.prefix)
         passed = state.failure is None
+        fingerprints = role_files(ctx.rundir.path, "fingerprints")
+        lock_digest, lock_source = run_lock_digest(
+            ctx.config.runtime,
+            role_files(ctx.rundir.path, "images"),
+            _lock_digest(ctx.options.lock_path, ctx.config.project_dir),
+        )
         ctx.rundir.write_run(
             kind=ctx.options.kind,
             engine=ctx.engine.name,
             model=ctx.model.name,
             runtime=ctx.config.runtime,
-            platform=ctx.engine.platform_label(None),
-            lock_digest=_lock_digest(ctx.options.lock_path, ctx.config.project_dir),
+            platform=platform_of(ctx.engine, fingerprints),
+            lock_digest=lock_digest,
             config=ctx.config.redacted(),
             jobs=list(state.jobs.values()),
             placement_verified=placement,
@@ -760,6 +767,7 @@ class Stages:
                 "requests_total": ctx.options.resolved_requests(),
                 "requests_ok": sum(1 for r in state.results if r.ok),
                 "registrations": {r: json.loads(reg.to_json()) for r, reg in state.registrations.items()},
+                "lock_digest_source": lock_source,
             },
         )
         self._event("done", detail="pass" if passed else f"fail: {state.failure}")
@@ -772,6 +780,52 @@ class Stages:
             timeline=read_jsonl(ctx.rundir.path / "timeline.jsonl"),
             results=list(state.results),
         )
+
+
+# -- what the record stage reads back from the jobs ---------------------------------------------------------
+
+
+def role_files(run_path: Path, sub: str) -> dict[str, dict[str, Any]]:
+    """role -> the JSON object each job wrote to <run dir>/<sub>/<role>.json (unreadable ones left out)."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted((run_path / sub).glob("*.json")):
+        try:
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(loaded, dict):
+            found[path.stem] = loaded
+    return found
+
+
+def platform_of(engine: Engine, fingerprints: dict[str, dict[str, Any]]) -> str:
+    """The platform the jobs' fingerprints show, as the engine labels it; roles on different hardware are
+    all named."""
+    if not fingerprints:
+        return engine.platform_label(None)
+    labels = list(dict.fromkeys(engine.platform_label(fingerprints[role]) for role in sorted(fingerprints)))
+    return "; ".join(labels)
+
+
+def run_lock_digest(
+    runtime: str, images: dict[str, dict[str, Any]], checkout_digest: str | None
+) -> tuple[str | None, str]:
+    """(the lock digest the run used, where it was read). Docker: the io.atomdyn.lock.digest label of the image
+    every job ran, read on its node at run time; none when a label is missing or the roles disagree. Venv: the
+    checkout's lock, which is what the venv was built from."""
+    if runtime != "docker":
+        return checkout_digest, "checkout lock (venv runtime)"
+    digests = {role: str(info.get("lock_digest") or "") for role, info in images.items()}
+    if not digests:
+        return None, "unknown: no job recorded its image (images/<role>.json)"
+    missing = sorted(role for role, digest in digests.items() if not digest)
+    if missing:
+        return None, f"unknown: the image of {', '.join(missing)} carries no io.atomdyn.lock.digest label"
+    if len(set(digests.values())) > 1:
+        return None, "unknown: the roles ran images of different locks: " + ", ".join(
+            f"{role} {digest}" for role, digest in sorted(digests.items())
+        )
+    return next(iter(digests.values())), "image label io.atomdyn.lock.digest"
 
 
 # -- what the submit stage renders (no live objects: the golden snapshots build one with a fixed config) ----

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from atomdyn_launchers.engines.base import Engine, EngineError, NodeNeeds, RoleContext, RolePlan, Timeouts
 from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, devices, plan_vllm_role
 from atomdyn_launchers.engines.runtime import DeviceAccess, RdmaMounts
+from atomdyn_launchers.rundir import GateExpectations
 
 # The KV path on ionic RoCE. Reliable-connected verbs only: UD queue pairs fail on ionic, so neither UD
 # transports nor the `ib` alias that pulls them in; and never `tcp`, which would let a P/D run fall back to
@@ -57,6 +58,9 @@ MI355X = VllmPlatform(
     extra_env=ATOM_ENV,
     model_args=True,
     preload_helper=_needs_helper,
+    # P/D only: the NICs as the worker's container sees them (SRQ for rc_verbs), then NIXL's doctor.
+    rdma_check=lambda ctx: ctx.mode != "agg",
+    doctor=lambda ctx: ctx.mode != "agg",
     rdma_required=True,
 )
 
@@ -67,6 +71,17 @@ class AtomEngine(Engine):
     dynamo_module = "vllm"
     timeouts = Timeouts(ready_s=3600.0, settle_s=300.0, time_limit="04:00:00")
     description = "dynamo.vllm with ATOM on MI355X, NIXL over RoCE"
+    # P/D on the validated path: KV over RDMA (rc) and never TCP, the helper's registrations per worker (the
+    # PoC's run logged 720), nixl_rocm as the backend, and each worker's doctor report.
+    expectations = GateExpectations(
+        nixl_transfers=True,
+        external_prefix_hits=True,
+        kv_transport="rc",
+        forbidden_kv_transports=("tcp",),
+        dmabuf_registrations_per_worker=720,
+        nixl_backend="nixl_rocm",
+        doctor_required=True,
+    )
     platform = MI355X
 
     def images(self, kind: str | None, base_image: str | None, nixl_image: str | None) -> list[str]:

@@ -8,6 +8,7 @@ timeouts and which evidence gates apply. The launchers know roles and stages, no
 
 from __future__ import annotations
 
+import json
 import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -16,6 +17,7 @@ from typing import Any
 
 from atomdyn_launchers.engines.runtime import NO_DEVICES, DeviceAccess, DockerRuntime, RdmaMounts, Runtime
 from atomdyn_launchers.profiles.models import ModelProfile, ProfileError
+from atomdyn_launchers.rundir import GateExpectations
 from atomdyn_launchers.sbatch import Arg, ProcessSpec, Shell
 
 MODES = ("agg", "prefill", "decode")
@@ -158,10 +160,17 @@ def frontend(ctx: RoleContext) -> ProcessSpec:
     return wrap(ctx, "frontend", argv, env, NO_DEVICES)
 
 
+def run_path(ctx: RoleContext, sub: str) -> str:
+    """A per-role file in the run directory (the job writes it; the evidence reads it)."""
+    if not ctx.run_dir:
+        raise EngineError(f"role {ctx.role}: no run directory to write {sub}/ into")
+    return f"{ctx.run_dir}/{sub}/{ctx.role}"
+
+
 def fingerprint_prelude(ctx: RoleContext) -> list[str]:
     """The node's fingerprint (GPU, ROCm/CUDA, NIC, driver), written from inside the job before the engine
     starts, to <run dir>/fingerprints/<role>.json. A failed probe is recorded, never fatal."""
-    target = f"{ctx.run_dir}/fingerprints/{ctx.role}.json"
+    target = run_path(ctx, "fingerprints") + ".json"
     image = ctx.runtime.image if isinstance(ctx.runtime, DockerRuntime) else ""
     env = f"ATOMDYN_IMAGE={shlex.quote(image)} " if image else ""
     return [
@@ -175,6 +184,34 @@ def fingerprint_prelude(ctx: RoleContext) -> list[str]:
     ]
 
 
+def image_prelude(ctx: RoleContext) -> list[str]:
+    """In the docker runtime: the image the workers run, as the node's daemon has it, with the lock digest
+    its label carries, to <run dir>/images/<role>.json (the run records that digest, not the checkout's)."""
+    if not isinstance(ctx.runtime, DockerRuntime):
+        return []
+    target = run_path(ctx, "images") + ".json"
+    image = ctx.runtime.image
+    template = (
+        '{"image": ' + json.dumps(image) + ', "id": {{json .Id}}, '
+        '"lock_digest": {{json (index .Config.Labels "io.atomdyn.lock.digest")}}}'
+    )
+    inspect = [ctx.runtime.docker, "image", "inspect", "--format", template, image]
+    return [
+        "# The image the workers run and the lock its label names (read now, on this node).",
+        f"mkdir -p {shlex.quote(ctx.run_dir + '/images')}",
+        f"if ! {quoted(inspect)} >{shlex.quote(target + '.tmp')}; then",
+        f"  log 'cannot inspect image {image} on this node'",
+        "  exit 2",
+        "fi",
+        f"mv -f {shlex.quote(target + '.tmp')} {shlex.quote(target)}",
+    ]
+
+
+def record_preludes(ctx: RoleContext) -> list[str]:
+    """What every role records before its engine starts: the node's fingerprint, the image's lock digest."""
+    return fingerprint_prelude(ctx) + image_prelude(ctx)
+
+
 class Engine(ABC):
     """One engine profile. Subclasses set the class attributes and implement :meth:`plan`."""
 
@@ -183,7 +220,7 @@ class Engine(ABC):
     dynamo_module: str  # the Dynamo entry point its workers run (dynamo.<module>)
     timeouts: Timeouts
     # Which evidence gates apply to a run of this engine (the evidence code reads it).
-    expectations: Any
+    expectations: GateExpectations
     description: str = ""
 
     @abstractmethod

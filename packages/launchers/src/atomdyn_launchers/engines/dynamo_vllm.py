@@ -18,6 +18,8 @@ from atomdyn_launchers.engines.base import (
     dynamo_env,
     frontend,
     quoted,
+    record_preludes,
+    run_path,
     worker_name,
     wrap,
 )
@@ -39,7 +41,9 @@ KV_TRANSFER_CONFIG = kv_transfer_config()
 class VllmPlatform:
     """Everything a vLLM-based engine changes in the shared role builder."""
 
-    gpu_visibility: str | None  # the one variable that selects GPUs (ROCR_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES)
+    gpu_visibility: (
+        str | None
+    )  # the one variable that selects GPUs (ROCR_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES)
     vendor: str  # "amd" | "nvidia" | "none"
     # UCX/NIXL environment of the KV path, per mode (P/D may differ from aggregated runs).
     ucx_env: Callable[[RoleContext], Mapping[str, str]] = lambda ctx: {}
@@ -129,7 +133,7 @@ def shim_prelude(ctx: RoleContext) -> list[str]:
 def rdma_check_prelude(ctx: RoleContext, access: DeviceAccess, env: Mapping[str, Arg]) -> list[str]:
     """`ibv_devinfo -v` as the worker's container sees the NICs (same image, devices and mounts), kept in the
     run directory and read on the node: devices, ports, GIDs and max_srq (UCX's rc_verbs needs SRQ)."""
-    base = f"{ctx.run_dir}/rdma/{ctx.role}"
+    base = run_path(ctx, "rdma")
     if isinstance(ctx.runtime, DockerRuntime):
         probe = ctx.runtime.tool(["ibv_devinfo", "-v"], env=env, devices=access, name="rdma-check")
     else:
@@ -155,7 +159,7 @@ def rdma_check_prelude(ctx: RoleContext, access: DeviceAccess, env: Mapping[str,
 def doctor_prelude(ctx: RoleContext, access: DeviceAccess, env: Mapping[str, Arg]) -> list[str]:
     """`nixl-compat doctor --json` in the worker's runtime (same image, devices and environment, helper
     preloaded) before the engine starts; its report kept in the run directory; a failed doctor fails the role."""
-    target = f"{ctx.run_dir}/doctor/{ctx.role}.json"
+    target = run_path(ctx, "doctor") + ".json"
     argv = ["nixl-compat", "doctor", "--json"]
     for device in (ctx.ucx_net_devices or "").split(","):
         if device:
@@ -198,7 +202,7 @@ def plan_vllm_role(ctx: RoleContext, platform: VllmPlatform) -> RolePlan:
     if platform.model_args:
         env.update(model.atom_env)
     access = devices(platform, ctx.rdma)
-    prelude = probe_disagg_prelude(ctx) + mgmt_prelude(ctx)
+    prelude = record_preludes(ctx) + probe_disagg_prelude(ctx) + mgmt_prelude(ctx)
     prelude += access.selection_prelude() + ctx.runtime.prelude(access)
     if platform.preload_helper(ctx):
         env["LD_PRELOAD"] = Shell('"$SHIM_PRELOAD"')

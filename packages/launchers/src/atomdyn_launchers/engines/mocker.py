@@ -16,10 +16,12 @@ from atomdyn_launchers.engines.base import (
     dynamo_env,
     frontend,
     hardware_label,
+    record_preludes,
     worker_name,
     wrap,
 )
 from atomdyn_launchers.engines.runtime import NO_DEVICES
+from atomdyn_launchers.rundir import GateExpectations
 from atomdyn_launchers.sbatch import Arg
 
 
@@ -29,6 +31,8 @@ class MockerEngine(Engine):
     dynamo_module = "mocker"
     timeouts = Timeouts(ready_s=120.0, settle_s=60.0, time_limit="00:30:00")
     description = "Dynamo's CPU mock engine (rehearsal)"
+    # The P/D handoff shows as different prefill and decode worker ids; cache hits in the router's kv_hit_rate.
+    expectations = GateExpectations(pd_worker_split=True, router_prefix_hits=True)
 
     def plan(self, ctx: RoleContext) -> RolePlan:
         model = ctx.model
@@ -50,7 +54,9 @@ class MockerEngine(Engine):
         processes = [wrap(ctx, worker_name(ctx.mode), argv, env, NO_DEVICES)]
         if ctx.with_frontend:
             processes.insert(0, frontend(ctx))
-        return RolePlan(processes, [], dynamo_env(ctx), worker_name(ctx.mode), 0, ctx.model_path)
+        return RolePlan(
+            processes, record_preludes(ctx), dynamo_env(ctx), worker_name(ctx.mode), 0, ctx.model_path
+        )
 
     def platform_label(self, fingerprint: Any) -> str:
         # The mock engine does no GPU work: wherever it ran, it is a rehearsal of the launchers.

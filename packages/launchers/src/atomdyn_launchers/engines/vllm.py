@@ -8,6 +8,7 @@ from __future__ import annotations
 from atomdyn_launchers.engines.base import Engine, NodeNeeds, RoleContext, RolePlan, Timeouts
 from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, devices, plan_vllm_role
 from atomdyn_launchers.engines.runtime import DeviceAccess, RdmaMounts
+from atomdyn_launchers.rundir import GateExpectations
 
 NVIDIA = VllmPlatform(
     gpu_visibility="CUDA_VISIBLE_DEVICES",
@@ -22,6 +23,7 @@ class VllmEngine(Engine):
     dynamo_module = "vllm"
     timeouts = Timeouts(ready_s=3600.0, settle_s=300.0, time_limit="04:00:00")
     description = "dynamo.vllm on NVIDIA GPUs"
+    expectations = GateExpectations(nixl_transfers=True, external_prefix_hits=True)
     platform = NVIDIA
 
     def node_needs(self, kind: str | None) -> NodeNeeds:

@@ -1,0 +1,147 @@
+"""What a worker's job records and checks before its engine starts: the node's fingerprint, the image's lock
+digest, the RDMA devices as the worker sees them, and NIXL's doctor. The shell the engines generate runs here
+with bash; the doctor is the real `nixl-compat doctor` of the project environment, and `ibv_devinfo` (no
+RDMA NIC here) is a stand-in printing text in rdma-core's format (tests/fixtures/ibv_devinfo)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from atomdyn_launchers.engines import get_engine
+from atomdyn_launchers.engines.base import Ports, RoleContext, record_preludes
+from atomdyn_launchers.engines.dynamo_vllm import doctor_prelude, rdma_check_prelude
+from atomdyn_launchers.engines.runtime import NO_DEVICES, DockerRuntime, VenvRuntime
+from atomdyn_launchers.profiles.models import get_model
+from atomdyn_launchers.sbatch import Shell
+
+VENV = Path(sys.executable).parent.parent
+FIXTURES = Path(__file__).parent / "fixtures" / "ibv_devinfo"
+SRC = [str(Path(__file__).resolve().parents[2] / p / "src") for p in ("launchers", "core")]
+
+
+def _ctx(tmp: Path, mode: str = "prefill", **changes: object) -> RoleContext:
+    ctx = RoleContext(
+        run_id="r",
+        role=mode,
+        mode=mode,
+        with_frontend=False,
+        index=1,
+        model=get_model("qwen3-8b-bf16"),
+        model_path="/m",
+        etcd_endpoint="http://127.0.0.1:2379",
+        namespace="ns",
+        home_dir=str(tmp / "home"),
+        ports=Ports.for_role(1),
+        runtime=VenvRuntime(VENV),
+        run_dir=str(tmp / "run"),
+        node_python=("env", "PYTHONPATH=" + os.pathsep.join(SRC), sys.executable),
+        ucx_net_devices="ionic_0:1",
+    )
+    return replace(ctx, **changes)  # type: ignore[arg-type]
+
+
+def _run(tmp: Path, lines: list[str], path: str | None = None) -> subprocess.CompletedProcess[str]:
+    script = tmp / "job.sh"
+    script.write_text(
+        "\n".join(["#!/bin/bash", "set -u", 'log() { echo "LOG: $*"; }', *lines, "echo DONE", ""])
+    )
+    env = {**os.environ, "PATH": f"{path}:{os.environ['PATH']}" if path else os.environ["PATH"]}
+    return subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, env=env, check=False, timeout=300
+    )
+
+
+def test_p_d_atom_roles_check_rdma_then_doctor_before_the_engine(tmp_path: Path) -> None:
+    atom = get_engine("atom")
+    prelude = "\n".join(atom.plan(_ctx(tmp_path)).prelude)
+    assert prelude.index("ibv_devinfo -v") < prelude.index("nixl-compat doctor --json")
+    assert "--expect-net-device ionic_0:1" in prelude and "--need-srq" in prelude
+    aggregated = "\n".join(atom.plan(_ctx(tmp_path, mode="agg")).prelude)
+    assert "ibv_devinfo" not in aggregated and "nixl-compat doctor" not in aggregated
+    vllm = "\n".join(get_engine("vllm").plan(_ctx(tmp_path)).prelude)
+    assert "nixl-compat doctor" not in vllm
+
+
+def test_a_nic_without_srq_fails_the_role_before_the_engine(tmp_path: Path) -> None:
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "ibv_devinfo").write_text(f"#!/bin/sh\ncat {FIXTURES / 'ionic.txt'}\n")
+    (tools / "ibv_devinfo").chmod(0o755)
+    ctx = _ctx(tmp_path)
+    done = _run(tmp_path, rdma_check_prelude(ctx, NO_DEVICES, {}), path=str(tools))
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "DONE" not in done.stdout and "RDMA check failed (see rdma/prefill.json)" in done.stdout
+    assert "ionic_0 reports max_srq 0" in done.stderr
+    report = json.loads((tmp_path / "run" / "rdma" / "prefill.json").read_text())
+    assert report["ok"] is False and report["devices"][0]["device"] == "ionic_0"
+    assert (tmp_path / "run" / "rdma" / "prefill.devinfo.txt").read_text().startswith("hca_id:\tionic_0")
+
+
+def test_an_invisible_nic_fails_the_role(tmp_path: Path) -> None:
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "ibv_devinfo").write_text(f"#!/bin/sh\ncat {FIXTURES / 'none.txt'}\nexit 255\n")
+    (tools / "ibv_devinfo").chmod(0o755)
+    done = _run(tmp_path, rdma_check_prelude(_ctx(tmp_path), NO_DEVICES, {}), path=str(tools))
+    assert done.returncode == 3 and "ibv_devinfo -v failed where the worker runs" in done.stdout
+
+
+def test_a_failed_doctor_fails_the_role_and_its_report_is_kept(tmp_path: Path) -> None:
+    # The atom KV path's UCX settings on a machine without an RDMA NIC: NIXL cannot self-test, for real.
+    ctx = _ctx(tmp_path)
+    env = {k: v for k, v in get_engine("atom").plan(ctx).processes[0].env.items() if k.startswith("UCX_")}
+    done = _run(
+        tmp_path,
+        ["SHIM_PRELOAD=", *doctor_prelude(ctx, NO_DEVICES, {**env, "LD_PRELOAD": Shell('"$SHIM_PRELOAD"')})],
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "nixl-compat doctor failed (see doctor/prefill.json)" in done.stdout
+    report = json.loads((tmp_path / "run" / "doctor" / "prefill.json").read_text())
+    assert report["schema"] == "nixl-compat-doctor/1" and report["selftest"]["ok"] is False
+    assert report["environment"]["UCX_TLS"] == "rc_v,sm,self"
+
+
+def test_a_passing_doctor_lets_the_role_go_on(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, ucx_net_devices="lo")
+    env = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo"}
+    done = _run(tmp_path, doctor_prelude(ctx, NO_DEVICES, env))
+    assert done.returncode == 0 and "DONE" in done.stdout, done.stdout + done.stderr
+    report = json.loads((tmp_path / "run" / "doctor" / "prefill.json").read_text())
+    assert (
+        report["selftest"]["ok"] is True and not (tmp_path / "run" / "doctor" / "prefill.json.tmp").exists()
+    )
+
+
+def test_every_role_writes_its_fingerprint(tmp_path: Path) -> None:
+    for engine in ("mocker", "atom"):
+        plan = get_engine(engine).plan(_ctx(tmp_path, role=f"{engine}-role"))
+        assert "atomdyn_core.fingerprint" in "\n".join(plan.prelude)
+    done = _run(tmp_path, record_preludes(_ctx(tmp_path)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    fingerprint = json.loads((tmp_path / "run" / "fingerprints" / "prefill.json").read_text())
+    assert fingerprint["schema_version"] == 1 and "accelerator" in fingerprint and "rdma" in fingerprint
+
+
+def test_docker_roles_record_the_images_lock_digest(tmp_path: Path) -> None:
+    # The docker CLI stands in for a node's daemon: it answers `image inspect` as the template asks.
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "docker").write_text(
+        "#!/bin/sh\n"
+        '[ "$1 $2" = "image inspect" ] || exit 9\n'
+        'echo "{\\"image\\": \\"img:1\\", \\"id\\": \\"sha256:abc\\", \\"lock_digest\\": \\"sha256:feed\\"}"\n'
+    )
+    (tools / "docker").chmod(0o755)
+    ctx = _ctx(tmp_path, runtime=DockerRuntime("img:1", "atomdyn-r", ["/shared"]))
+    lines = record_preludes(ctx)
+    assert any("io.atomdyn.lock.digest" in line for line in lines)
+    done = _run(tmp_path, lines, path=str(tools))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        json.loads((tmp_path / "run" / "images" / "prefill.json").read_text())["lock_digest"] == "sha256:feed"
+    )
