@@ -123,6 +123,7 @@ def snapshots(session: nox.Session) -> None:
     """Regenerate what is generated from the launchers' code: the golden launch snapshots
     (packages/launchers/tests/golden) and config/cluster.env.example; review the diff (not a default session)."""
     python(session, str(ROOT / "packages" / "launchers" / "tests" / "golden_launch.py"), "--write")
+    python(session, "-m", "atomdyn_launchers.config", "--write", str(ROOT / "config" / "cluster.env.example"))
 
 
 def source_date_epoch() -> str:
