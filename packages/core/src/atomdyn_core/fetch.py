@@ -251,7 +251,9 @@ def _platform_args(filename: str) -> list[str]:
     parts = filename[: -len(".whl")].split("-")
     python_tag, abi_tag, platform_tag = parts[-3], parts[-2], parts[-1]
     if platform_tag == "any":
-        return []
+        # Exactly the pure wheel, even where the project also publishes compiled ones that pip would prefer.
+        version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        return ["--platform", "any", "--implementation", "py", "--abi", "none", "--python-version", version]
     args = [arg for platform in platform_tag.split(".") for arg in ("--platform", platform)]  # a.b: both
     if python_tag.startswith("cp"):
         digits = python_tag[2:]
