@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from atomdyn_launchers.rundir import (
     FAILED_STATES,
     KINDS,
+    SCHEMA_VERSION,
     TERMINAL_STATES,
     GateExpectations,
     JobRecord,
+    RunDir,
+    RunRecord,
     base_state,
     format_exit_code,
     parse_exit_code,
@@ -82,3 +88,26 @@ def test_contradictory_expectations_are_refused() -> None:
         GateExpectations(dmabuf_registrations_per_worker=0)
     with pytest.raises(AttributeError):
         ATOM.kv_transport = "tcp"  # type: ignore[misc]
+
+
+def test_run_json_round_trips_through_the_record(tmp_path: Path) -> None:
+    rundir = RunDir.create(tmp_path, "disagg", "mocker")
+    job = JobRecord("prefill", 3, "node1", "node1", "COMPLETED", "0:0", "0:0")
+    path = rundir.write_run(
+        kind="disagg", engine="mocker", model="m", runtime="venv", platform="rehearsal (CPU, mock engine)",
+        lock_digest="sha256:" + "0" * 64, config={"PREFILL_NODE": "node1"}, jobs=[job], placement_verified=True,
+        result="pass", failure=None, extra={"requests_total": 8, "requests_ok": 8, "registrations": {"prefill": {}}},
+    )  # fmt: skip
+    raw = json.loads(path.read_text())
+    assert raw["schema_version"] == SCHEMA_VERSION and raw["engine_profile"] == "mocker"
+    assert raw["requests_total"] == 8 and raw["registrations"] == {"prefill": {}}
+    record = RunRecord.from_json(raw)
+    assert record.jobs == [job] and record.requests_ok == 8 and record.engine == "mocker"
+    assert record.to_json() == raw
+
+
+def test_a_damaged_run_json_reads_back_without_raising() -> None:
+    record = RunRecord.from_json({"jobs": ["x"], "config": 3, "requests_total": True, "placement_verified": "yes",
+                                  "kind": 5})  # fmt: skip
+    assert record.jobs is None and record.config == {} and record.requests_total is None
+    assert record.placement_verified is None and record.kind is None and record.schema_version is None

@@ -16,7 +16,7 @@ import re
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -164,6 +164,96 @@ class JobRecord:
             and status is not None
             and status[0] == 0
             and (self.derived_exit_code is None or (derived is not None and derived[0] == 0))
+        )
+
+
+def _text(raw: Mapping[str, Any], key: str) -> str | None:
+    value = raw.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _count(raw: Mapping[str, Any], key: str) -> int | None:
+    value = raw.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass
+class RunRecord:
+    """``run.json``: what the launcher recorded about one run (docs/run-directory.md, "run.json").
+
+    :meth:`from_json` reads a record back leniently: a field of the wrong type becomes None (an empty list, an
+    empty mapping) and the evidence gates that need it fail naming it; nothing here raises on content.
+    """
+
+    run_id: str | None
+    kind: str | None
+    engine: str | None  # run.json's "engine_profile"
+    model: str | None  # "model_profile"
+    runtime: str | None
+    platform: str | None
+    lock_digest: str | None
+    config: dict[str, str]
+    jobs: list[JobRecord] | None  # None: run.json lists no job (or not as objects)
+    placement_verified: bool | None
+    result: str | None  # "pass" | "fail"
+    failure: str | None
+    requests_total: int | None = None  # smoke requests planned
+    requests_ok: int | None = None  # answered correctly
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. registrations
+    schema_version: object = SCHEMA_VERSION
+
+    _KEYS = (
+        "schema_version", "run_id", "kind", "engine_profile", "model_profile", "runtime", "platform",
+        "lock_digest", "config", "jobs", "placement_verified", "result", "failure", "requests_total",
+        "requests_ok",
+    )  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "schema_version": self.schema_version,
+            "run_id": self.run_id,
+            "kind": self.kind,
+            "engine_profile": self.engine,
+            "model_profile": self.model,
+            "runtime": self.runtime,
+            "platform": self.platform,
+            "lock_digest": self.lock_digest,
+            "config": dict(self.config),
+            "jobs": [asdict(job) for job in self.jobs or []],
+            "placement_verified": self.placement_verified,
+            "result": self.result,
+            "failure": self.failure,
+        }
+        for key in ("requests_total", "requests_ok"):
+            if getattr(self, key) is not None:
+                record[key] = getattr(self, key)
+        record.update({k: v for k, v in self.extra.items() if k not in self._KEYS})
+        return record
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> RunRecord:
+        jobs = raw.get("jobs")
+        config = raw.get("config")
+        verified = raw.get("placement_verified")
+        return cls(
+            run_id=_text(raw, "run_id"),
+            kind=_text(raw, "kind"),
+            engine=_text(raw, "engine_profile"),
+            model=_text(raw, "model_profile"),
+            runtime=_text(raw, "runtime"),
+            platform=_text(raw, "platform"),
+            lock_digest=_text(raw, "lock_digest"),
+            config={str(k): str(v) for k, v in config.items()} if isinstance(config, dict) else {},
+            jobs=[JobRecord.from_json(j) for j in jobs]
+            if isinstance(jobs, list) and jobs and all(isinstance(j, dict) for j in jobs)
+            else None,
+            placement_verified=verified if isinstance(verified, bool) else None,
+            result=_text(raw, "result"),
+            failure=_text(raw, "failure"),
+            requests_total=_count(raw, "requests_total"),
+            requests_ok=_count(raw, "requests_ok"),
+            extra={k: v for k, v in raw.items() if k not in cls._KEYS},
+            schema_version=raw.get("schema_version"),
         )
 
 
@@ -327,25 +417,26 @@ class RunDir:
     ) -> Path:
         if result not in ("pass", "fail"):
             raise ValueError(f"result must be pass or fail, not {result!r}")
-        record: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
-            "run_id": self.run_id,
-            "kind": kind,
-            "engine_profile": engine,
-            "model_profile": model,
-            "runtime": runtime,
-            "platform": platform,
-            "lock_digest": lock_digest,
-            "config": dict(config),
-            "jobs": [asdict(job) for job in jobs],
-            "placement_verified": placement_verified,
-            "result": result,
-            "failure": failure,
-        }
-        if extra:
-            record.update(extra)
+        extra = dict(extra or {})
+        record = RunRecord(
+            run_id=self.run_id,
+            kind=kind,
+            engine=engine,
+            model=model,
+            runtime=runtime,
+            platform=platform,
+            lock_digest=lock_digest,
+            config=dict(config),
+            jobs=list(jobs),
+            placement_verified=placement_verified,
+            result=result,
+            failure=failure,
+            requests_total=extra.pop("requests_total", None),
+            requests_ok=extra.pop("requests_ok", None),
+            extra=extra,
+        )
         path = self.path / "run.json"
-        atomic_write_json(path, record)
+        atomic_write_json(path, record.to_json())
         return path
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from atomdyn_launchers.evidence import logscan, prom
-from atomdyn_launchers.rundir import DISAGG_KINDS, KINDS, SCHEMA_VERSION, JobRecord, parse_requests_done
+from atomdyn_launchers.rundir import DISAGG_KINDS, KINDS, SCHEMA_VERSION, RunRecord, parse_requests_done
 
 REAL_ENGINES = ("vllm", "atom")
 _RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(" + "|".join(map(re.escape, KINDS)) + r")-([A-Za-z0-9_-]+)$")
@@ -148,41 +148,43 @@ def _read_run(signals: Signals) -> None:
         signals.set("run.id", signals.name)
         return
     signals.run = run
-    run_id = run.get("run_id")
-    if not (isinstance(run_id, str) and _SAFE_ID.match(run_id)):
-        signals.problems.append(f"run.json run_id {run_id!r} is not a plain name; using the directory name")
+    record = RunRecord.from_json(run)
+    run_id = record.run_id
+    if not (run_id and _SAFE_ID.match(run_id)):
+        signals.problems.append(
+            f"run.json run_id {run.get('run_id')!r} is not a plain name; using the directory name"
+        )
         run_id = signals.name
     signals.set("run.id", run_id)
-    kind = run.get("kind")
-    signals.set("run.kind", kind if kind in KINDS else (from_name.group(1) if from_name else None))
-    signals.set("run.engine", run.get("engine_profile") or (from_name.group(2) if from_name else None))
-    for key in ("model_profile", "runtime", "platform", "lock_digest", "failure"):
-        signals.set(f"run.{key}", run.get(key))
+    kind = record.kind if record.kind in KINDS else (from_name.group(1) if from_name else None)
+    signals.set("run.kind", kind)
+    signals.set("run.engine", record.engine or (from_name.group(2) if from_name else None))
+    signals.set("run.model_profile", record.model)
+    signals.set("run.runtime", record.runtime)
+    signals.set("run.platform", record.platform)
+    signals.set("run.lock_digest", record.lock_digest)
+    signals.set("run.failure", record.failure)
     # Evidence must say where it ran and from which pinned inputs (CONTRIBUTING: platform and lock digest).
-    platform, digest = run.get("platform"), run.get("lock_digest")
-    provenance = bool(isinstance(platform, str) and platform.strip() and isinstance(digest, str)
-                      and _DIGEST.match(digest))  # fmt: skip
+    provenance = bool(record.platform and record.platform.strip() and record.lock_digest
+                      and _DIGEST.match(record.lock_digest))  # fmt: skip
     signals.set("run.provenance", provenance)
-    signals.excerpt("run", f"run.json: platform={platform!r} lock_digest={digest}")
-    for key in ("requests_total", "requests_ok"):  # what the launcher counted, cross-checked by the gates
-        count = run.get(key)
-        if isinstance(count, int) and not isinstance(count, bool):
+    signals.excerpt("run", f"run.json: platform={run.get('platform')!r} lock_digest={run.get('lock_digest')}")
+    for key, count in (("requests_total", record.requests_total), ("requests_ok", record.requests_ok)):
+        if count is not None:  # what the launcher counted, cross-checked by the gates
             signals.set(f"run.{key}", count)
         else:
             signals.absent(f"run.{key}", f"run.json records no {key}")
-    result = run.get("result")
-    if result in ("pass", "fail"):
-        signals.set("run.result", result)
+    if record.result in ("pass", "fail"):
+        signals.set("run.result", record.result)
     else:
-        signals.absent("run.result", f"run.json result is {result!r}")
-    signals.excerpt("run", f"run.json: result={result} failure={run.get('failure')}")
-    verified = run.get("placement_verified")
-    if isinstance(verified, bool):
+        signals.absent("run.result", f"run.json result is {run.get('result')!r}")
+    signals.excerpt("run", f"run.json: result={run.get('result')} failure={run.get('failure')}")
+    verified = record.placement_verified
+    if verified is not None:
         signals.set("placement.verified", verified)
     else:
         signals.absent("placement.verified", "run.json has no placement_verified")
-    jobs = run.get("jobs")
-    if not isinstance(jobs, list) or not jobs or not all(isinstance(j, dict) for j in jobs):
+    if record.jobs is None:
         for name in (
             "jobs.count",
             "jobs.clean",
@@ -192,39 +194,19 @@ def _read_run(signals: Signals) -> None:
         ):
             signals.absent(name, "run.json lists no jobs")
         return
-    signals.set("jobs.count", len(jobs))
-    clean = True
-    ran: list[str] = []
-    as_requested = True
-    for job in jobs:
-        signals.excerpt(
-            "jobs",
-            "run.json job: "
-            + " ".join(
-                f"{k}={job.get(k)}"
-                for k in (
-                    "role",
-                    "job_id",
-                    "node_requested",
-                    "node_ran",
-                    "state",
-                    "exit_code",
-                    "derived_exit_code",
-                )
-            ),
-        )
-        record = JobRecord.from_json(job)
-        if record.node_ran:
-            ran.append(record.node_ran)
-        as_requested = as_requested and bool(record.node_ran) and record.node_ran == record.node_requested
-        clean = clean and record.ended_cleanly
-    signals.set("jobs.clean", clean)
+    signals.set("jobs.count", len(record.jobs))
+    ran = [job.node_ran for job in record.jobs if job.node_ran]
+    for job in run["jobs"]:
+        shown = ("role", "job_id", "node_requested", "node_ran", "state", "exit_code", "derived_exit_code")
+        signals.excerpt("jobs", "run.json job: " + " ".join(f"{k}={job.get(k)}" for k in shown))
+    as_requested = all(job.node_ran and job.node_ran == job.node_requested for job in record.jobs)
+    signals.set("jobs.clean", all(job.ended_cleanly for job in record.jobs))
     signals.set("placement.as_requested", as_requested)
-    if isinstance(verified, bool):  # the launcher's own check also compares where each role registered from
+    if verified is not None:  # the launcher's own check also compares where each role registered from
         signals.set("placement.ok", verified and as_requested)
     else:
         signals.absent("placement.ok", "run.json has no placement_verified")
-    if len(ran) == len(jobs):
+    if len(ran) == len(record.jobs):
         signals.set("placement.distinct_nodes", len(set(ran)))
     else:
         signals.absent("placement.distinct_nodes", "a job has no node_ran (it never started?)")
