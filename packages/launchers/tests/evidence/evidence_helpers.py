@@ -175,6 +175,7 @@ def atom_run(tmp_path: Path) -> Path:
         "runtime": "docker",
         "platform": "MI355X",
         "lock_digest": "sha256:" + "ab" * 32,
+        "lock_digest_source": "image label io.atomdyn.lock.digest",
         "config": {
             "SLURM_ACCOUNT": "acme-ml-prj",
             "SLURM_PARTITION": "mi355x-prod",

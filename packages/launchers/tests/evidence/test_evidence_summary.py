@@ -105,6 +105,12 @@ def test_atom_evidence_is_sanitized_everywhere(atom_run: Path, tmp_path: Path) -
     ]
     assert summary["fingerprint"] == {"decode": {"hostname": "host-2", "kernel": "6.8.0"}}
     assert summary["platform_source"] == "the jobs' fingerprints"
+    assert summary["lock_digest"] == "sha256:" + "ab" * 32  # the digest the run recorded, and where from
+    assert summary["lock_digest_source"] == "image label io.atomdyn.lock.digest"
+    assert (
+        f"`sha256:{'ab' * 32}` (from the image label io.atomdyn.lock.digest)"
+        in (out / "summary.md").read_text()
+    )
     assert (
         summary["platform"] == "CPU (no GPU seen), not MI355X"
     )  # what the node reported, not run.json's word

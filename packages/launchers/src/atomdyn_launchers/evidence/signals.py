@@ -163,6 +163,8 @@ def _read_run(signals: Signals) -> None:
     signals.set("run.runtime", record.runtime)
     signals.set("run.platform", record.platform)
     signals.set("run.lock_digest", record.lock_digest)
+    source = record.extra.get("lock_digest_source")  # e.g. the running image's label, or the checkout's lock
+    signals.set("run.lock_digest_source", source if isinstance(source, str) else None)
     signals.set("run.failure", record.failure)
     # Evidence must say where it ran and from which pinned inputs (CONTRIBUTING: platform and lock digest).
     provenance = bool(record.platform and record.platform.strip() and record.lock_digest

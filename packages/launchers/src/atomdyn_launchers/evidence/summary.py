@@ -151,7 +151,11 @@ def markdown(summary: dict[str, Any]) -> str:
         ("engine profile", summary["engine_profile"]),
         ("model profile", summary["model_profile"]),
         ("runtime", summary["runtime"]),
-        ("lock digest", f"`{summary['lock_digest']}`"),
+        (
+            "lock digest",
+            f"`{summary['lock_digest']}`"
+            + (f" (from the {summary['lock_digest_source']})" if summary.get("lock_digest_source") else ""),
+        ),
         ("verdict", f"**{summary['verdict'].upper()}** ({verdict_words(summary)})"),
     ]
     out = [f"# Evidence: {summary['run_id']}", "", "| | |", "|---|---|"]
@@ -215,6 +219,7 @@ def judged_summary(
         "platform": sanitize(platform),
         "platform_source": platform_source,
         "lock_digest": v("run.lock_digest"),
+        "lock_digest_source": sanitize(v("run.lock_digest_source")) if v("run.lock_digest_source") else None,
         "launcher_result": v("run.result"),
         "failure": sanitize(str(v("run.failure"))) if v("run.failure") else None,
         "verdict": overall(results),
