@@ -46,7 +46,7 @@ def test_production_rendering_from_the_lock(tmp_path: Path) -> None:
     assert "atom-0.1.6rc0+rocm7.1-py3-none-any.whl sha256:unrecorded" in base
     overlay = render.render_overlay(lock, render.RenderOptions(atom_variant="rocm7.1"), ["0001.patch"])
     assert "--with-rocm=/opt/rocm --with-verbs" in overlay
-    assert "-Csetup-args=-Dwheel_variant=rocm" in overlay
+    assert "--config-settings=setup-args=-Dwheel_variant=rocm" in overlay
     assert 'io.atomdyn.native-stage="source"' in overlay
     assert "STAND-IN" not in overlay
     assert 'io.atomdyn.patches="0001.patch"' in overlay
@@ -64,7 +64,7 @@ def test_every_wheel_is_tag_checked_and_the_native_stage_builds_with_pinned_tool
     native, final = overlay.split("\nFROM base\n")
     assert "python3 /tmp/atomdyn/wheeltags.py /tmp/atomdyn/build-tools/*.whl" in native
     assert "--require-hashes \\\n        --target /opt/atomdyn-build -r" in native
-    assert "-Csetup-args=--wrap-mode=nodownload" in native
+    assert "--config-settings=setup-args=--wrap-mode=nodownload" in native
     assert "COPY sources/dmabuf-shim /src/dmabuf-shim" in native
     assert "--wheel-dir /opt/compat-wheels" in native
     assert "python3 -m pip install --no-cache-dir" not in native  # nothing unpinned from an index
