@@ -37,6 +37,7 @@ from atomdyn_launchers.config import ClusterConfig, PreflightError, resolve_clus
 from atomdyn_launchers.engines import Engine, EngineError, get_engine
 from atomdyn_launchers.engines.base import Ports, RoleContext, RolePlan
 from atomdyn_launchers.engines.runtime import DockerRuntime, RdmaMounts, Runtime, VenvRuntime
+from atomdyn_launchers.nodes import jobs
 from atomdyn_launchers.nodes.check import CheckReport, check_nodes
 from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, OwnedEtcdError, owned_etcd_node
 from atomdyn_launchers.nodes.jobs import NodeJobError, docker_host
@@ -72,10 +73,10 @@ class LaunchOptions:
     concurrency: int = 8
     max_tokens: int = 32
     prompt_groups: int = 4
-    ready_timeout_s: float | None = None  # default: 120 s for the mocker, 3600 s for real engines
-    settle_timeout_s: float | None = None  # default: 60 s for the mocker, 300 s for GPU engines
+    ready_timeout_s: float | None = None  # default: the engine's timeouts.ready_s
+    settle_timeout_s: float | None = None  # default: the engine's timeouts.settle_s
     request_timeout_s: float = 120.0
-    time_limit: str | None = None  # default: 00:30:00 for the mocker, 04:00:00 for real engines
+    time_limit: str | None = None  # default: the engine's timeouts.time_limit (Slurm's --time)
     speedup_ratio: float = 10.0
     runs_root: Path | None = None  # default: <SHARED_DIR>/runs
     lock_path: Path | None = None
@@ -858,13 +859,11 @@ class Submission:
         return DockerRuntime(images[0], f"atomdyn-{self.rundir.run_id}", mounts)
 
     def node_python(self) -> list[str]:
-        """How a job runs this project's modules on the node itself, outside any container. They need only
-        the standard library, so without a venv the checkout's sources on the shared filesystem are enough."""
-        venv_python = self.config.python_venv / "bin" / "python"
-        if self.config.runtime == "venv" or venv_python.exists():
-            return [str(venv_python)]
-        sources = [self.config.project_dir / "packages" / p / "src" for p in ("launchers", "core")]
-        return ["env", "PYTHONPATH=" + ":".join(str(s) for s in sources), "python3"]
+        """How a job runs this project's modules on the node, outside any container: in the venv runtime its
+        venv (preflight requires it), else as the node jobs do."""
+        if self.config.runtime == "venv":
+            return [str(self.config.python_venv / "bin" / "python")]
+        return jobs.node_python(self.config)
 
     def role_context(self, spec: RoleSpec, runtime: Runtime) -> RoleContext:
         run_id = self.rundir.run_id
