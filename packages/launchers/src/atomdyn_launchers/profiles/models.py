@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 DEFAULT_MODEL = "qwen3-8b-bf16"
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 _FIELDS: dict[str, type | tuple[type, ...]] = {
     "description": str,
@@ -23,6 +25,8 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "atom_env": dict,
     "atom_args": list,
 }
+# Optional: a model the project builds itself (no hub download), e.g. the CPU rehearsal's tiny Qwen3.
+_OPTIONAL: dict[str, type] = {"build_digest": str}
 
 
 class ProfileError(ValueError):
@@ -44,6 +48,8 @@ class ModelProfile:
     # Settings that only ATOM needs (its recipes); the vllm profile on NVIDIA leaves them out.
     atom_env: Mapping[str, str]
     atom_args: tuple[str, ...]
+    # Set for a model built locally (atomdyn_launchers.tinymodel): the digest its directory must have.
+    build_digest: str | None = None
 
     def vllm_args(self) -> list[str]:
         """Engine flags shared by the vllm and atom profiles (vLLM's own CLI)."""
@@ -59,7 +65,7 @@ class ModelProfile:
 def _parse(name: str, raw: Any) -> ModelProfile:
     if not isinstance(raw, dict):
         raise ProfileError(f"model profile {name!r}: expected an object")
-    unknown = sorted(set(raw) - set(_FIELDS))
+    unknown = sorted(set(raw) - set(_FIELDS) - set(_OPTIONAL))
     if unknown:
         raise ProfileError(f"model profile {name!r}: unknown field {unknown[0]!r}")
     for field, kind in _FIELDS.items():
@@ -69,6 +75,9 @@ def _parse(name: str, raw: Any) -> ModelProfile:
         # bool is an int subclass: refuse it where a count is expected.
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise ProfileError(f"model profile {name!r}: field {field!r} has the wrong type")
+    digest = raw.get("build_digest")
+    if digest is not None and not (isinstance(digest, str) and _DIGEST.fullmatch(digest)):
+        raise ProfileError(f"model profile {name!r}: 'build_digest' must be 'sha256:' and 64 hex digits")
     for field in ("engine_args", "atom_args"):
         if not all(isinstance(a, str) for a in raw[field]):
             raise ProfileError(f"model profile {name!r}: {field!r} must be a list of strings")
@@ -89,6 +98,7 @@ def _parse(name: str, raw: Any) -> ModelProfile:
         engine_args=tuple(raw["engine_args"]),
         atom_env=dict(raw["atom_env"]),
         atom_args=tuple(raw["atom_args"]),
+        build_digest=digest,
     )
 
 
