@@ -128,6 +128,9 @@ def quoted(argv: Sequence[Arg]) -> str:
     return " ".join(a.text if isinstance(a, Shell) else shlex.quote(a) for a in argv)
 
 
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+
+
 def dynamo_env(ctx: RoleContext) -> dict[str, Arg]:
     """Discovery through etcd, TCP request plane, ZMQ events: no NATS (Dynamo 1.3 on the rehearsal and GPUs)."""
     env: dict[str, Arg] = {
@@ -139,6 +142,10 @@ def dynamo_env(ctx: RoleContext) -> dict[str, Arg]:
         "HF_HUB_OFFLINE": "1",
         "PYTHONUNBUFFERED": "1",
     }
+    # Dynamo's own HTTP (the frontend fetching model metadata from workers) honours http_proxy, which a job
+    # inherits from the submit host; its peers are cluster addresses, never behind a proxy. Dynamo 1.3
+    # ignores NO_PROXY=*, so the proxy variables are emptied (an empty one counts as unset).
+    env.update(dict.fromkeys(PROXY_VARIABLES, ""))
     env.update({name: Shell(value) for name, value in ctx.etcd_env.items()})
     env.update(ctx.extra_env)
     return env
