@@ -373,3 +373,11 @@ def test_an_edited_excerpt_fails_even_with_its_digest_updated(collected: Path) -
     text = _problems(collected)
     assert "excerpts/requests.txt does not show what data/ shows" in text
     assert "was changed after collection" not in text
+
+
+def test_gates_listed_out_of_order_fail_verify(collected: Path) -> None:
+    summary = json.loads((collected / "summary.json").read_text())
+    summary["gates"].reverse()
+    (collected / "summary.json").write_text(json.dumps(summary))
+    text = _problems(collected)
+    assert "summary.json: the gates are listed in another order than the data judges them" in text
