@@ -1,21 +1,32 @@
 """What a worker's job records and checks before its engine starts: the node's fingerprint, the image's lock
 digest, the RDMA devices as the worker sees them, and NIXL's doctor. The shell the engines generate runs here
 with bash; the doctor is the real `nixl-compat doctor` of the project environment, and `ibv_devinfo` (no
-RDMA NIC here) is a stand-in printing text in rdma-core's format (tests/fixtures/ibv_devinfo)."""
+RDMA NIC here) is a stand-in printing text in rdma-core's format (tests/fixtures/ibv_devinfo); the image label is
+read by the real docker CLI from a private daemon."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
+from atomdyn_core.dockerd import dockerd_argv, find_dockerd
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.engines.base import Ports, RoleContext, record_preludes
 from atomdyn_launchers.engines.dynamo_vllm import doctor_prelude, rdma_check_prelude
 from atomdyn_launchers.engines.runtime import NO_DEVICES, DockerRuntime, VenvRuntime
+from atomdyn_launchers.localcluster.dockerd import ping
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.sbatch import Shell
 
@@ -127,21 +138,69 @@ def test_every_role_writes_its_fingerprint(tmp_path: Path) -> None:
     assert fingerprint["schema_version"] == 1 and "accelerator" in fingerprint and "rdma" in fingerprint
 
 
-def test_docker_roles_record_the_images_lock_digest(tmp_path: Path) -> None:
-    # The docker CLI stands in for a node's daemon: it answers `image inspect` as the template asks.
-    tools = tmp_path / "bin"
-    tools.mkdir()
-    (tools / "docker").write_text(
-        "#!/bin/sh\n"
-        '[ "$1 $2" = "image inspect" ] || exit 9\n'
-        'echo "{\\"image\\": \\"img:1\\", \\"id\\": \\"sha256:abc\\", \\"lock_digest\\": \\"sha256:feed\\"}"\n'
+@pytest.fixture(scope="module")
+def private_docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A private Docker daemon (own data root and socket, host network untouched); its DOCKER_HOST."""
+    binary = find_dockerd()
+    if binary is None or shutil.which("docker") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("dockerd/docker are not installed (.ci/run must install docker.io)")
+        pytest.skip("dockerd/docker are not installed")
+    root = tmp_path_factory.mktemp("dockerd")
+    run = Path(tempfile.mkdtemp(prefix="atomdyn-h1-", dir="/run"))  # short socket paths
+    sock = run / "docker.sock"
+    log = (root / "dockerd.log").open("w")
+    proc = subprocess.Popen(
+        dockerd_argv(binary, root / "data", sock, run / "exec", run / "dockerd.pid"),
+        stdout=subprocess.DEVNULL,
+        stderr=log,
     )
-    (tools / "docker").chmod(0o755)
-    ctx = _ctx(tmp_path, runtime=DockerRuntime("img:1", "atomdyn-r", ["/shared"]))
-    lines = record_preludes(ctx)
-    assert any("io.atomdyn.lock.digest" in line for line in lines)
-    done = _run(tmp_path, lines, path=str(tools))
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert (
-        json.loads((tmp_path / "run" / "images" / "prefill.json").read_text())["lock_digest"] == "sha256:feed"
+    try:
+        deadline = time.monotonic() + 60
+        while not ping(sock):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"private dockerd did not answer /_ping within 60 s ({root / 'dockerd.log'})"
+                )
+            time.sleep(0.1)
+        yield f"unix://{sock}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        log.close()
+        shutil.rmtree(run, ignore_errors=True)
+
+
+def _import_image(host: str, tag: str, labels: dict[str, str]) -> None:
+    """A minimal image (one empty directory) with ``labels``, imported into the daemon."""
+    rootfs = io.BytesIO()
+    with tarfile.open(fileobj=rootfs, mode="w") as tar:
+        entry = tarfile.TarInfo("etc")
+        entry.type = tarfile.DIRTYPE
+        tar.addfile(entry)
+    changes = [arg for key, value in labels.items() for arg in ("--change", f"LABEL {key}={value}")]
+    subprocess.run(
+        ["docker", "-H", host, "import", *changes, "-", tag],
+        input=rootfs.getvalue(),
+        check=True,
+        capture_output=True,
     )
+
+
+def test_docker_roles_record_the_lock_digest_of_the_image_on_the_node(
+    tmp_path: Path, private_docker: str
+) -> None:
+    _import_image(private_docker, "atomdyn-h1-labeled:1", {"io.atomdyn.lock.digest": "sha256:feed"})
+    _import_image(private_docker, "atomdyn-h1-bare:1", {})
+    for tag, expected in (("atomdyn-h1-labeled:1", "sha256:feed"), ("atomdyn-h1-bare:1", "")):
+        ctx = _ctx(tmp_path, runtime=DockerRuntime(tag, "atomdyn-r", ["/shared"]))
+        lines = [f"export DOCKER_HOST={private_docker}", *record_preludes(ctx)]
+        done = _run(tmp_path, lines)
+        assert done.returncode == 0, done.stdout + done.stderr
+        recorded = json.loads((tmp_path / "run" / "images" / "prefill.json").read_text())
+        assert recorded["image"] == tag and recorded["id"].startswith("sha256:")
+        assert recorded["lock_digest"] == expected
+    # An image missing on the node fails the role before its engine starts.
+    ctx = _ctx(tmp_path, runtime=DockerRuntime("atomdyn-h1-absent:1", "atomdyn-r", ["/shared"]))
+    done = _run(tmp_path, [f"export DOCKER_HOST={private_docker}", *record_preludes(ctx)])
+    assert done.returncode == 2 and "cannot inspect image atomdyn-h1-absent:1" in done.stdout

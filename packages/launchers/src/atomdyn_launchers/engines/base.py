@@ -200,8 +200,9 @@ def image_prelude(ctx: RoleContext) -> list[str]:
     image = ctx.runtime.image
     template = (
         '{"image": ' + json.dumps(image) + ', "id": {{json .Id}}, '
-        '"lock_digest": {{json (index .Config.Labels "io.atomdyn.lock.digest")}}}'
-    )
+        '"lock_digest": {{if .Config.Labels}}{{json (index .Config.Labels "io.atomdyn.lock.digest")}}'
+        '{{else}}""{{end}}}'
+    )  # an image without any label has no Labels map, and `index` of nothing is an error
     inspect = [ctx.runtime.docker, "image", "inspect", "--format", template, image]
     return [
         "# The image the workers run and the lock its label names (read now, on this node).",

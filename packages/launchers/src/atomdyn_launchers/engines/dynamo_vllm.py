@@ -135,7 +135,9 @@ def rdma_check_prelude(ctx: RoleContext, access: DeviceAccess, env: Mapping[str,
     run directory and read on the node: devices, ports, GIDs and max_srq (UCX's rc_verbs needs SRQ)."""
     base = run_path(ctx, "rdma")
     if isinstance(ctx.runtime, DockerRuntime):
-        probe = ctx.runtime.tool(["ibv_devinfo", "-v"], env=env, devices=access, name="rdma-check")
+        probe = ctx.runtime.tool(
+            ["ibv_devinfo", "-v"], env=env, devices=access, name=f"{ctx.role}-rdma-check"
+        )
     else:
         probe = ["ibv_devinfo", "-v"]
     check: list[Arg] = [*ctx.node_python, "-m", "atomdyn_launchers.engines.rdma", base + ".devinfo.txt"]
@@ -165,7 +167,7 @@ def doctor_prelude(ctx: RoleContext, access: DeviceAccess, env: Mapping[str, Arg
         if device:
             argv += ["--expect-net-device", device]
     if isinstance(ctx.runtime, DockerRuntime):
-        probe = ctx.runtime.tool(argv, env=env, devices=access, name="doctor")
+        probe = ctx.runtime.tool(argv, env=env, devices=access, name=f"{ctx.role}-doctor")
     else:
         probe = ctx.runtime.tool(argv, env=env)
     return [
