@@ -1,4 +1,5 @@
-"""Refresh the lock's wheel and source-archive sizes and sha256 from where this runs (`nox -s update_lock`).
+"""Refresh the lock's wheel, Debian package and source-archive sizes and sha256 from where this runs
+(`nox -s update_lock`).
 
 Only entries that can be fetched here change; what cannot be fetched keeps its current value ("unrecorded"
 stays unrecorded: a hash is never invented). The file is rewritten atomically and the new digest printed.
@@ -13,7 +14,15 @@ import tempfile
 from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_text
-from atomdyn_core.fetch import Artifact, FetchError, obtain, sha256_file, source_artifact, wheel_artifact
+from atomdyn_core.fetch import (
+    Artifact,
+    FetchError,
+    deb_artifact,
+    obtain,
+    sha256_file,
+    source_artifact,
+    wheel_artifact,
+)
 from atomdyn_core.lock import find_lock_path, load_lock, parse_lock
 
 
@@ -31,6 +40,8 @@ def main() -> int:
     targets: list[tuple[str, Artifact, dict[str, object]]] = [
         (wheel.name, wheel_artifact(wheel), raw["wheels"][wheel.name]) for wheel in lock.wheels.values()
     ]
+    for deb in lock.debs.values():
+        targets.append((f"deb:{deb.name}", deb_artifact(deb), raw["debs"][deb.name]))
     for source in lock.sources.values():
         if source.archive is not None:
             targets.append(

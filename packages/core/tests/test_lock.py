@@ -53,6 +53,16 @@ def test_committed_lock_pins_the_stack() -> None:
     assert not lock.wheels["atom-rocm7.2"].recorded
 
 
+def test_committed_lock_pins_etcd_by_its_debian_package() -> None:
+    deb = next(d for d in load_lock(LOCK_PATH).debs.values() if "etcd" in d.roles)
+    assert (deb.package, deb.architecture) == ("etcd-server", "amd64")
+    assert (
+        deb.apt_spec == f"etcd-server={deb.version}"
+        and deb.filename == f"etcd-server_{deb.version}_amd64.deb"
+    )
+    assert deb.sha256 is not None and deb.size is not None
+
+
 def test_verify_cli_prints_digest() -> None:
     result = run_verify(LOCK_PATH)
     assert result.returncode == 0, result.stderr
@@ -87,6 +97,11 @@ BAD_INPUTS = [
     pytest.param(["wheels", "nixl", "size"], -1, "$.wheels.nixl.size", id="negative-size"),
     pytest.param(["wheels", "nixl", "roles"], ["nonsense"], "$.wheels.nixl.roles[0]", id="unknown-role"),
     pytest.param(["schema_version"], 99, "$.schema_version", id="future-schema"),
+    pytest.param(
+        ["debs", "etcd-server", "filename"], "etcd.deb", "$.debs.etcd-server.filename", id="deb-filename"
+    ),
+    pytest.param(["debs", "etcd-server", "sha256"], "abc", "$.debs.etcd-server.sha256", id="deb-sha256"),
+    pytest.param(["debs", "etcd-server", "arch"], "x", "$.debs.etcd-server.arch", id="deb-unknown-key"),
 ]
 
 

@@ -252,7 +252,7 @@ def test_run_owned_etcd_starts_serves_and_is_gone(config: ClusterConfig, tmp_pat
     owned = OwnedEtcd.start(config, run_dir, "node1")
     record = json.loads((run_dir / "etcd.json").read_text())
     assert record["endpoint"] == owned.endpoint
-    assert record["node"] == "node1" and record["version"] == "3.5.1"
+    assert record["node"] == "node1" and record["version"] == "3.4.23"
     assert owned.endpoint.startswith(f"http://{dict(config.node_addrs)['node1']}:")
     client = EtcdClient(owned.endpoint)
     client.put("atomdyn-test/key", "value")
@@ -307,7 +307,7 @@ def test_disagg_run_with_run_owned_etcd_serves_the_run_and_leaves_nothing(config
     node_check = json.loads((outcome.run_dir / "node-check.json").read_text())
     assert node_check["ok"] is True and set(node_check["nodes"]) == set(NODES)
     record = json.loads((outcome.run_dir / "etcd.json").read_text())
-    assert record["node"] == config.prefill_node and record["version"] == "3.5.1"
+    assert record["node"] == config.prefill_node and record["version"] == "3.4.23"
     assert record["stopped"] and record["exit_status"] == 0
     # The roles registered in the run's own etcd: their registrations name its endpoint's node addresses.
     run_record = json.loads((outcome.run_dir / "run.json").read_text())

@@ -26,18 +26,24 @@ def pinned_stack_table(lock: Lock) -> str:
     for wheel in lock.wheels.values():
         sha = f"sha256 {wheel.sha256[:12]}…" if wheel.sha256 else "sha256 not yet recorded"
         rows.append(f"| {wheel.name} wheel | {wheel.filename}, {sha} |")
+    for deb in lock.debs.values():
+        sha = f"sha256 {deb.sha256[:12]}…" if deb.sha256 else "sha256 not yet recorded"
+        rows.append(f"| {deb.name} Debian package | {deb.filename}, {sha} |")
     return "\n".join(rows) + "\n"
 
 
 def _verify(args: argparse.Namespace) -> int:
     lock = load_lock(args.lock)
     unrecorded = [w.name for w in lock.wheels.values() if not w.recorded]
+    unrecorded += [f"deb {d.name}" for d in lock.debs.values() if d.sha256 is None or d.size is None]
     unrecorded += [f"image {i.name}" for i in lock.images.values() if i.digest is None]
     unrecorded += [
         f"source {s.name} archive" for s in lock.sources.values() if s.archive and s.archive.sha256 is None
     ]
     print(f"lock: {lock.path} (schema {lock.schema_version}, {lock.release_name} {lock.release_version})")
-    print(f"images {len(lock.images)}, sources {len(lock.sources)}, wheels {len(lock.wheels)}")
+    print(
+        f"images {len(lock.images)}, sources {len(lock.sources)}, wheels {len(lock.wheels)}, debs {len(lock.debs)}"
+    )
     if unrecorded:
         print(f"not yet recorded (refused unless overridden): {', '.join(unrecorded)}")
     print(f"digest: {lock.digest}")

