@@ -20,7 +20,7 @@ from evidence_helpers import (
 )
 
 from atomdyn_launchers.evidence.expectations import expectations_for
-from atomdyn_launchers.evidence.gates import GATES, GateResult, evaluate, gates_for, overall
+from atomdyn_launchers.evidence.gates import GATES, GateResult, carries, evaluate, gates_for, overall
 from atomdyn_launchers.evidence.signals import collect_signals
 from atomdyn_launchers.rundir import GateExpectations
 
@@ -123,6 +123,22 @@ def test_same_kernel_copy_is_seen_as_such(atom_run: Path) -> None:
     _append(atom_run / "logs" / "decode.worker.log", UCX_CMA.read_text().splitlines())
     assert collect_signals(atom_run).get("kv.transport_rows") == {"cma/memory": 4}
     assert _failed(atom_run, GateExpectations(kv_transport="cma", forbidden_kv_transports=("tcp",))) == {}
+
+
+def test_a_same_host_copy_fails_where_the_kv_must_cross_the_network(atom_run: Path) -> None:
+    _append(atom_run / "logs" / "decode.worker.log", UCX_CMA.read_text().splitlines())
+    rehearsal = GateExpectations(kv_transport="tcp", forbidden_kv_transports=("cma", "sysv", "posix"))
+    assert _failed(atom_run, rehearsal) == {
+        "kv_transport_rows": "kv.expected_transport_rows is 0, expected >= 1",
+        "kv_forbidden_transport_rows": "kv.forbidden_transport_rows is 4, expected == 0",
+    }
+
+
+def test_a_transport_name_covers_its_variants() -> None:
+    assert carries("rc_verbs/ionic_0:1", "rc") and carries("rc_mlx5/mlx5_0:1", "rc") and carries("rc/x", "rc")
+    assert carries("cuda_ipc/cuda", "cuda") and carries("tcp/eth0", "tcp")
+    assert not carries("rocm_copy/memory", "rocm_ipc") and not carries("rcx/x", "rc")
+    assert not carries("tcp/eth0", None)
 
 
 def test_dmabuf_gates_apply_whenever_expected_even_with_no_helper_line(atom_run: Path) -> None:

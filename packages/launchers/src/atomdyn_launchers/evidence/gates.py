@@ -154,9 +154,11 @@ def gates_for(kind: str | None, expectations: GateExpectations | None) -> list[G
     return [g for g in GATES if kind in g.kinds and g.applies(applied)]
 
 
-def _family(transport: str) -> str:
-    """``rc_verbs/ionic_0:1`` -> ``rc``; ``cuda_ipc/cuda`` -> ``cuda``; ``tcp/eth0`` -> ``tcp``."""
-    return transport.split("/", 1)[0].split("_", 1)[0]
+def carries(transport: str, named: str | None) -> bool:
+    """Whether a UCX ``transport/device`` is the transport ``named``: the name itself or one of its variants
+    (``rc`` is ``rc_verbs`` and ``rc_mlx5``; ``cuda`` is ``cuda_ipc``; ``rocm_ipc`` is only ``rocm_ipc``)."""
+    name = transport.split("/", 1)[0]
+    return named is not None and (name == named or name.startswith(named + "_"))
 
 
 def derive(signals: Signals, expectations: GateExpectations | None) -> None:
@@ -165,10 +167,15 @@ def derive(signals: Signals, expectations: GateExpectations | None) -> None:
     expected = expectations or GateExpectations()
     rows = signals.get("kv.transport_rows")
     if isinstance(rows, dict):
-        fams = [(_family(t), n) for t, n in rows.items()]
-        signals.set("kv.expected_transport_rows", sum(n for f, n in fams if f == expected.kv_transport))
-        forbidden = set(expected.forbidden_kv_transports)
-        signals.set("kv.forbidden_transport_rows", sum(n for f, n in fams if f in forbidden))
+        signals.set(
+            "kv.expected_transport_rows",
+            sum(n for t, n in rows.items() if carries(t, expected.kv_transport)),
+        )
+        forbidden = expected.forbidden_kv_transports
+        signals.set(
+            "kv.forbidden_transport_rows",
+            sum(n for t, n in rows.items() if any(carries(t, f) for f in forbidden)),
+        )
     else:
         why = signals.missing.get("kv.transport_rows", "kv.transport_rows was not collected")
         signals.absent("kv.expected_transport_rows", why)
