@@ -1,4 +1,4 @@
-"""The one sanitizer: everything that leaves a run (logs, excerpts, summaries, fingerprints) passes through it.
+"""The sanitizer's patterns and :class:`Sanitizer`, which applies them line by line (the reference path).
 
 Identifying values become stable placeholders (``host-1``, ``user-1``, ``account-1``, ``/cluster/path-1``,
 documentation-range addresses ``192.0.2.N`` / ``2001:db8::N``) so the evidence still reads: the same host is the
@@ -14,9 +14,8 @@ import ipaddress
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TextIO
 
-__all__ = ["Sanitizer", "sanitize", "sanitize_file"]
+__all__ = ["Sanitizer", "node_names", "sanitize", "strip_colours"]
 
 # Names that identify nothing: never learned as users or hosts, never replaced as bare words.
 _SYSTEM_USERS = frozenset(
@@ -203,6 +202,16 @@ _SLURM_KEYS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+def strip_colours(text: str) -> str:
+    """Remove terminal colour codes until none is left (removing one can join the halves of another; any
+    order of removal ends in the same text, as no two codes overlap)."""
+    while "\x1b[" in text:
+        text, removed = _ANSI.subn("", text)
+        if not removed:
+            break
+    return text
+
+
 def _redact(kind: str) -> str:
     return f"<redacted:{kind}>"
 
@@ -249,6 +258,7 @@ class Sanitizer:
         self._paths: dict[str, str] = {}
         self._bare_re: re.Pattern[str] | None = None
         self._bare_dirty = True
+        self._names: tuple[tuple[int, int], list[str]] | None = None  # known_names() for a known_count()
         self.add_known(hosts=hosts, users=users, paths=paths, accounts=accounts)
 
     def add_known(
@@ -377,9 +387,28 @@ class Sanitizer:
         blocks are matched across lines; everything else line by line, each pattern only on lines that hold
         its keyword (a log line rarely holds any), which keeps large files fast."""
         if "\x1b" in text:
-            text = _ANSI.sub("", text)
+            text = strip_colours(text)
         if "PRIVATE KEY" in text:
             text = _PRIVATE_KEY.sub(_redact("private-key"), text)
+        return self._lines(text)
+
+    def known_count(self) -> tuple[int, int]:
+        """How many names are replaced wherever they stand alone (grows as names are learned)."""
+        return len(self._hosts), len(self._bare)
+
+    def known_names(self) -> list[str]:
+        """The names replaced wherever they stand alone, lower case, none holding another (that one is enough to
+        look for): where none is found in a lower-cased text, :meth:`_bare_words` changes nothing there."""
+        count = self.known_count()
+        if self._names is None or self._names[0] != count:
+            kept: list[str] = []
+            for name in sorted({*self._hosts, *(w.lower() for w in self._bare)}, key=len):
+                if not any(shorter in name for shorter in kept):
+                    kept.append(name)
+            self._names = (count, kept)
+        return self._names[1]
+
+    def _lines(self, text: str) -> str:
         return "".join(self._line(line) for line in text.splitlines(keepends=True))
 
     def sanitize_lines(self, lines: Iterable[str]) -> Iterator[str]:
@@ -586,31 +615,3 @@ def sanitize(text: str) -> str:
     sanitizer = Sanitizer()
     sanitizer.learn(text)
     return sanitizer.sanitize(text)
-
-
-def sanitize_file(path: Path, out: TextIO, sanitizer: Sanitizer | None = None) -> None:
-    """Write the sanitized text of ``path`` to ``out`` in two streaming passes (learn, then replace).
-
-    Undecodable bytes become U+FFFD rather than an error: logs of crashed processes end in garbage.
-    """
-    sanitizer = sanitizer or Sanitizer()
-    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
-        for block in _blocks(handle):
-            sanitizer.learn(block)
-    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
-        for block in _blocks(handle):
-            out.write(sanitizer.sanitize(block))
-
-
-def _blocks(handle: TextIO, size: int = 1 << 20) -> Iterator[str]:
-    """Blocks of whole lines of about ``size`` characters (a private key block may straddle two)."""
-    pending: list[str] = []
-    held = 0
-    for line in handle:
-        pending.append(line)
-        held += len(line)
-        if held >= size and "-----BEGIN" not in line:
-            yield "".join(pending)
-            pending, held = [], 0
-    if pending:
-        yield "".join(pending)

@@ -1,0 +1,119 @@
+"""Whole files through the sanitizer: streamed in blocks of bounded size, in one pass where possible.
+
+The result is that of the line-by-line sanitizer after it has learned the whole file (a user named once in a
+home path is replaced where named alone before that line too): each block is learned, then sanitized
+(:func:`~atomdyn_core.sanitize.scan.sanitize_block`); where a block after the first teaches a new name, the
+earlier blocks may hold it, and the file is sanitized a second time with everything known. Output goes to
+a temporary file renamed into place, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+from atomdyn_core.sanitize.sanitizer import _PRIVATE_KEY, Sanitizer, strip_colours
+from atomdyn_core.sanitize.scan import sanitize_block
+
+__all__ = ["BLOCK_CHARS", "LINE_LIMIT_CHARS", "sanitize_file", "sanitize_file_to"]
+
+BLOCK_CHARS = (
+    4 << 20
+)  # characters read at a time; memory stays a small multiple of this whatever the file size
+LINE_LIMIT_CHARS = 16 << 20  # a longer line is sanitized in pieces of this size (no log writes such lines)
+_KEY_TAIL = 256  # more than the longest END line of a private key block
+
+
+def sanitize_file(
+    path: Path, out: TextIO, sanitizer: Sanitizer | None = None, block_chars: int = BLOCK_CHARS
+) -> None:
+    """Write the sanitized text of ``path`` to ``out``.
+
+    Undecodable bytes become U+FFFD rather than an error: logs of crashed processes end in garbage."""
+    with tempfile.TemporaryFile("w+", encoding="utf-8", newline="") as staged:
+        _sanitize_into(Path(path), staged, sanitizer or Sanitizer(), block_chars)
+        staged.seek(0)
+        shutil.copyfileobj(staged, out, BLOCK_CHARS)
+
+
+def sanitize_file_to(
+    path: Path, dest: Path, sanitizer: Sanitizer | None = None, block_chars: int = BLOCK_CHARS
+) -> None:
+    """Write the sanitized text of ``path`` to ``dest`` (a temporary file beside it, renamed into place)."""
+    path, dest = Path(path), Path(dest)
+    if not path.is_file():
+        raise FileNotFoundError(f"sanitize: {path} is not a file")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as staged:
+            _sanitize_into(path, staged, sanitizer or Sanitizer(), block_chars)
+            staged.flush()
+            os.fsync(staged.fileno())
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, dest)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def _sanitize_into(path: Path, out: TextIO, sanitizer: Sanitizer, block_chars: int) -> None:
+    learned_late = False
+    for index, block in enumerate(read_blocks(path, block_chars)):
+        known = sanitizer.known_count()
+        out.write(sanitize_block(sanitizer, block))
+        learned_late = learned_late or (index > 0 and sanitizer.known_count() != known)
+    if learned_late:
+        out.seek(0)
+        out.truncate()
+        for block in read_blocks(path, block_chars):
+            out.write(sanitize_block(sanitizer, block))
+
+
+def read_blocks(path: Path, block_chars: int = BLOCK_CHARS) -> Iterator[str]:
+    """The file's text in blocks of whole lines, colour codes removed, no private key block cut in two.
+
+    A key block without its END line runs to the end of the file (as the pattern says); its body is dropped
+    as it is read (it is redacted whole), so that memory stays bounded."""
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        while block := _read_lines(handle, block_chars):
+            while (header_end := _open_key_block(block)) is not None:
+                more = _read_lines(handle, block_chars)
+                if not more:
+                    break
+                if len(block) - header_end > _KEY_TAIL:
+                    block = block[:header_end] + block[-_KEY_TAIL:]
+                block += more
+            yield block
+
+
+def _read_lines(handle: TextIO, block_chars: int) -> str:
+    """About ``block_chars`` characters, up to a line end (a CRLF is not cut in two)."""
+    data = handle.read(block_chars)
+    while data and not data.endswith("\n"):
+        more = handle.read(1) if data.endswith("\r") else handle.readline(LINE_LIMIT_CHARS)
+        data += more
+        if not more or len(more) == LINE_LIMIT_CHARS:
+            break
+    return strip_colours(data)
+
+
+def _open_key_block(block: str) -> int | None:
+    """Where the header of a private key block that ends with ``block`` (no END line yet) ends, else None."""
+    if "PRIVATE KEY" not in block:
+        return None
+    last = None
+    for match in _PRIVATE_KEY.finditer(block):
+        last = match
+    if last is None or last.end() != len(block):
+        return None
+    header = f"-----BEGIN {last['kind']}PRIVATE KEY{last['block']}-----"
+    if len(last[0]) > len(header) and last[0].endswith(
+        f"-----END {last['kind']}PRIVATE KEY{last['block']}-----"
+    ):
+        return None
+    return last.start() + len(header)

@@ -1,0 +1,294 @@
+"""The whole-file fast path hides exactly what the line-by-line path hides, and whole files stream through it."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_sanitize import BENIGN, CORPUS
+from test_sanitize_corpus import HIDE, KEEP
+
+from atomdyn_core.sanitize import Sanitizer, sanitize_file, sanitize_file_to
+from atomdyn_core.sanitize.files import read_blocks
+from atomdyn_core.sanitize.loggen import KNOWN, generate_text
+from atomdyn_core.sanitize.scan import sanitize_block
+
+Known = dict[str, list[str]]
+
+
+def _state(s: Sanitizer) -> tuple[Any, ...]:
+    return s._maps, s._hosts, s._bare
+
+
+def _line_by_line(known: Known, text: str) -> tuple[str, tuple[Any, ...]]:
+    s = Sanitizer(**known)  # type: ignore[arg-type]
+    s.learn(text)
+    return s.sanitize(text), _state(s)
+
+
+def _fast(known: Known, text: str) -> tuple[str, tuple[Any, ...]]:
+    s = Sanitizer(**known)  # type: ignore[arg-type]
+    return sanitize_block(s, text), _state(s)
+
+
+def _assert_same(known: Known, text: str) -> None:
+    slow, slow_state = _line_by_line(known, text)
+    fast, fast_state = _fast(known, text)
+    if fast != slow:
+        for a, b in zip(fast.splitlines(), slow.splitlines(), strict=False):
+            assert a == b, "fast path and line-by-line path differ"
+    assert fast == slow
+    assert fast_state == slow_state  # the same values learned and numbered in the same order
+
+
+# Without private key blocks: a block holding one goes down the line-by-line path whole (tested on its own).
+CORPUS_LINES = [
+    line
+    for line in [raw for raw, _, _ in CORPUS] + BENIGN + [c.raw for c in HIDE + KEEP]
+    if "PRIVATE" not in line
+]
+KEY_LINES = [raw for raw, _, _ in CORPUS if "PRIVATE" in raw]
+
+
+@pytest.mark.parametrize("case", HIDE + KEEP, ids=[c.where for c in HIDE + KEEP])
+def test_each_corpus_case(case: Any) -> None:
+    _assert_same(case.known, case.raw + "\n")
+
+
+@pytest.mark.parametrize("known", [{}, KNOWN], ids=["nothing-known", "run-config"])
+def test_the_whole_corpus_as_one_text(known: Known) -> None:
+    _assert_same(known, "\n".join(CORPUS_LINES) + "\n")
+
+
+def test_a_text_with_a_private_key_block() -> None:
+    _assert_same({}, "\n".join(CORPUS_LINES[:10] + KEY_LINES + CORPUS_LINES[10:]) + "\n")
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("known", [{}, KNOWN], ids=["nothing-known", "run-config"])
+def test_generated_logs(seed: int, known: Known) -> None:
+    _assert_same(known, generate_text(256 << 10, seed=seed))
+
+
+# Pieces that make a pattern match or nearly match, to be recombined at random.
+_PIECES = [
+    *(
+        " ",
+        "  ",
+        "\t",
+        "=",
+        ":",
+        "::",
+        ":::",
+        ".",
+        "-",
+        "--",
+        "_",
+        "/",
+        "@",
+        '"',
+        "'",
+        "[",
+        "]",
+        "%",
+        "*** ",
+        "#",
+    ),
+    *("\r\n", "\r", "\x0b", "\x85", "\u2028", "\x1b[32m", "\x1b[0m", "\x1b[", "\x1b[\x1b[0m1m"),
+    *("\u212a", "\u0131", "\u0130", "\u017f", "é"),  # case-blind matching: Kelvin sign, dotless i, İ, long s
+    *(
+        "host",
+        "Host",
+        "HOST",
+        "node",
+        "nodes",
+        "user",
+        "USER",
+        "owner",
+        "token",
+        "password",
+        "api_key",
+        "key",
+    ),
+    *("secret", "account", "partition", "qos", "cluster_name", "master_addr", "sig", "bearer", "basic"),
+    *("hf_", "AKIA", "ghp_", "sk-", "xoxb-", "eyJ", "github_pat_", "nvapi-", "slurmstepd-", "#SBATCH -A "),
+    *(
+        "http://",
+        "https://",
+        "etcd://",
+        "/home/",
+        "/Users/",
+        "/lustre/",
+        "/scratch/",
+        "-w ",
+        "-x ",
+        "--nodelist=",
+    ),
+    *("10", "127", "0", "255", "1", "192", "fe80", "ffff", "db8", "2001", "a", "f", "g", "00", "abcd"),
+    *("com", "internal", "local", "cluster", "io", "log", "json", "gpu-a17", "login-02", "jdoe", "acme-ml"),
+    *("std", "vector", "dynamo_llm", "version ", "A" * 16, "b" * 36, "Z9" * 18),
+]
+
+
+def _random_text(rng: random.Random, lines: int) -> str:
+    out = []
+    for _ in range(lines):
+        if rng.random() < 0.3:
+            line = rng.choice(CORPUS_LINES)
+            if rng.random() < 0.5:
+                line = "".join(c.upper() if rng.random() < 0.3 else c for c in line)
+        else:
+            line = "".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 14)))
+        out.append(line)
+    return "\n".join(out) + rng.choice(["", "\n"])
+
+
+@pytest.mark.parametrize("seed", range(24))
+@pytest.mark.parametrize(
+    "known",
+    [{}, {"hosts": ["gpu-a17", "login-02.cluster.acme"], "users": ["jdoe"], "accounts": ["acme-ml"]}],
+    ids=["nothing-known", "some-known"],
+)
+def test_random_recombinations(seed: int, known: Known) -> None:
+    _assert_same(known, _random_text(random.Random(seed), 400))
+
+
+def test_a_name_learned_late_in_a_block_is_replaced_above_it() -> None:
+    text = "started by jdoe on gpu-a17\nfiller\nHOME=/home/jdoe node=gpu-a17\n"
+    _assert_same({}, text)
+    assert _fast({}, text)[0] == "started by user-1 on host-1\nfiller\nHOME=/home/user-1 node=host-1\n"
+
+
+# --- whole files -------------------------------------------------------------------------------------------
+
+
+def _file_reference(text: str, known: Known) -> str:
+    return _line_by_line(known, text)[0]
+
+
+def _known_sanitizer(known: Known) -> Sanitizer:
+    return Sanitizer(**known)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("block_chars", [64, 4096, 1 << 20])
+def test_a_file_in_blocks_equals_the_whole_text(tmp_path: Path, block_chars: int) -> None:
+    text = generate_text(200_000, seed=7).replace("\n", "\r\n", 50)
+    src = tmp_path / "raw.log"
+    src.write_bytes(text.encode())
+    dest = tmp_path / "out" / "clean.log"
+    sanitize_file_to(src, dest, _known_sanitizer(KNOWN), block_chars=block_chars)
+    assert dest.read_bytes().decode() == _file_reference(text, KNOWN)
+    assert [p.name for p in dest.parent.iterdir()] == ["clean.log"]  # no temporary file left
+
+
+def test_a_name_learned_in_a_later_block_is_replaced_in_earlier_ones(tmp_path: Path) -> None:
+    text = "job by jdoe ran on gpu-b7\n" + "plain line\n" * 500 + "HOME=/home/jdoe\nnode=gpu-b7\n"
+    src = tmp_path / "raw.log"
+    src.write_text(text)
+    dest = tmp_path / "clean.log"
+    sanitize_file_to(src, dest, block_chars=256)
+    out = dest.read_text()
+    assert out == _file_reference(text, {})
+    assert out.startswith("job by user-1 ran on host-1\n") and "jdoe" not in out and "gpu-b7" not in out
+
+
+def test_a_private_key_cut_by_a_block_boundary_is_redacted_whole(tmp_path: Path) -> None:
+    body = "".join(f"MIIEowIBAAKCAQEAq8Lw2y7c3zV0xA9bX8s1kQline{i:04d}\n" for i in range(400))
+    key = f"-----BEGIN RSA PRIVATE KEY-----\n{body}-----END RSA PRIVATE KEY-----\n"
+    text = "x" * 100 + "\n" + ("filler line\n" * (((1 << 20) - 5000) // 12)) + key + "after the key\n"
+    src = tmp_path / "raw.log"
+    src.write_text(text)
+    for block_chars in (1 << 20, 4096):  # the first: the block size of the former reader, which leaked
+        dest = tmp_path / f"clean-{block_chars}.log"
+        sanitize_file_to(src, dest, block_chars=block_chars)
+        out = dest.read_text()
+        assert "MIIEowIBAAKCAQEA" not in out
+        assert out.endswith("<redacted:private-key>\nafter the key\n")
+
+
+def test_a_private_key_without_end_is_redacted_to_the_end_in_bounded_blocks(tmp_path: Path) -> None:
+    text = "before\n-----BEGIN PRIVATE KEY-----\n" + "QUJDRA==\n" * 5000
+    src = tmp_path / "raw.log"
+    src.write_text(text)
+    blocks = list(read_blocks(src, block_chars=1024))
+    assert max(map(len, blocks)) < 4 * 1024  # the body is dropped as it is read
+    dest = tmp_path / "clean.log"
+    sanitize_file_to(src, dest, block_chars=1024)
+    assert dest.read_text() == "before\n<redacted:private-key>"
+
+
+def test_blocks_are_bounded_whole_lines(tmp_path: Path) -> None:
+    src = tmp_path / "raw.log"
+    src.write_text(generate_text(300_000, seed=3))
+    blocks = list(read_blocks(src, block_chars=10_000))
+    assert len(blocks) > 20
+    assert all(b.endswith("\n") for b in blocks)
+    assert max(map(len, blocks)) < 10_000 + 2_000  # a block and the rest of its last line
+
+
+def test_sanitize_file_to_a_stream(tmp_path: Path) -> None:
+    import io
+
+    src = tmp_path / "raw.log"
+    src.write_bytes(b"HOME=/home/jdoe\n\xff\xfe garbage\n")
+    out = io.StringIO()
+    sanitize_file(src, out)
+    assert out.getvalue() == "HOME=/home/user-1\n\ufffd\ufffd garbage\n"
+
+
+def test_a_failed_run_leaves_the_destination_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dest = tmp_path / "clean.log"
+    dest.write_text("previous\n")
+    with pytest.raises(FileNotFoundError, match=r"absent\.log is not a file"):
+        sanitize_file_to(tmp_path / "absent.log", dest)
+    src = tmp_path / "raw.log"
+    src.write_text("line\n" * 10_000)
+    from atomdyn_core.sanitize import files
+
+    calls = []
+
+    def fail_on_the_third_block(
+        sanitizer: Sanitizer, block: str
+    ) -> str:  # a disk or decoding fault, injected
+        calls.append(block)
+        if len(calls) == 3:
+            raise OSError("injected fault")
+        return sanitize_block(sanitizer, block)
+
+    monkeypatch.setattr(files, "sanitize_block", fail_on_the_third_block)
+    with pytest.raises(OSError, match="injected fault"):
+        sanitize_file_to(src, dest, block_chars=1000)
+    assert dest.read_text() == "previous\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clean.log", "raw.log"]
+
+
+# --- the command -------------------------------------------------------------------------------------------
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "atomdyn_core.sanitize", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_cli_file_writes_the_sanitized_copy(tmp_path: Path) -> None:
+    src = tmp_path / "raw.log"
+    src.write_text("peer fe80::1%eth0 at login-02.cluster.example.internal\n")
+    assert _cli("file", str(src), str(tmp_path / "clean.log")).returncode == 0
+    assert (tmp_path / "clean.log").read_text() == "peer 2001:db8::1 at host-1\n"
+    shown = _cli("file", str(src))
+    assert shown.returncode == 0 and shown.stdout == "peer 2001:db8::1 at host-1\n"
+    missing = _cli("file", str(tmp_path / "absent.log"))
+    assert missing.returncode == 2 and "absent.log is not a file" in missing.stderr
+
+
+def test_cli_bench_prints_its_figures() -> None:
+    done = _cli("bench", "--size-mb", "1", "--slow-sample-mb", "1")
+    assert done.returncode == 0, done.stderr
+    assert "parse rate" in done.stdout and "whole-file sanitize" in done.stdout and "MB/s" in done.stdout
