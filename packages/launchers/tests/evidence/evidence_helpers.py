@@ -24,6 +24,7 @@ from atomdyn_launchers.rundir import GateExpectations
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MOCKER_RUN = next((FIXTURES / "mocker-disagg").iterdir())
+VLLM_CPU_RUN = next(p for p in (FIXTURES / "vllm-cpu-disagg").iterdir() if p.is_dir())
 REPO = Path(__file__).resolve().parents[4]
 H200_DOCTOR = REPO / "evidence" / "h200-nixl-kv-bench-device" / "h200-doctor.json"
 H200_DMABUF = REPO / "evidence" / "h200-cuda-dmabuf" / "dmabuf-shim-gpu-check.txt"
@@ -55,6 +56,23 @@ def dmabuf_lines() -> list[str]:
 
 
 ATOM_RUN_ID = "20261129T231500Z-disagg-atom"
+
+
+# What the vllm-cpu engine declares: KV over NIXL, through UCX's TCP and never a same-host shortcut.
+REHEARSAL = GateExpectations(
+    nixl_transfers=True,
+    external_prefix_hits=True,
+    kv_transport="tcp",
+    forbidden_kv_transports=("cma", "sysv", "posix", "xpmem", "knem"),
+)
+
+
+@pytest.fixture
+def vllm_cpu_run(tmp_path: Path) -> Path:
+    """A copy of the collected data of a real vLLM CPU P/D rehearsal (fixtures/vllm-cpu-disagg)."""
+    target = tmp_path / "runs" / VLLM_CPU_RUN.name
+    shutil.copytree(VLLM_CPU_RUN, target)
+    return target
 
 
 @pytest.fixture

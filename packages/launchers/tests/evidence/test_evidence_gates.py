@@ -12,6 +12,7 @@ from evidence_helpers import (
     H200_BENCH_LOG,
     OBSERVED,
     REGISTRATIONS,
+    REHEARSAL,
     UCX_CMA,
     UCX_TCP,
     real_lines,
@@ -63,6 +64,36 @@ def test_recorded_mocker_run_passes_every_disagg_gate(mocker_run: Path) -> None:
     assert signals.get("frontend.requests_success") == 7  # the readiness probe plus the six smoke requests
     assert signals.get("logs.nixl_err") == 0 and signals.get("dmabuf.seen") is False
     assert signals.problems == []
+
+
+def test_real_vllm_cpu_rehearsal_passes_the_gates_its_engine_expects(vllm_cpu_run: Path) -> None:
+    signals = collect_signals(vllm_cpu_run)
+    results = evaluate(signals, REHEARSAL)
+    assert {r.id: r.verdict for r in results if r.verdict != "pass"} == {"dmabuf_failures": "n/a"}
+    assert signals.get("kv.transfers") == 9 and signals.get("kv.bytes") == 1900544
+    assert signals.get("kv.failed_transfers") == 0 and signals.get("prefix.decode_external_hits") == 2955
+    assert signals.get("kv.transport_rows") == {"tcp/eth0": 15}  # UCX's own tables: the KV went over TCP
+    assert [(n, mb) for _, mb, n in signals.kv_points] == [(5, 0.312)]  # vLLM's "KV Transfer metrics" line
+
+
+def test_real_tcp_kv_path_fails_an_atom_pd_run(vllm_cpu_run: Path) -> None:
+    """The same real run judged as ATOM expects: KV over TCP is the silent fallback that must fail."""
+    failed = _failed(vllm_cpu_run, ATOM)
+    assert failed["kv_forbidden_transport_rows"] == "kv.forbidden_transport_rows is 15, expected == 0"
+    assert failed["kv_transport_rows"] == "kv.expected_transport_rows is 0, expected >= 1"
+    assert failed["dmabuf_registrations_min_per_worker"] == (
+        "dmabuf.min_ok_per_worker is 0, expected >= 720 (expected by the engine)"
+    )
+    assert failed["doctor_missing_roles"] == "doctor.missing_roles is 2, expected == 0"
+
+
+def test_real_run_without_its_nixl_metrics_fails(vllm_cpu_run: Path) -> None:
+    prom = vllm_cpu_run / "metrics" / "decode.decode.prom"
+    prom.write_text(
+        "".join(line for line in prom.read_text().splitlines(keepends=True) if "nixl" not in line)
+    )
+    failed = _failed(vllm_cpu_run, REHEARSAL)
+    assert set(failed) == {"nixl_transfers", "nixl_bytes", "nixl_failed_transfers"}
 
 
 def test_gate_lines_read_as_the_check(mocker_run: Path) -> None:

@@ -371,6 +371,7 @@ def _read_metrics(signals: Signals) -> None:
     files = sorted((signals.run_dir / "metrics").glob("*.prom"))
     sums: dict[str, float] = {}
     prefix: dict[str, dict[str, float]] = {}
+    disagg = signals.get("run.kind") in DISAGG_KINDS
     shown: dict[str, int] = {}
     for path in files:
         role = path.name.split(".", 1)[0]
@@ -383,6 +384,8 @@ def _read_metrics(signals: Signals) -> None:
                         sums[key] = sums.get(key, 0.0) + sample.value
                     group = "metrics.frontend"
                 elif sample.name in _KV_METRICS:
+                    if disagg and role != "decode":  # the decode worker reads the KV and counts it
+                        continue
                     key = _KV_METRICS[sample.name]
                     sums[key] = sums.get(key, 0.0) + sample.value
                     group = "metrics.kv"
@@ -397,13 +400,14 @@ def _read_metrics(signals: Signals) -> None:
         except OSError as exc:
             signals.problems.append(f"metrics/{path.name}: unreadable: {exc}")
     where = "no metrics/*.prom file" if not files else "no metrics/*.prom file has "
+    decode_only = " for the decode role" if disagg else ""
     for key, metric in (
         ("frontend.requests_success", f'{_FRONTEND_REQUESTS}{{status="success"}}'),
         ("frontend.requests_total", _FRONTEND_REQUESTS),
-        ("kv.transfers", "vllm:nixl_xfer_time_seconds_count"),
-        ("kv.seconds", "vllm:nixl_xfer_time_seconds_sum"),
-        ("kv.bytes", "vllm:nixl_bytes_transferred_sum"),
-        ("kv.failed_transfers", "vllm:nixl_num_failed_transfers"),
+        ("kv.transfers", "vllm:nixl_xfer_time_seconds_count" + decode_only),
+        ("kv.seconds", "vllm:nixl_xfer_time_seconds_sum" + decode_only),
+        ("kv.bytes", "vllm:nixl_bytes_transferred_sum" + decode_only),
+        ("kv.failed_transfers", "vllm:nixl_num_failed_transfers" + decode_only),
     ):
         if key in sums:
             value = sums[key]
