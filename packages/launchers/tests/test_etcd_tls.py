@@ -179,6 +179,19 @@ def test_preflight_checks_tls_and_the_user(etcd: secure_etcd.SecureEtcd, tmp_pat
     )
     keys = etcd.cluster_env()
     check_etcd(parse_cluster_env(base + "".join(f"{k}={v}\n" for k, v in keys.items())))
+    # A listed endpoint that is down: the launchers would fail over, Dynamo 1.3 would not start.
+    dead = f"https://127.0.0.1:{secure_etcd.free_port()}"
+    with pytest.raises(
+        PreflightError, match=rf"{dead}: .*Dynamo 1.3 does not start while a listed endpoint is down"
+    ):
+        check_etcd(
+            parse_cluster_env(
+                base
+                + "".join(f"{k}={v}\n" for k, v in keys.items()).replace(
+                    f"ETCD_ENDPOINTS={etcd.endpoint}", f"ETCD_ENDPOINTS={etcd.endpoint},{dead}"
+                )
+            )
+        )
     wrong = tmp_path / "wrong"
     wrong.write_text("nope")
     keys["ETCD_AUTH_PASSWORD_FILE"] = str(wrong)

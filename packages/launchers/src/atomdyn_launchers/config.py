@@ -696,6 +696,14 @@ def check_etcd(config: ClusterConfig, timeout: float = 3.0) -> None:
         raise PreflightError(f"ETCD_ENDPOINTS={endpoints}: {exc}; nothing was submitted") from None
     if body.get("health") != "true":
         raise PreflightError(f"etcd at ETCD_ENDPOINTS={endpoints} reports unhealthy: {body!r}")
+    down = client.unreachable_endpoints()
+    if down:
+        # Measured with Dynamo 1.3: its first lease request may go to any listed endpoint, and one that is
+        # down stops the worker at start, so a run would fail later and less clearly.
+        raise PreflightError(
+            f"ETCD_ENDPOINTS={endpoints}: {'; '.join(down)}; Dynamo 1.3 does not start while a listed "
+            "endpoint is down: remove it from ETCD_ENDPOINTS; nothing was submitted"
+        )
 
 
 def _quote(value: str) -> str:

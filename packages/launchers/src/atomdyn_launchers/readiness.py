@@ -336,6 +336,16 @@ class EtcdClient:
         except ReadinessError:
             return False
 
+    def unreachable_endpoints(self) -> list[str]:
+        """Each endpoint that does not answer ``/health`` by itself, as "URL: reason"."""
+        down: list[str] = []
+        for ep in self.access.endpoints:
+            try:
+                self._request(ep, "/health", None, None)
+            except (_Unreachable, _Refused) as exc:
+                down.append(f"{ep.url}: {exc}")
+        return down
+
     def check_access(self) -> None:
         """Read (count only) the launchers' keys: proves the TLS files, the user and its permission."""
         self._post(
