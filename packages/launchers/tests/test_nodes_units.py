@@ -25,6 +25,7 @@ from atomdyn_launchers.nodes.check import (
     Check,
     CheckReport,
     _rdma,
+    _rdma_mounts,
     gid_text,
     rdma_ports,
 )
@@ -115,6 +116,21 @@ def test_rdma_check_fails_for_atom_without_an_active_roce_v2_port(tmp_path: Path
     assert _rdma(get_engine("atom").node_needs("disagg"), tmp_path / "none").detail.startswith(
         "no ACTIVE port with a RoCE v2 GID: no RDMA devices"
     )
+
+
+def test_rdma_mounts_must_exist_where_containers_mount_them(tmp_path: Path) -> None:
+    atom = get_engine("atom").node_needs("disagg")
+    (tmp_path / "libibverbs.d").mkdir()
+    spec = {
+        "runtime": "docker",
+        "rdma_mounts": [str(tmp_path / "libibverbs.d"), str(tmp_path / "libionic.so")],
+    }
+    check = _rdma_mounts(spec, atom)
+    assert check.status == FAIL and check.detail == f"missing on this node: {tmp_path / 'libionic.so'}"
+    (tmp_path / "libionic.so").touch()
+    assert _rdma_mounts(spec, atom).status == PASS
+    assert _rdma_mounts({**spec, "runtime": "venv"}, atom).status == NOT_NEEDED
+    assert _rdma_mounts(spec, get_engine("mocker").node_needs("disagg")).status == NOT_NEEDED
 
 
 def test_gid_text() -> None:

@@ -142,6 +142,8 @@ def check_nodes(
     spec = {
         "engine": engine,
         "needs": needs.to_json(),
+        # What worker containers mount to see the NICs (atom): it must exist on the node to be mounted.
+        "rdma_mounts": [str(config.rdma_verbs_config_dir), *(str(p) for p in config.rdma_provider_libs)],
         "runtime": config.runtime,
         "images": {t: recorded.get(t) for t in tags},
         "token_path": str(work / "shared-token"),
@@ -331,6 +333,18 @@ def _rdma(needs: NodeNeeds, root: Path) -> Check:
     )
 
 
+def _rdma_mounts(spec: dict[str, Any], needs: NodeNeeds) -> Check:
+    """The verbs provider configuration and libraries the worker containers mount (RDMA_VERBS_CONFIG_DIR,
+    RDMA_PROVIDER_LIBS): a path missing on the node would give a container that sees no NIC."""
+    paths = list(spec.get("rdma_mounts", []))
+    if needs.rdma != "required" or spec["runtime"] != "docker":
+        return Check("rdma-mounts", NOT_NEEDED, "no container mounts the NIC's verbs provider here")
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        return Check("rdma-mounts", FAIL, "missing on this node: " + ", ".join(missing))
+    return Check("rdma-mounts", PASS, "present: " + ", ".join(paths))
+
+
 def _advertise(probe_target: str, root: Path) -> Check:
     src, dev = route_source(probe_target)
     if src is None:
@@ -459,6 +473,7 @@ def run_checks(spec: dict[str, Any], docker_host: str, sysfs_ib: Path = SYSFS_IB
     needs = _needs(spec)
     checks = _devices(engine, needs)
     checks.append(_rdma(needs, sysfs_ib))
+    checks.append(_rdma_mounts(spec, needs))
     checks.append(_advertise(spec["probe_target"], sysfs_ib))
     checks += _docker(spec, docker_host)
     checks.append(_shared(spec))
