@@ -17,7 +17,7 @@ from pathlib import Path
 from atomdyn_launchers.config import ClusterConfig, parse_cluster_env
 from atomdyn_launchers.engines import ENGINE_NAMES, get_engine
 from atomdyn_launchers.launch import LaunchOptions, Submission, plan_roles
-from atomdyn_launchers.profiles.models import DEFAULT_MODEL, get_model
+from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.rundir import RunDir
 from atomdyn_launchers.sbatch import render, render_arg
 
@@ -74,7 +74,7 @@ def render_case(engine: str, kind: str, runtime: str) -> dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="atomdyn-golden-") as tmp:
         rundir = RunDir(Path(tmp) / run_id, run_id)
         submission = Submission(
-            config, options, chosen, get_model(DEFAULT_MODEL), rundir, ETCD, chosen.timeouts.ready_s
+            config, options, chosen, get_model(chosen.default_model), rundir, ETCD, chosen.timeouts.ready_s
         )
         runtime_obj = submission.runtime()
         commands: list[str] = []

@@ -18,7 +18,7 @@ from atomdyn_launchers.sbatch import Shell, render_arg
 
 
 def test_registry_names_every_engine_once() -> None:
-    assert ENGINE_NAMES == ("mocker", "vllm", "atom")
+    assert ENGINE_NAMES == ("mocker", "vllm", "atom", "vllm-cpu")
     for name in ENGINE_NAMES:
         assert get_engine(name).name == name
     assert get_engine("atom").vendor == "amd" and get_engine("vllm").vendor == "nvidia"

@@ -32,7 +32,7 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_core.lock import find_lock_path, load_lock
-from atomdyn_launchers import direct_http, readiness
+from atomdyn_launchers import direct_http, readiness, tinymodel
 from atomdyn_launchers.config import ClusterConfig, PreflightError, resolve_cluster_config
 from atomdyn_launchers.engines import Engine, EngineError, get_engine
 from atomdyn_launchers.engines.base import Ports, RoleContext, RolePlan
@@ -42,7 +42,7 @@ from atomdyn_launchers.nodes.check import CheckReport, check_nodes
 from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, OwnedEtcdError, owned_etcd_node
 from atomdyn_launchers.nodes.jobs import NodeJobError, docker_host
 from atomdyn_launchers.nodes.prepare import shim_current
-from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ModelProfile, get_model
+from atomdyn_launchers.profiles.models import ModelProfile, get_model
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.rundir import KINDS, JobRecord, RunDir, read_jsonl
 from atomdyn_launchers.sbatch import Arg, JobSpec, Shell, pid_var, render
@@ -60,6 +60,11 @@ DEFAULT_REQUESTS = {"agg-single": 8, "agg-two": 32, "disagg": 32}
 _POLL_S = 0.2  # how often job states are read while waiting on etcd events
 
 
+def model_path(config: ClusterConfig, model: ModelProfile) -> Path:
+    """MODEL_PATH, or for a model the project builds itself, its directory under SHARED_DIR/models."""
+    return config.shared_dir / "models" / model.name if model.build_digest else config.model_path
+
+
 class LaunchFailure(RuntimeError):
     """The run failed; the message says which role or step and why."""
 
@@ -68,7 +73,7 @@ class LaunchFailure(RuntimeError):
 class LaunchOptions:
     kind: str
     engine: str | None = None  # default: the config's ENGINE_PROFILE
-    model: str = DEFAULT_MODEL
+    model: str | None = None  # default: the engine's default model profile
     requests: int | None = None  # default: DEFAULT_REQUESTS[kind]
     concurrency: int = 8
     max_tokens: int = 32
@@ -260,7 +265,7 @@ class Launch:
         self.progress = progress or Progress()
         self.slurm = slurm or Slurm(config)
         self.hook = hook
-        self.model: ModelProfile = get_model(options.model)
+        self.model: ModelProfile = get_model(options.model or self.engine.default_model)
         self.roles = plan_roles(options.kind, config)
 
     def preflight(self) -> CheckReport | None:
@@ -276,12 +281,17 @@ class Launch:
             )
         if self.config.runtime == "venv":
             module = self.engine.dynamo_module
-            site = self.config.python_venv.glob(f"lib/python3*/site-packages/dynamo/{module}/__main__.py")
-            if not any(site):
+            venv = self.engine.venv(self.config.python_venv, self.config.project_dir)
+            if not any(venv.glob(f"lib/python3*/site-packages/dynamo/{module}/__main__.py")):
                 raise PreflightError(
-                    f"PYTHON_VENV {self.config.python_venv} has no dynamo.{module} "
-                    "(install ai-dynamo==1.3.0.post1 there; jobs run with that venv)"
+                    f"{venv} has no dynamo.{module} (install ai-dynamo==1.3.0.post1 there; jobs run with "
+                    f"that venv{'; scripts/bootstrap.sh makes it' if venv != self.config.python_venv else ''})"
                 )
+        if self.model.build_digest is not None:
+            try:  # built on the shared filesystem before anything is submitted; its digest checked
+                tinymodel.build(model_path(self.config, self.model), self.model.build_digest)
+            except (tinymodel.TinyModelError, OSError, RuntimeError) as exc:
+                raise PreflightError(f"model {self.model.name}: {exc}") from None
         if self.config.runtime == "docker":
             try:
                 images = self.engine.images(
@@ -851,7 +861,7 @@ class Submission:
     def runtime(self) -> Runtime:
         config = self.config
         if config.runtime == "venv":
-            return VenvRuntime(config.python_venv)
+            return VenvRuntime(self.engine.venv(config.python_venv, config.project_dir))
         images = self.engine.images(self.options.kind, config.dynamo_atom_image, config.nixl_image)
         if not images:
             raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
@@ -874,7 +884,7 @@ class Submission:
             with_frontend=spec.with_frontend,
             index=spec.index,
             model=self.model,
-            model_path=str(self.config.model_path),
+            model_path=str(model_path(self.config, self.model)),
             etcd_endpoint=self.etcd_endpoint,
             namespace=f"atomdyn-{run_id.lower()}",
             home_dir=str(self.rundir.home / spec.role),
@@ -883,6 +893,7 @@ class Submission:
             speedup_ratio=self.options.speedup_ratio,
             prepared_shim=str(shim_current(self.config)),
             run_dir=str(self.rundir.path),
+            cache_dir=str(self.config.shared_dir / "cache"),
             node_python=tuple(self.node_python()),
             etcd_env=readiness.worker_etcd_env(self.config),
             ucx_net_devices=self.config.ucx_net_devices_for(spec.node),

@@ -1,6 +1,6 @@
 """The engine registry: one object per engine, looked up by name (``get_engine``).
 
-Each engine lives in its own module (``mocker.py``, ``vllm.py``, ``atom.py``); ``base.py`` says what an
+Each engine lives in its own module (``mocker.py``, ``vllm.py``, ``atom.py``, ``vllm_cpu.py``); ``base.py`` says what an
 engine provides, ``dynamo_vllm.py`` builds every ``dynamo.vllm`` role from per-platform data, and
 ``runtime.py`` wraps command lines for the venv and docker runtimes.
 """
@@ -11,10 +11,13 @@ from atomdyn_launchers.engines.atom import AtomEngine
 from atomdyn_launchers.engines.base import MODES, Engine, EngineError, RoleContext, RolePlan
 from atomdyn_launchers.engines.mocker import MockerEngine
 from atomdyn_launchers.engines.vllm import VllmEngine
+from atomdyn_launchers.engines.vllm_cpu import VllmCpuEngine
 
 __all__ = ["ENGINE_NAMES", "MODES", "Engine", "EngineError", "RoleContext", "RolePlan", "get_engine"]
 
-_ENGINES: dict[str, Engine] = {e.name: e for e in (MockerEngine(), VllmEngine(), AtomEngine())}
+_ENGINES: dict[str, Engine] = {
+    e.name: e for e in (MockerEngine(), VllmEngine(), AtomEngine(), VllmCpuEngine())
+}
 ENGINE_NAMES: tuple[str, ...] = tuple(_ENGINES)
 
 

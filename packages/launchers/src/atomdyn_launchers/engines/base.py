@@ -13,10 +13,11 @@ import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from atomdyn_launchers.engines.runtime import NO_DEVICES, DeviceAccess, DockerRuntime, RdmaMounts, Runtime
-from atomdyn_launchers.profiles.models import ModelProfile, ProfileError
+from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ModelProfile, ProfileError
 from atomdyn_launchers.rundir import GateExpectations
 from atomdyn_launchers.sbatch import Arg, ProcessSpec, Shell
 
@@ -99,6 +100,8 @@ class RoleContext:
     prepared_shim: str = ""
     # Where the job writes its per-role files (doctor/, fingerprints/, rdma/, images/): the run directory.
     run_dir: str = ""
+    # A directory on the shared filesystem that outlives the run (compile caches); "" when there is none.
+    cache_dir: str = ""
     # How a job runs this project's modules on the node itself (outside any container).
     node_python: tuple[str, ...] = ("python3",)
     # UCX_NET_DEVICES for this role's node (from the config's per-node map); None: not configured.
@@ -230,6 +233,8 @@ class Engine(ABC):
     # Which evidence gates apply to a run of this engine (the evidence code reads it).
     expectations: GateExpectations
     description: str = ""
+    # The model profile a run uses unless one is named.
+    default_model: str = DEFAULT_MODEL
 
     @abstractmethod
     def plan(self, ctx: RoleContext) -> RolePlan:
@@ -252,6 +257,10 @@ class Engine(ABC):
     ) -> list[str]:
         """What in the configuration keeps a run of ``kind`` on ``nodes`` from starting (preflight)."""
         return []
+
+    def venv(self, python_venv: Path, project_dir: Path) -> Path:
+        """The environment the workers run from in the venv runtime (default: PYTHON_VENV)."""
+        return python_venv
 
     def needs_gpus(self) -> bool:
         return self.vendor != "none"

