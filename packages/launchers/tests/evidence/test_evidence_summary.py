@@ -116,15 +116,15 @@ def test_atom_evidence_is_sanitized_everywhere(atom_run: Path, tmp_path: Path) -
     )  # what the node reported, not run.json's word
     excerpt = (out / "excerpts" / "logs.dmabuf_fail.txt").read_text()
     assert excerpt.startswith(
-        "decode.worker.log:726: dmabuf-shim: reg fail backend=hsa path=dmabuf size=4096 "
+        "decode.worker.log:724: dmabuf-shim: reg fail backend=hsa path=dmabuf size=4096 "
     )
     kept = (out / "data" / "logs" / "decode.worker.log").read_text().splitlines()
-    assert kept[725] == excerpt.split(": ", 1)[1].rstrip("\n")  # the line number is the one under data/
+    assert kept[723] == excerpt.split(": ", 1)[1].rstrip("\n")  # the line number is the one under data/
     assert "detail=on:host-2" in excerpt
     assert summary["pictures"] == ["timeline.png", "kv_transfers.png"]
     assert (out / "kv_transfers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert summary["figures"]["kv_mean_transfer_ms"] == 1.206
-    assert summary["figures"]["kv_mean_transfer_mib"] == 2.812
+    assert summary["figures"]["kv_mean_transfer_ms"] == 274.415
+    assert summary["figures"]["kv_mean_transfer_mib"] == 0.201
     verdict = verify_path(out)
     assert verdict.intact and not verdict.ok
     assert "gate dmabuf_failures: fail: dmabuf.fail is 1, expected == 0" in verdict.text()
@@ -240,7 +240,7 @@ def test_results_and_readme_table(mocker_run: Path, atom_run: Path, tmp_path: Pa
         "| Two-node disaggregated prefill/decode (mocker) | PASS, 6/6 requests | rehearsal (CPU, mock engine) | "
         f"[{MOCKER_RUN.name}](evidence/{MOCKER_RUN.name}/summary.md) |" in table
     )
-    assert "| KV handoff prefill to decode (vllm) | PASS (kv.transfers = 12) | MI355X |" in table
+    assert "| KV handoff prefill to decode (vllm) | PASS (kv.transfers = 9) | MI355X |" in table
     assert "| KV handoff prefill to decode (mocker) | PASS (requests.pd_split = 6) |" in table
     assert not results.update_readme(readme, results.glance_table(summaries, "evidence"))  # unchanged
 
