@@ -27,7 +27,15 @@ from atomdyn_launchers.nodes import images, jobs
 from atomdyn_launchers.nodes.check import FAIL, NOT_NEEDED, PASS, UNKNOWN, check_nodes
 from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, OwnedEtcdError
 from atomdyn_launchers.nodes.invoke_tasks import wipe
-from atomdyn_launchers.nodes.prepare import PrepareError, PrepareSpec, archive_dir, prepare, shim_current
+from atomdyn_launchers.nodes.prepare import (
+    REHEARSAL_SHIM_ACTION,
+    PrepareError,
+    PrepareSpec,
+    archive_dir,
+    install_shim,
+    prepare,
+    shim_current,
+)
 from atomdyn_launchers.nodes.rehearsal import IMAGE_TAG, rehearsal_spec
 from atomdyn_launchers.readiness import EtcdClient, ReadinessError
 from atomdyn_launchers.slurm import Slurm
@@ -121,8 +129,9 @@ def test_prepare_both_strategies_from_empty_caches_and_second_prepare_is_a_no_op
         result = built.nodes[node]
         assert result["ok"], result
         assert result["actions"][0] == f"built {', '.join(spec.images)}"
-        assert "dmabuf-shim env --check ok" in result["actions"]
-        assert any("dmabuf-shim: check ok" in line for line in result["shim"]["check"])
+        # This machine has no GPU runtime: the rehearsal accepts that one missing piece and nothing else.
+        assert REHEARSAL_SHIM_ACTION in result["actions"]
+        assert any("interposes=1 ibverbs=1 reg_dmabuf=1" in line for line in result["shim"]["check"])
         assert all(_daemon(config, node).image_ids(spec.images).values())
     # The workers' path to the prepared helper: `current` names the install, and it answers `env`.
     current = shim_current(config)
@@ -380,3 +389,24 @@ def test_docker_daemons_are_part_of_the_cluster_and_stopped_by_down(
     assert down.killed == ()
     assert len(recorded) == 2 and not any(alive(p) for p in recorded)
     assert not exec_root.parent.exists()
+
+
+@pytest.mark.parametrize("required", [True, False])
+def test_shim_install_fails_without_a_gpu_runtime_only_where_one_is_required(
+    tmp_path: Path, shim_wheel: Path, required: bool
+) -> None:
+    """A real node needs the HSA runtime or the CUDA driver for the helper to export anything; this machine has
+    neither, which a rehearsal node accepts and a real node's prepare must not."""
+    shim = {
+        "wheel": str(shim_wheel),
+        "sha256": images.sha256_file(shim_wheel),
+        "target": str(tmp_path / "dmabuf-shim" / "install"),
+        "gpu_runtime_required": required,
+    }
+    actions: list[str] = []
+    if required:
+        with pytest.raises(images.ImageError, match="missing GPU runtime"):
+            install_shim(shim, "node1", actions)
+    else:
+        install_shim(shim, "node1", actions)
+        assert actions[-1] == REHEARSAL_SHIM_ACTION

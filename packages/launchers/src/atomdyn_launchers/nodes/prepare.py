@@ -52,6 +52,8 @@ class PrepareSpec:
     images: tuple[str, ...]
     build_steps: tuple[tuple[str, ...], ...]
     shim_wheel: Path | None = None
+    # Real nodes need a GPU runtime for the helper to export anything; rehearsal nodes have none by design.
+    gpu_runtime_required: bool = True
 
     def __post_init__(self) -> None:
         if not self.images:
@@ -133,7 +135,12 @@ def prepare(
         if not wheel.is_file():
             raise PrepareError(f"dmabuf-shim wheel {wheel} does not exist")
         sha = sha256_file(wheel)  # taken here, checked on every node before installing
-        shim = {"wheel": str(wheel), "sha256": sha, "target": str(shim_target(config, sha))}
+        shim = {
+            "wheel": str(wheel),
+            "sha256": sha,
+            "target": str(shim_target(config, sha)),
+            "gpu_runtime_required": spec.gpu_runtime_required,
+        }
     spec_path = work / "spec.json"
     atomic_write_json(
         spec_path,
@@ -250,7 +257,22 @@ def _load(spec: dict[str, Any], docker: images.DockerCLI, actions: list[str]) ->
     actions.append(f"loaded {manifest.archive.name} (sha256 verified, ids checked)")
 
 
-def _shim(shim: dict[str, str], node: str, actions: list[str]) -> dict[str, Any]:
+GPU_RUNTIME_MISSING = "missing GPU runtime"
+REHEARSAL_SHIM_ACTION = (
+    "dmabuf-shim env --check: library loads and interposes; no GPU runtime (rehearsal node)"
+)
+_CHECK_FAILED = "check FAILED: "
+
+
+def shim_check_problems(output: str) -> list[str]:
+    """The problems ``dmabuf-shim env --check`` named on its FAILED line (joined there by '; ')."""
+    for line in output.splitlines():
+        if _CHECK_FAILED in line:
+            return line.split(_CHECK_FAILED, 1)[1].split("; ")
+    return []
+
+
+def install_shim(shim: dict[str, Any], node: str, actions: list[str]) -> dict[str, Any]:
     wheel, sha, target = Path(shim["wheel"]), shim["sha256"], Path(shim["target"])
     marker = target / ".atomdyn-installed.json"
     with _flock(target.parent / ".install.lock"):
@@ -293,9 +315,14 @@ def _shim(shim: dict[str, str], node: str, actions: list[str]) -> dict[str, Any]
         check=False,
     )
     output = (check.stdout + check.stderr).strip()
-    if check.returncode != 0:
-        raise images.ImageError(f"dmabuf-shim env --check failed on {node}: {output[-600:]}")
-    actions.append("dmabuf-shim env --check ok")
+    if check.returncode == 0:
+        actions.append("dmabuf-shim env --check ok")
+    else:
+        problems = shim_check_problems(output)
+        only_no_gpu = bool(problems) and all(p.startswith(GPU_RUNTIME_MISSING) for p in problems)
+        if shim.get("gpu_runtime_required", True) or not only_no_gpu:
+            raise images.ImageError(f"dmabuf-shim env --check failed on {node}: {output[-600:]}")
+        actions.append(REHEARSAL_SHIM_ACTION)
     return {"target": str(target), "check": output.splitlines()}
 
 
@@ -327,7 +354,7 @@ def prepare_node(
         if mode == "load":
             _load(spec, docker, actions)
         if spec.get("shim") and mode != "save":
-            result["shim"] = _shim(spec["shim"], node, actions)
+            result["shim"] = install_shim(spec["shim"], node, actions)
         result["images"] = docker.image_ids(spec["images"])
         result.update(ok=True, error=None)
     except (images.ImageError, OSError) as exc:

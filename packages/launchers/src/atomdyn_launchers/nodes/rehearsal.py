@@ -35,4 +35,6 @@ def rehearsal_spec(
     context.mkdir(parents=True, exist_ok=True)
     atomic_write_text(context / "Dockerfile", dockerfile(base))
     step = (*IMAGES_CLI, "build-context", str(context), "--tag", tag, "--standin-base", base)
-    return PrepareSpec(images=(base, tag), build_steps=(step,), shim_wheel=shim_wheel)
+    return PrepareSpec(
+        images=(base, tag), build_steps=(step,), shim_wheel=shim_wheel, gpu_runtime_required=False
+    )
