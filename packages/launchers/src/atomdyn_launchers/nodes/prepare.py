@@ -129,7 +129,7 @@ def prepare(
     slurm = slurm or Slurm(config)
     start = time.monotonic()
     work = jobs.work_dir(config, "prepare")
-    shim: dict[str, str] | None = None
+    shim: dict[str, Any] | None = None
     if spec.shim_wheel is not None:
         wheel = spec.shim_wheel.resolve()
         if not wheel.is_file():
