@@ -218,11 +218,11 @@ def test_results_and_readme_table(mocker_run: Path, atom_run: Path, tmp_path: Pa
     summaries, skipped = results.load_summaries(evidence)
     assert skipped == []
     results_md = tmp_path / "results" / "RESULTS.md"
-    assert results.append_results(results_md, summaries, "../evidence") == [ATOM_RUN_ID]
+    assert results.append_results(results_md, summaries, "../evidence") == ([ATOM_RUN_ID], [])
     collect(mocker_run, evidence)
     summaries, _ = results.load_summaries(evidence)
-    assert results.append_results(results_md, summaries, "../evidence") == [MOCKER_RUN.name]
-    assert results.append_results(results_md, summaries, "../evidence") == []  # idempotent
+    assert results.append_results(results_md, summaries, "../evidence") == ([MOCKER_RUN.name], [])
+    assert results.append_results(results_md, summaries, "../evidence") == ([], [])  # idempotent
     text = results_md.read_text()
     assert text.startswith("# Results\n")
     assert text.index(ATOM_RUN_ID) < text.index(MOCKER_RUN.name)  # chronological by run id
@@ -381,3 +381,19 @@ def test_gates_listed_out_of_order_fail_verify(collected: Path) -> None:
     (collected / "summary.json").write_text(json.dumps(summary))
     text = _problems(collected)
     assert "summary.json: the gates are listed in another order than the data judges them" in text
+
+
+def test_results_entry_follows_evidence_collected_again(mocker_run: Path, tmp_path: Path) -> None:
+    evidence, results_md = tmp_path / "evidence", tmp_path / "RESULTS.md"
+    collect(mocker_run, evidence)
+    results.append_results(results_md, results.load_summaries(evidence)[0], "evidence")
+    assert f"## {MOCKER_RUN.name}: disagg / mocker: PASS" in results_md.read_text()
+    lines = (mocker_run / "requests.jsonl").read_text().splitlines(keepends=True)
+    (mocker_run / "requests.jsonl").write_text("".join(lines[:3]))
+    collect(mocker_run, evidence)  # the same run, judged again: it now fails
+    assert results.append_results(results_md, results.load_summaries(evidence)[0], "evidence") == (
+        [],
+        [MOCKER_RUN.name],
+    )
+    text = results_md.read_text()
+    assert f"## {MOCKER_RUN.name}: disagg / mocker: FAIL" in text and ": PASS" not in text

@@ -41,8 +41,10 @@ def report(evidence_root: Path, results_md: Path, readme: Path | None) -> int:
     for line in skipped:
         print(f"not published: {line}")
     prefix = _relative(evidence_root, results_md.parent)
-    added = results.append_results(results_md, summaries, prefix)
+    added, rewritten = results.append_results(results_md, summaries, prefix)
     print(f"{results_md}: {len(added)} run(s) added" + (f": {', '.join(added)}" if added else ""))
+    if rewritten:
+        print(f"{results_md}: rewritten from evidence collected again: {', '.join(rewritten)}")
     if readme is not None:
         table = results.glance_table(summaries, _relative(evidence_root, readme.parent))
         changed = results.update_readme(readme, table)

@@ -6,6 +6,7 @@ is imported when a task runs, so listing the tasks does not load the evidence co
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from invoke.collection import Collection
@@ -14,7 +15,11 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 
-def _done(code: int) -> None:
+def _done(command: Callable[[], int]) -> None:
+    try:
+        code = command()
+    except OSError as exc:  # a path given on the command line that cannot be read or written
+        raise Exit(f"error: {exc.filename}: {exc.strerror}", code=2) from None
     if code:
         raise Exit(code=code)
 
@@ -24,7 +29,7 @@ def collect(c: Context, run_dir: str, evidence: str = "evidence") -> None:
     """Write sanitized evidence/<run-id>/ (summary.json, summary.md, excerpts, PNGs) for a run."""
     from atomdyn_launchers.evidence import cli
 
-    _done(cli.collect(Path(run_dir), Path(evidence)))
+    _done(lambda: cli.collect(Path(run_dir), Path(evidence)))
 
 
 @task(help={"path": "a run directory or an evidence/<run-id> directory"})
@@ -32,7 +37,7 @@ def verify(c: Context, path: str) -> None:
     """Judge a run's validity gates, or check collected evidence; fails naming each failed gate."""
     from atomdyn_launchers.evidence import cli
 
-    _done(cli.verify([Path(path)]))
+    _done(lambda: cli.verify([Path(path)]))
 
 
 @task(
@@ -48,7 +53,7 @@ def report(
     """Append new runs to results/RESULTS.md and regenerate the README's "Result at a glance"."""
     from atomdyn_launchers.evidence import cli
 
-    _done(cli.report(Path(evidence), Path(results), Path(readme) if readme else None))
+    _done(lambda: cli.report(Path(evidence), Path(results), Path(readme) if readme else None))
 
 
 @task(help={"path": "any text file (a log, a job script, run.json)"})
@@ -56,7 +61,7 @@ def sanitize(c: Context, path: str) -> None:
     """Print the sanitized text of a file."""
     from atomdyn_launchers.evidence import cli
 
-    _done(cli.print_sanitized(Path(path)))
+    _done(lambda: cli.print_sanitized(Path(path)))
 
 
 @task(help={"size_mb": "size of the generated log in MiB"})
@@ -64,7 +69,7 @@ def bench(c: Context, size_mb: int = 512) -> None:
     """Parsing bench: MB/s and peak memory over a generated log."""
     from atomdyn_launchers.evidence import bench as bench_module
 
-    _done(bench_module.main(["--size-mb", str(size_mb)]))
+    _done(lambda: bench_module.main(["--size-mb", str(size_mb)]))
 
 
 ns = Collection("evidence")

@@ -96,8 +96,12 @@ def _entry(summary: dict[str, Any], link: str) -> str:
     return "\n".join(lines)
 
 
-def append_results(results_md: Path, summaries: Iterable[dict[str, Any]], link_prefix: str) -> list[str]:
-    """Add entries for runs not yet in ``results_md``; the run ids added."""
+def append_results(
+    results_md: Path, summaries: Iterable[dict[str, Any]], link_prefix: str
+) -> tuple[list[str], list[str]]:
+    """Add entries for runs not yet in ``results_md``, and rewrite those whose verified evidence now says
+    something else (collected again), so the record never contradicts the evidence it links. Entries of runs
+    whose evidence is not among ``summaries`` stay as they are. The run ids (added, rewritten)."""
     text = results_md.read_text(encoding="utf-8") if results_md.exists() else _HEADER
     if not text.endswith("\n"):
         text += "\n"
@@ -105,16 +109,21 @@ def append_results(results_md: Path, summaries: Iterable[dict[str, Any]], link_p
     head = text[: starts[0].start()] if starts else text
     entries = {m.group(1): text[m.start() : (starts[i + 1].start() if i + 1 < len(starts) else len(text))]
                for i, m in enumerate(starts)}  # fmt: skip
-    added = []
+    added, rewritten = [], []
     for summary in summaries:
         run_id = str(summary["run_id"])
+        entry = _entry(summary, f"{link_prefix}/{summary['_dir']}/summary.md") + "\n"
         if run_id not in entries:
-            entries[run_id] = _entry(summary, f"{link_prefix}/{summary['_dir']}/summary.md") + "\n"
             added.append(run_id)
-    if added:
+        elif entries[run_id].rstrip("\n") != entry.rstrip("\n"):
+            rewritten.append(run_id)
+        else:
+            continue
+        entries[run_id] = entry
+    if added or rewritten:
         body = "".join(entries[k].rstrip("\n") + "\n\n" for k in sorted(entries))
         atomic_write_text(results_md, head.rstrip("\n") + "\n\n" + body.rstrip("\n") + "\n")
-    return added
+    return added, rewritten
 
 
 _ORDER = (*_CAPABILITY.values(), "KV handoff", "Prefix-cache hit")
