@@ -1,7 +1,7 @@
 """PNG pictures for summary.md: the run timeline, and KV-transfer size against time where the logs have it.
 
 matplotlib is an optional extra (``atomdyn-launchers[pictures]``): without it no picture is drawn and the
-summary says so in its problems, rather than failing the collection.
+summary says so in its collection notes, rather than failing the collection.
 """
 
 from __future__ import annotations
