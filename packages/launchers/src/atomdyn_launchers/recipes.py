@@ -1,0 +1,473 @@
+"""Run recipes: one YAML file that says what a run is (engine, model, run kind, layout, router, Slurm time limit,
+smoke traffic, the serving benchmark); the cluster it runs on stays in cluster.env.
+
+The schema is one JSON Schema document, :data:`SCHEMA`; the same dictionary validates every recipe (strictly:
+an unknown key is an error naming it and its path) and is published as ``recipes/schema.json``
+(``python -m atomdyn_launchers.recipes --write-schema PATH``; a test keeps the published file equal).
+:func:`load_recipe` returns a typed :class:`Recipe`; :meth:`Recipe.launch_options` turns it into the
+launcher's options, with the command line's explicit flags applied over it (see :func:`merge_flags`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml  # type: ignore[import-untyped]  # no stubs in the project venv
+
+from atomdyn_core.atomic import atomic_write_text
+
+SCHEMA_VERSION = 1
+SCHEMA_ID = "https://atomdyn.invalid/recipe.schema.json"  # a name, not a location: nothing fetches it
+
+_ENGINES = ["mocker", "vllm", "atom", "vllm-cpu"]
+ROUTER_MODES = ["kv", "round-robin", "random"]
+_TIME = r"^([0-9]+-)?[0-9]{1,2}:[0-9]{2}:[0-9]{2}$"  # Slurm's --time: [days-]hours:minutes:seconds
+_NAME = r"^[a-z0-9][a-z0-9._-]*$"
+
+
+def _obj(properties: dict[str, Any], required: Sequence[str] = (), description: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": properties}
+    if required:
+        out["required"] = list(required)
+    if description:
+        out["description"] = description
+    return out
+
+
+def _int(minimum: int, description: str, maximum: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "integer", "minimum": minimum, "description": description}
+    if maximum is not None:
+        out["maximum"] = maximum
+    return out
+
+
+def _num(minimum: float, description: str) -> dict[str, Any]:
+    return {"type": "number", "minimum": minimum, "description": description}
+
+
+def _workers(description: str) -> dict[str, Any]:
+    return _obj(
+        {
+            "workers": _int(1, "how many workers of this role (one Slurm job each)", 64),
+            "nodes_per_worker": _int(1, "nodes one worker spans (the launchers run one node per worker)", 1),
+            "gpus_per_worker": _int(0, "GPUs one worker uses: 0 for the mock engine, else the model's"),
+        },
+        required=["workers"],
+        description=description,
+    )
+
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": SCHEMA_ID,
+    "title": "atomdyn run recipe",
+    **_obj(
+        {
+            "schema_version": {"const": SCHEMA_VERSION, "description": "recipe format version"},
+            "name": {"type": "string", "pattern": _NAME, "description": "short name, used in reports"},
+            "description": {"type": "string"},
+            "engine": {"enum": _ENGINES, "description": "engine profile"},
+            "model": {"type": "string", "description": "model profile (profiles/models.json)"},
+            "kind": {"enum": ["agg", "disagg"], "description": "aggregated or disaggregated prefill/decode"},
+            "layout": _obj(
+                {
+                    "agg": _workers("aggregated workers (kind agg): 1 or 2"),
+                    "prefill": _workers("prefill workers (kind disagg)"),
+                    "decode": _workers("decode workers (kind disagg); the first also runs the frontend"),
+                    "nodes": {
+                        "type": "array",
+                        "items": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]*$"},
+                        "minItems": 1,
+                        "uniqueItems": True,
+                        "description": "nodes in placement order (prefill first, then decode); default: "
+                        "PREFILL_NODE/DECODE_NODE for one of each, else NODE_ADDRS's nodes",
+                    },
+                },
+                description="workers per role, nodes and GPUs per worker",
+            ),
+            "router": _obj(
+                {"mode": {"enum": ROUTER_MODES, "description": "the frontend's --router-mode"}},
+                description="Dynamo's frontend router",
+            ),
+            "slurm": _obj(
+                {"time_limit": {"type": "string", "pattern": _TIME, "description": "each job's --time"}},
+            ),
+            "smoke": _obj(
+                {
+                    "requests": _int(1, "smoke requests, each verified"),
+                    "concurrency": _int(1, "smoke requests in flight at once"),
+                    "max_tokens": _int(1, "tokens per smoke response"),
+                },
+                description="the verified smoke traffic every run sends first",
+            ),
+            "mocker": _obj(
+                {
+                    "speedup_ratio": _num(0, "the mock engine's --speedup-ratio"),
+                    "kv_transfer_bandwidth_gbps": _num(0, "--kv-transfer-bandwidth (GB/s; 0: no delay)"),
+                    "kv_bytes_per_token": _int(1, "--kv-bytes-per-token"),
+                    "kv_transfer_source": {
+                        "type": "string",
+                        "description": "where the two figures above were measured (evidence directory)",
+                    },
+                },
+                description="the mock engine's timing model (engine mocker only)",
+            ),
+            "benchmark": _obj(
+                {
+                    "tool": {"enum": ["aiperf"]},
+                    "concurrency": {
+                        "type": "array",
+                        "items": {"type": "integer", "minimum": 1},
+                        "minItems": 1,
+                        "description": "the sweep: one aiperf profile per concurrency",
+                    },
+                    "requests_per_level": _int(1, "requests per concurrency level"),
+                    "input_tokens": _int(1, "mean synthetic prompt length"),
+                    "output_tokens": _int(1, "output tokens per request (ignore_eos)"),
+                    "streaming": {"type": "boolean"},
+                    "slo": _obj(
+                        {
+                            "ttft_ms": _num(0, "time to first token, goodput bound"),
+                            "itl_ms": _num(0, "inter-token latency, goodput bound"),
+                            "request_latency_ms": _num(0, "request latency, goodput bound"),
+                        },
+                        description="goodput counts requests within every bound given",
+                    ),
+                },
+                required=["tool", "concurrency"],
+                description="a serving benchmark after the smoke traffic",
+            ),
+        },
+        required=["schema_version", "name", "engine", "kind", "layout"],
+    ),
+}
+
+
+class RecipeError(ValueError):
+    """A recipe is unreadable or invalid; the message names the file, the key path and the problem."""
+
+
+# -- validation against SCHEMA (the subset of JSON Schema it uses) -------------------------------------------
+
+
+def _path(parts: Sequence[str | int]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out or "(top level)"
+
+
+def _type_ok(value: object, kind: str) -> bool:
+    if kind == "object":
+        return isinstance(value, dict)
+    if kind == "array":
+        return isinstance(value, list)
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    raise AssertionError(f"schema type {kind!r} unsupported")
+
+
+def validate(value: object, schema: Mapping[str, Any] = SCHEMA, at: Sequence[str | int] = ()) -> list[str]:
+    """Every problem of ``value`` against ``schema``, each naming its key path."""
+    where = _path(at)
+    if "const" in schema and value != schema["const"]:
+        return [f"{where}: must be {schema['const']!r}, not {value!r}"]
+    if "enum" in schema and value not in schema["enum"]:
+        return [f"{where}: {value!r} is not one of {', '.join(map(str, schema['enum']))}"]
+    kind = schema.get("type")
+    if kind is not None and not _type_ok(value, kind):
+        return [f"{where}: must be {'an' if kind[0] in 'aeio' else 'a'} {kind}, not {type(value).__name__}"]
+    problems: list[str] = []
+    if isinstance(value, dict):
+        properties: Mapping[str, Any] = schema.get("properties", {})
+        for key in value:
+            if key not in properties:
+                known = ", ".join(properties)
+                problems.append(f"{_path([*at, str(key)])}: unknown key {key!r} (known here: {known})")
+        for key in schema.get("required", ()):
+            if key not in value:
+                problems.append(f"{_path([*at, key])}: required key missing")
+        for key, sub in value.items():
+            if key in properties:
+                problems += validate(sub, properties[key], [*at, str(key)])
+    if isinstance(value, list):
+        if len(value) < schema.get("minItems", 0):
+            problems.append(f"{where}: needs at least {schema['minItems']} item(s)")
+        if schema.get("uniqueItems") and len({json.dumps(v) for v in value}) != len(value):
+            problems.append(f"{where}: items must be unique")
+        for i, item in enumerate(value):
+            problems += validate(item, schema.get("items", {}), [*at, i])
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            problems.append(f"{where}: {value} is below the minimum {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            problems.append(f"{where}: {value} is above the maximum {schema['maximum']}")
+    if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
+        problems.append(f"{where}: {value!r} does not match {schema['pattern']}")
+    return problems
+
+
+# -- reading YAML strictly -------------------------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+
+def _mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[object, object]:
+    seen: dict[object, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise RecipeError(
+                f"line {key_node.start_mark.line + 1}: key {key!r} given twice "
+                f"(first on line {seen[key] + 1})"
+            )
+        seen[key] = key_node.start_mark.line
+    return dict(loader.construct_pairs(node))
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+# -- the typed recipe ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workers:
+    workers: int
+    nodes_per_worker: int = 1
+    gpus_per_worker: int = 0
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    request_latency_ms: float | None = None
+
+    def aiperf_goodput(self) -> str:
+        """aiperf's --goodput text: metric:bound pairs in milliseconds."""
+        pairs = [
+            ("time_to_first_token", self.ttft_ms),
+            ("inter_token_latency", self.itl_ms),
+            ("request_latency", self.request_latency_ms),
+        ]
+        return " ".join(f"{name}:{bound:g}" for name, bound in pairs if bound is not None)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    tool: str
+    concurrency: tuple[int, ...]
+    requests_per_level: int = 64
+    input_tokens: int = 256
+    output_tokens: int = 64
+    streaming: bool = True
+    slo: Slo = field(default_factory=Slo)
+
+
+@dataclass(frozen=True)
+class MockerTiming:
+    speedup_ratio: float = 10.0
+    kv_transfer_bandwidth_gbps: float | None = None
+    kv_bytes_per_token: int | None = None
+    kv_transfer_source: str = ""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    engine: str
+    kind: str  # agg | disagg (the recipe's word; run_kind() is the launcher's)
+    model: str | None = None
+    description: str = ""
+    agg: Workers | None = None
+    prefill: Workers | None = None
+    decode: Workers | None = None
+    nodes: tuple[str, ...] = ()
+    router_mode: str = "kv"
+    time_limit: str | None = None
+    requests: int | None = None
+    concurrency: int | None = None
+    max_tokens: int | None = None
+    mocker: MockerTiming | None = None
+    benchmark: Benchmark | None = None
+    source: str = ""
+
+    def run_kind(self) -> str:
+        """The launcher's run kind: agg-single, agg-two or disagg."""
+        if self.kind == "disagg":
+            return "disagg"
+        assert self.agg is not None
+        return "agg-single" if self.agg.workers == 1 else "agg-two"
+
+    def layout_text(self) -> str:
+        if self.kind == "disagg":
+            assert self.prefill is not None and self.decode is not None
+            return f"{self.prefill.workers}P{self.decode.workers}D"
+        assert self.agg is not None
+        return f"agg x{self.agg.workers}"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _workers_of(raw: Mapping[str, Any] | None) -> Workers | None:
+    if raw is None:
+        return None
+    return Workers(
+        int(raw["workers"]), int(raw.get("nodes_per_worker", 1)), int(raw.get("gpus_per_worker", 0))
+    )
+
+
+def _semantic_problems(raw: Mapping[str, Any]) -> list[str]:
+    """What the schema cannot say: which layout keys go with which kind, and engine-only sections."""
+    problems: list[str] = []
+    layout = raw["layout"]
+    if raw["kind"] == "disagg":
+        problems += [
+            f"layout.{r}: required for kind disagg" for r in ("prefill", "decode") if r not in layout
+        ]
+        if "agg" in layout:
+            problems.append("layout.agg: only for kind agg (disagg has layout.prefill and layout.decode)")
+    else:
+        if "agg" not in layout:
+            problems.append("layout.agg: required for kind agg")
+        elif layout["agg"]["workers"] > 2:
+            problems.append(f"layout.agg.workers: {layout['agg']['workers']} is above the maximum 2")
+        problems += [f"layout.{r}: only for kind disagg" for r in ("prefill", "decode") if r in layout]
+    if "mocker" in raw and raw["engine"] != "mocker":
+        problems.append(f"mocker: only for engine mocker, not {raw['engine']}")
+    return problems
+
+
+def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
+    try:
+        raw = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
+    except RecipeError as exc:
+        raise RecipeError(f"{source}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"{source}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise RecipeError(f"{source}: a recipe is a mapping of keys, not {type(raw).__name__}")
+    if raw.get("schema_version") not in (None, SCHEMA_VERSION):
+        raise RecipeError(
+            f"{source}: schema_version {raw['schema_version']!r} is not supported (this launcher reads "
+            f"{SCHEMA_VERSION})"
+        )
+    problems = validate(raw)
+    if not problems:
+        problems = _semantic_problems(raw)
+    if problems:
+        raise RecipeError(f"{source}: " + "; ".join(problems))
+    layout = raw["layout"]
+    bench = raw.get("benchmark")
+    mocker = raw.get("mocker")
+    smoke = raw.get("smoke", {})
+    return Recipe(
+        name=raw["name"],
+        engine=raw["engine"],
+        kind=raw["kind"],
+        model=raw.get("model"),
+        description=raw.get("description", ""),
+        agg=_workers_of(layout.get("agg")),
+        prefill=_workers_of(layout.get("prefill")),
+        decode=_workers_of(layout.get("decode")),
+        nodes=tuple(layout.get("nodes", ())),
+        router_mode=raw.get("router", {}).get("mode", "kv"),
+        time_limit=raw.get("slurm", {}).get("time_limit"),
+        requests=smoke.get("requests"),
+        concurrency=smoke.get("concurrency"),
+        max_tokens=smoke.get("max_tokens"),
+        mocker=None if mocker is None else MockerTiming(**mocker),
+        benchmark=None
+        if bench is None
+        else Benchmark(
+            tool=bench["tool"],
+            concurrency=tuple(bench["concurrency"]),
+            requests_per_level=bench.get("requests_per_level", 64),
+            input_tokens=bench.get("input_tokens", 256),
+            output_tokens=bench.get("output_tokens", 64),
+            streaming=bench.get("streaming", True),
+            slo=Slo(**bench.get("slo", {})),
+        ),
+        source=source,
+    )
+
+
+def load_recipe(path: Path) -> Recipe:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecipeError(f"recipe {path}: cannot read: {exc}") from None
+    return parse_recipe(text, str(path))
+
+
+# -- recipe + command-line flags -------------------------------------------------------------------------------
+
+
+def merge_flags(recipe: Recipe, command: str, flags: Mapping[str, object]) -> dict[str, object]:
+    """The launcher's options from a recipe, with every flag given explicitly on the command line over it.
+
+    ``command`` is ``agg`` or ``disagg``: a recipe of the other kind is refused (the command is how the run is
+    asked for). A flag overrides the recipe's value and the override is reported in the resolved recipe.
+    """
+    if recipe.kind != command:
+        raise RecipeError(
+            f"{recipe.source}: a kind {recipe.kind} recipe; run it with `invoke {recipe.kind}.run --recipe`"
+        )
+    options: dict[str, object] = {
+        "engine": recipe.engine,
+        "model": recipe.model,
+        "requests": recipe.requests,
+        "concurrency": recipe.concurrency,
+        "max_tokens": recipe.max_tokens,
+        "time_limit": recipe.time_limit,
+        "router_mode": recipe.router_mode,
+        "recipe": recipe,
+    }
+    if recipe.mocker is not None:
+        options["speedup_ratio"] = recipe.mocker.speedup_ratio
+    options.update({k: v for k, v in flags.items() if v is not None})
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def schema_text() -> str:
+    return json.dumps(SCHEMA, indent=2) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m atomdyn_launchers.recipes", description=__doc__)
+    parser.add_argument("--write-schema", metavar="PATH", help="write the recipe JSON Schema to PATH")
+    parser.add_argument("check", nargs="*", help="recipe files to validate")
+    args = parser.parse_args(argv)
+    if args.write_schema:
+        atomic_write_text(Path(args.write_schema), schema_text())
+    failed = 0
+    for name in args.check:
+        try:
+            recipe = load_recipe(Path(name))
+        except RecipeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{name}: ok ({recipe.engine}, {recipe.layout_text()})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
