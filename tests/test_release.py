@@ -7,11 +7,14 @@ suites run); outside CI, without a release, they say skipped.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -47,6 +50,19 @@ def dist() -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return DIST
+
+
+@pytest.fixture(scope="module")
+def doubles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The C doubles of libibverbs, the HSA runtime and the CUDA driver (testing/doubles), built here."""
+    spec = importlib.util.spec_from_file_location(
+        "release_doubles_build", ROOT / "testing" / "doubles" / "build.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    built: dict[str, Path] = module.build_doubles(tmp_path_factory.mktemp("doubles"))
+    return built
 
 
 def wheel_of(dist: Path, project: str) -> Path:
@@ -108,6 +124,26 @@ def test_every_wheel_ships_the_license_and_complete_metadata(dist: Path) -> None
         assert "Classifier: Operating System :: POSIX :: Linux\n" in metadata, name
 
 
+def test_every_package_carries_the_license_text_itself() -> None:
+    """A copy, not a link: an sdist must carry the text (pip refuses an sdist member linking outside it)."""
+    license_text = (ROOT / "LICENSE").read_bytes()
+    for pyproject in sorted(ROOT.glob("packages/*/pyproject.toml")):
+        copy = pyproject.with_name("LICENSE")
+        assert not copy.is_symlink() and copy.read_bytes() == license_text, copy
+
+
+def test_every_sdist_carries_the_license_as_a_file(dist: Path) -> None:
+    license_text = (ROOT / "LICENSE").read_bytes()
+    for sdist in sorted(dist.glob("*.tar.gz")):
+        with tarfile.open(sdist) as archive:
+            [member] = [
+                m for m in archive.getmembers() if m.name.count("/") == 1 and m.name.endswith("/LICENSE")
+            ]
+            assert member.isfile(), f"{sdist.name}: LICENSE is not a regular file"
+            extracted = archive.extractfile(member)
+            assert extracted is not None and extracted.read() == license_text, sdist.name
+
+
 def glibc_versions(elf: Path) -> set[tuple[int, ...]]:
     """The GLIBC_x.y versions an ELF file's dynamic symbols refer to (readelf, as auditwheel reads them)."""
     text = run("readelf", "--wide", "--dyn-syms", "--version-info", elf).stdout
@@ -160,7 +196,9 @@ def installed(venv: Path) -> set[str]:
     return {normalized(name) for name in listing.split()} - {"pip", "setuptools"}
 
 
-def test_dmabuf_shim_installs_offline_from_the_index_alone_and_runs(dist: Path, tmp_path: Path) -> None:
+def test_dmabuf_shim_installs_offline_from_the_index_alone_and_runs(
+    dist: Path, doubles: dict[str, Path], tmp_path: Path
+) -> None:
     venv = offline_install(tmp_path, "dmabuf-shim")
     assert installed(venv) == {"dmabuf-shim"}
     assert "env" in run(venv / "bin" / "dmabuf-shim", "--help").stdout
@@ -169,10 +207,16 @@ def test_dmabuf_shim_installs_offline_from_the_index_alone_and_runs(dist: Path, 
     line = run(venv / "bin" / "dmabuf-shim", "env").stdout.strip()
     library = Path(line.removeprefix("LD_PRELOAD="))
     assert library.is_file() and library.is_relative_to(venv)
+    # The released library, preloaded for real, in front of the doubles: it interposes and finds every piece.
+    check = run(
+        venv / "bin" / "dmabuf-shim", "env", "--check", env={"LD_LIBRARY_PATH": str(doubles["lib_dir"])}
+    )
+    assert "interposes=1 ibverbs=1 reg_dmabuf=1 backends=hsa,cuda" in check.stdout
+    assert check.stdout.splitlines()[-1] == "dmabuf-shim: check ok"
 
 
-def test_mori_repro_installs_offline_from_the_index_alone_and_writes_a_bundle(
-    dist: Path, tmp_path: Path
+def test_mori_repro_installs_offline_from_the_index_alone_and_runs(
+    dist: Path, doubles: dict[str, Path], tmp_path: Path
 ) -> None:
     venv = offline_install(tmp_path, "mori-repro")
     assert installed(venv) == {"mori-repro"}, "mori-repro must need no other package"
@@ -182,3 +226,15 @@ def test_mori_repro_installs_offline_from_the_index_alone_and_writes_a_bundle(
     done = run(venv / "bin" / "mori-repro", "report", "--out", out, cwd=tmp_path)
     assert "environment-cannot-run (exit 20)" in done.stdout
     assert sorted(p.name for p in out.iterdir()) == ["report.md", "result.json", "system.json"]
+    # The released loopback program against the doubles with HSA semantics: offset 0 reproduces the bug.
+    hsa = {"MORI_REPRO_LIBIBVERBS": str(doubles["ibverbs"]), "MORI_REPRO_LIBHSA": str(doubles["hsa"])}
+    loopback = subprocess.run(
+        [str(venv / "bin" / "mori-repro"), "run", "--json"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", **hsa},
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+    assert loopback.returncode == 10, loopback.stdout + loopback.stderr
+    assert json.loads(loopback.stdout)["verdict"] == "bug-reproduced"
