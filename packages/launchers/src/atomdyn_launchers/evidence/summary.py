@@ -16,7 +16,6 @@ import json
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_wr
 from atomdyn_core.fingerprint import collect_fingerprint
 from atomdyn_core.sanitize import Sanitizer
 from atomdyn_launchers.evidence import pictures
-from atomdyn_launchers.evidence.data import COLLECTOR_FINGERPRINT, DATA, json_bytes, reduce_run, sanitize_obj
+from atomdyn_launchers.evidence.data import COLLECTOR_FINGERPRINT, DATA, json_bytes, reduce_run
 from atomdyn_launchers.evidence.expectations import platform_label
 from atomdyn_launchers.evidence.gates import GateResult, evaluate, failed_count, overall
 from atomdyn_launchers.evidence.signals import Signals, collect_signals
@@ -197,12 +196,11 @@ def verdict_words(summary: dict[str, Any]) -> str:
     return f"{summary['gates_failed']} of {summary['gates_judged']} gates failed"
 
 
-def judged_summary(
-    data: Path, run_name: str, sanitize: Callable[[str], str] = str
-) -> tuple[dict[str, Any], Signals]:
+def judged_summary(data: Path, run_name: str) -> tuple[dict[str, Any], Signals]:
     """Everything in summary.json that the collected data decides: identity, platform, gates, figures,
-    problems, fingerprint. ``evidence.verify`` calls it again and compares. ``run_name``: the run
-    directory's name (the evidence directory's), which the data directory does not carry."""
+    problems, fingerprint. ``collect`` and ``evidence.verify`` both call it on the (already sanitized) data
+    and verify compares. ``run_name``: the run directory's name (the evidence directory's), which the data
+    directory does not carry."""
     signals = collect_signals(data, run_name)
     results = evaluate(signals)
     failed, judged = failed_count(results)
@@ -216,12 +214,12 @@ def judged_summary(
         "engine_profile": v("run.engine"),
         "model_profile": v("run.model_profile"),
         "runtime": v("run.runtime"),
-        "platform": sanitize(platform),
+        "platform": platform,
         "platform_source": platform_source,
         "lock_digest": v("run.lock_digest"),
-        "lock_digest_source": sanitize(v("run.lock_digest_source")) if v("run.lock_digest_source") else None,
+        "lock_digest_source": v("run.lock_digest_source"),
         "launcher_result": v("run.result"),
-        "failure": sanitize(str(v("run.failure"))) if v("run.failure") else None,
+        "failure": v("run.failure") or None,
         "verdict": overall(results),
         "gates_passed": judged - failed,
         "gates_failed": failed,
@@ -232,17 +230,17 @@ def judged_summary(
                 "title": r.title,
                 "signal": r.signal,
                 "expect": r.expect,
-                "value": sanitize_obj(r.value, sanitize),
+                "value": r.value,
                 "verdict": r.verdict,
-                "reason": sanitize(r.reason),
+                "reason": r.reason,
                 "excerpt": f"excerpts/{r.excerpt}.txt" if r.excerpt else None,
             }
             for r in results
         ],
-        "figures": sanitize_obj(_figures(signals), sanitize),
-        "problems": [sanitize(p) for p in signals.problems],
+        "figures": _figures(signals),
+        "problems": list(signals.problems),
         "fingerprint_source": source,
-        "fingerprint": sanitize_obj(fingerprints, sanitize),
+        "fingerprint": fingerprints,
     }
     return json.loads(json.dumps(summary)), signals  # as it reads back from summary.json
 
@@ -294,7 +292,8 @@ def collect(run_dir: Path, evidence_root: Path, with_pictures: bool = True) -> t
         if not any((data / "fingerprints").glob("*.json")) and not (data / COLLECTOR_FINGERPRINT).exists():
             mine = collect_fingerprint()
             atomic_write_bytes(data / COLLECTOR_FINGERPRINT, json_bytes(mine, sanitizer.sanitize))
-        summary, signals = judged_summary(data, final.name, sanitizer.sanitize)
+        # Judged from the sanitized copy alone, exactly as verify will judge it again.
+        summary, signals = judged_summary(data, final.name)
         summary["collection_notes"] = _disagreements(raw_results, summary)
         shown = excerpts(summary, signals)
         for rel, text in shown.items():
