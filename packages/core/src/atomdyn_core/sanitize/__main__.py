@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the generated log (default: 0)")
     p.add_argument(
+        "--no-colour", action="store_true", help="generate Dynamo's lines without terminal colour codes"
+    )
+    p.add_argument(
         "--slow-sample-mb",
         type=int,
         default=8,
@@ -45,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         return _file(args.src, args.dest)
     if args.size_mb < 1:
         parser.error("--size-mb must be at least 1")
-    return _bench(args.size_mb, args.seed, args.slow_sample_mb)
+    return _bench(args.size_mb, args.seed, args.slow_sample_mb, colour=not args.no_colour)
 
 
 def _file(src: Path, dest: Path | None) -> int:
@@ -59,13 +62,16 @@ def _file(src: Path, dest: Path | None) -> int:
     return 0
 
 
-def _bench(size_mb: int, seed: int, slow_sample_mb: int) -> int:
+def _bench(size_mb: int, seed: int, slow_sample_mb: int, colour: bool) -> int:
     with tempfile.TemporaryDirectory(prefix="sanitize-bench-") as tmp:
         log = Path(tmp) / "raw.log"
-        size = _write_log(log, size_mb << 20, seed)
+        size = _write_log(log, size_mb << 20, seed, colour)
         mb = size / 1e6
         print(f"platform: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
-        print(f"generated log: {mb:.0f} MB, known hosts/users/paths/accounts as a run's config gives them")
+        print(
+            f"generated log: {mb:.0f} MB, {'with' if colour else 'without'} terminal colour codes, "
+            "known hosts/users/paths/accounts as a run's config gives them"
+        )
         wall, cpu = _timed(lambda: _parse(log))
         print(f"parse rate (read + split lines):  {mb / wall:8.1f} MB/s wall  {mb / cpu:8.1f} MB/s CPU")
         out = Path(tmp) / "sanitized.log"
@@ -93,12 +99,12 @@ def _line_by_line(sanitizer: Sanitizer, text: str) -> str:
     return sanitizer.sanitize(text)
 
 
-def _write_log(path: Path, size: int, seed: int) -> int:
+def _write_log(path: Path, size: int, seed: int, colour: bool) -> int:
     written = 0
     with open(path, "w", encoding="utf-8", newline="") as handle:
         block = 0
         while written < size:
-            text = generate_text(min(_GENERATED_BLOCK, size - written), seed=seed * 1_000_003 + block)
+            text = generate_text(min(_GENERATED_BLOCK, size - written), seed * 1_000_003 + block, colour)
             handle.write(text)
             written += len(text.encode())
             block += 1

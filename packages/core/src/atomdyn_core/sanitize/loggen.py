@@ -10,6 +10,7 @@ in proportions like those of a real run. Deterministic: the same seed gives the 
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ KNOWN: dict[str, list[str]] = {
 }
 
 _ESC = "\x1b"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
@@ -196,21 +198,22 @@ _TEMPLATES: tuple[tuple[float, Callable[[_State], str]], ...] = (
 )
 
 
-def generate_lines(seed: int = 0) -> Iterator[str]:
-    """An endless stream of log lines (without their newline)."""
+def generate_lines(seed: int = 0, colour: bool = True) -> Iterator[str]:
+    """An endless stream of log lines (without their newline); ``colour``: Dynamo's terminal colour codes."""
     state = _State(random.Random(seed))
     weights = [w for w, _ in _TEMPLATES]
     templates = [t for _, t in _TEMPLATES]
     while True:
         for template in state.rng.choices(templates, weights, k=1024):
-            yield template(state)
+            line = template(state)
+            yield line if colour or _ESC not in line else _ANSI.sub("", line)
 
 
-def generate_text(size: int, seed: int = 0) -> str:
+def generate_text(size: int, seed: int = 0, colour: bool = True) -> str:
     """About ``size`` characters of log (whole lines)."""
     parts: list[str] = []
     held = 0
-    for line in generate_lines(seed):
+    for line in generate_lines(seed, colour):
         parts.append(line)
         held += len(line) + 1
         if held >= size:

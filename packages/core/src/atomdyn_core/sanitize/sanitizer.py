@@ -547,6 +547,11 @@ class Sanitizer:
         pattern = self._bare_pattern()
         if pattern is None:
             return text
+        low = text.lower()
+        if not any(name in low for name in self.known_names()):
+            return (
+                text  # the cheap test first: the pattern starts with a look-behind, tried at every position
+            )
         return pattern.sub(self._bare_replacement, text)
 
     def _bare_replacement(self, m: re.Match[str]) -> str:

@@ -48,12 +48,18 @@ def _ending_at_separator(between: str) -> str:
 _BARE_KEY = _ending_at_separator("")
 _SPACED_KEY = _ending_at_separator(" ") + "|" + _ending_at_separator("[\"'] ")
 _QUOTED_KEY = _ending_at_separator("[\"']")
-# A cheap first test: the key's last two letters (most separators follow other words, numbers or colons).
-_KEY_ENDINGS = "|".join(sorted({key[-2:] for key in _KEY_SUFFIXES}))
+
+
+def _last_letters(n: int) -> str:
+    return "".join(sorted({key[-n] for key in _KEY_SUFFIXES}))
+
+
+# A cheap first test: each of the last three letters is one that some key has there (most separators follow
+# other words, numbers or colons); every key is at least three letters long.
 _KEY_BEFORE = (
-    rf"(?<=[a-z\"'\s][=:])"  # most separators follow a number or another colon: one test rules them out
-    rf"(?:(?<=(?:{_KEY_ENDINGS})[=:])(?:{_BARE_KEY})"
-    rf"|(?<=[\"'][=:])(?:{_QUOTED_KEY})"
+    rf"(?<=[{_last_letters(3)}][{_last_letters(2)}][{_last_letters(1)}][=:])(?:{_BARE_KEY})"
+    rf"|(?<=[\"'\s][=:])"  # a quote or a space before the separator
+    rf"(?:(?<=[\"'][=:])(?:{_QUOTED_KEY})"
     rf"|(?<=[a-z\"'] [=:])(?:{_SPACED_KEY})"  # host = x
     rf"|(?<={_NOT_NEWLINE_SPACE}{{2}}[=:])|(?<=[^ \S][=:]))"  # more or other spaces: the separator alone
 )
@@ -63,7 +69,10 @@ _SCANNERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         # _IPV4 (from its first dot; 127.x is left alone by the pattern), _FQDN (its top-level-domain word)
         "dot",
-        re.compile(rf"\.(?:(?<!127\.)\d{{1,3}}\.\d{{1,3}}\.\d{{1,3}}(?!\w|\.\d)|(?:{_s._TLDS})(?![\w-]))"),
+        re.compile(
+            rf"\.(?:(?<!127\.)\d{{1,3}}\.\d{{1,3}}\.\d{{1,3}}(?!\w|\.\d)"
+            rf"|(?=[a-z]{{2,11}}(?![\w-]))(?:{_s._TLDS})(?![\w-]))"  # a word of 2 to 11 letters first
+        ),
     ),
     (
         # _IPV6 with :: (neither side a letter beyond f, no longer word before it)
@@ -77,7 +86,9 @@ _SCANNERS: tuple[tuple[str, re.Pattern[str]], ...] = (
         # _URL_CREDENTIALS and _URL_HOST (://); _IPV6 in full and _MAC (five colons from the first);
         # keys before a colon (_HOST_KEY, _USER_KEY, _SECRET_ASSIGNMENT, JSON keys of _SLURM_KEYS)
         "colon",
-        re.compile(rf":(?://|(?<={_HEX}:)(?:{_HEX}{{1,4}}:){{4}}|{_KEY_BEFORE})"),
+        re.compile(
+            rf":(?://|(?<={_HEX}:){_HEX}{{1,4}}:{_HEX}{{1,4}}:{_HEX}{{1,4}}:{_HEX}{{1,4}}:|{_KEY_BEFORE})"
+        ),
     ),
     # keys before an equals sign: _HOST_KEY, _USER_KEY, _SECRET_ASSIGNMENT, _SLURM_KEYS, cloud-key
     ("equals", re.compile(f"=(?:{_KEY_BEFORE})")),
