@@ -44,6 +44,7 @@ from atomdyn_launchers.nodes.jobs import NodeJobError, docker_host
 from atomdyn_launchers.nodes.prepare import shim_current
 from atomdyn_launchers.profiles.models import ModelProfile, get_model
 from atomdyn_launchers.progress import Progress
+from atomdyn_launchers.recipes import Recipe, resource_problems
 from atomdyn_launchers.rundir import KINDS, JobRecord, RunDir, read_jsonl
 from atomdyn_launchers.sbatch import Arg, JobSpec, Shell, pid_var, render
 from atomdyn_launchers.slurm import JobInfo, Slurm, SlurmError, preflight
@@ -86,6 +87,15 @@ class LaunchOptions:
     runs_root: Path | None = None  # default: <SHARED_DIR>/runs
     lock_path: Path | None = None
     node_check: bool = True  # nodes.check on the run's nodes before submitting (--skip-node-check)
+    # xPyD: workers per role of a disaggregated run, each its own job on its own node.
+    prefill_workers: int = 1
+    decode_workers: int = 1
+    nodes: tuple[str, ...] = ()  # placement order (prefill, then decode); default: from the config
+    router_mode: str = "kv"  # the frontend's --router-mode
+    kv_transfer_bandwidth_gbps: float | None = None  # the mock engine's KV transfer model
+    kv_bytes_per_token: int | None = None
+    recipe: Recipe | None = None  # the recipe these options came from (recorded in recipe.json)
+    offline: bool = False  # dry run only: skip the preflight (an offline review; nothing checked)
 
     def resolved_requests(self) -> int:
         return self.requests if self.requests is not None else DEFAULT_REQUESTS[self.kind]
@@ -118,34 +128,76 @@ class Outcome:
 Hook = Callable[[str, dict[str, object]], None]
 
 
-def plan_roles(kind: str, config: ClusterConfig) -> list[RoleSpec]:
+def plan_roles(
+    kind: str,
+    config: ClusterConfig,
+    prefill_workers: int = 1,
+    decode_workers: int = 1,
+    nodes: tuple[str, ...] = (),
+) -> list[RoleSpec]:
+    """One role per job, each pinned to its own node. ``nodes`` (a recipe's layout.nodes) gives the placement
+    order; without it one prefill and one decode go to PREFILL_NODE and DECODE_NODE, more to NODE_ADDRS's
+    nodes in order (prefill workers first). The first decode (or agg) worker also runs the frontend."""
     if kind == "agg-single":
-        return [RoleSpec("agg", config.primary_node, "agg", True, 0)]
+        return [RoleSpec("agg", nodes[0] if nodes else config.primary_node, "agg", True, 0)]
     if kind == "agg-two":
-        other = config.decode_node if config.decode_node != config.primary_node else config.prefill_node
-        if other == config.primary_node:
+        if nodes:
+            if len(nodes) < 2:
+                raise PreflightError("agg-two needs two nodes; the recipe's layout.nodes lists one")
+            first, other = nodes[0], nodes[1]
+        else:
+            first = config.primary_node
+            other = config.decode_node if config.decode_node != config.primary_node else config.prefill_node
+        if other == first:
             raise PreflightError(
                 "agg-two needs two nodes: PREFILL_NODE or DECODE_NODE must differ from PRIMARY_NODE"
             )
-        return [
-            RoleSpec("agg1", config.primary_node, "agg", True, 0),
-            RoleSpec("agg2", other, "agg", False, 1),
-        ]
-    if kind == "disagg":
+        return [RoleSpec("agg1", first, "agg", True, 0), RoleSpec("agg2", other, "agg", False, 1)]
+    if kind != "disagg":
+        raise PreflightError(f"unknown run kind {kind!r}; known: {', '.join(KINDS)}")
+    if prefill_workers < 1 or decode_workers < 1:
+        raise PreflightError("a disaggregated run needs at least one prefill and one decode worker")
+    need = prefill_workers + decode_workers
+    if nodes:
+        pool, source = list(nodes), "the recipe's layout.nodes lists"
+    elif need == 2:
+        pool, source = [config.prefill_node, config.decode_node], "PREFILL_NODE and DECODE_NODE name"
         if config.prefill_node == config.decode_node:
             raise PreflightError("disagg needs two nodes: PREFILL_NODE and DECODE_NODE are the same")
-        return [
-            RoleSpec("prefill", config.prefill_node, "prefill", False, 1),
-            RoleSpec("decode", config.decode_node, "decode", True, 0),
-        ]
-    raise PreflightError(f"unknown run kind {kind!r}; known: {', '.join(KINDS)}")
+    else:
+        pool, source = [n for n, _ in config.node_addrs], "NODE_ADDRS names"
+    if len(set(pool)) < need:
+        raise PreflightError(
+            f"{prefill_workers}P{decode_workers}D needs {need} nodes (one per worker); {source} "
+            f"{len(set(pool))}: list the nodes in the recipe's layout.nodes or NODE_ADDRS"
+        )
+    pool = list(dict.fromkeys(pool))
 
+    def name(mode: str, i: int, count: int) -> str:
+        return mode if count == 1 else f"{mode}{i + 1}"
 
-def required_instances(kind: str) -> dict[str, int]:
-    """Generate instances per Dynamo component the frontend must list before traffic starts."""
-    return {"agg-single": {"backend": 1}, "agg-two": {"backend": 2}, "disagg": {"prefill": 1, "backend": 1}}[
-        kind
+    roles = [
+        RoleSpec(name("prefill", i, prefill_workers), pool[i], "prefill", False, 1 + i)
+        for i in range(prefill_workers)
     ]
+    roles += [
+        RoleSpec(
+            name("decode", j, decode_workers),
+            pool[prefill_workers + j],
+            "decode",
+            j == 0,
+            0 if j == 0 else prefill_workers + j,
+        )
+        for j in range(decode_workers)
+    ]
+    return roles
+
+
+def required_instances(kind: str, prefill_workers: int = 1, decode_workers: int = 1) -> dict[str, int]:
+    """Generate instances per Dynamo component the frontend must list before traffic starts."""
+    if kind == "disagg":
+        return {"prefill": prefill_workers, "backend": decode_workers}
+    return {"agg-single": {"backend": 1}, "agg-two": {"backend": 2}}[kind]
 
 
 def _lock_digest(path: Path | None, project_dir: Path) -> str | None:
@@ -266,7 +318,9 @@ class Launch:
         self.slurm = slurm or Slurm(config)
         self.hook = hook
         self.model: ModelProfile = get_model(options.model or self.engine.default_model)
-        self.roles = plan_roles(options.kind, config)
+        self.roles = plan_roles(
+            options.kind, config, options.prefill_workers, options.decode_workers, options.nodes
+        )
 
     def preflight(self) -> CheckReport | None:
         """Refuse what cannot run before anything is created or submitted; the node report, if checked."""
@@ -274,6 +328,12 @@ class Launch:
             raise PreflightError(f"unknown run kind {self.options.kind!r}")
         if self.options.concurrency < 1 or self.options.resolved_requests() < 1:
             raise PreflightError("requests and concurrency must be at least 1")
+        if self.options.recipe is not None:
+            problems = resource_problems(
+                self.options.recipe, self.engine.needs_gpus(), self.model.gpus_per_worker
+            )
+            if problems:
+                raise PreflightError(f"recipe {self.options.recipe.source}: " + "; ".join(problems))
         python = self.config.python_venv / "bin" / "python"
         if self.config.runtime == "venv" and not python.exists():
             raise PreflightError(
@@ -332,6 +392,7 @@ class Launch:
         runs_root = self.options.runs_root or self.config.runs_dir
         rundir = RunDir.create(runs_root, self.options.kind, self.engine.name)
         self.progress.line(f"run {rundir.run_id} -> {rundir.path}")
+        write_resolved_recipe(rundir.path, self.options, self.engine, self.model, self.roles)
         if report is not None:  # the node check, kept as evidence
             atomic_write_text(rundir.path / "node-check.json", json.dumps(report.to_json(), indent=2) + "\n")
         ctx = RunContext(
@@ -347,6 +408,61 @@ class Launch:
             etcd=self._etcd(rundir),
         )
         return Stages(ctx).run()
+
+    def dry_run(self) -> Path:
+        """Preflight (unless offline), then every job script and the resolved recipe in a run directory under
+        <runs>/dry-run; nothing is submitted. Returns the directory."""
+        if self.options.offline:
+            self.progress.line("OFFLINE REVIEW: preflight not run; nothing was checked against the cluster")
+            preflight_state = "not run (--offline): an offline review, nothing checked against the cluster"
+        else:
+            self.preflight()
+            preflight_state = "passed"
+        runs_root = (self.options.runs_root or self.config.runs_dir) / "dry-run"
+        rundir = RunDir.create(runs_root, self.options.kind, self.engine.name)
+        owned = self.config.etcd_endpoint is None
+        endpoint = "http://run-owned-etcd.invalid:2379" if owned else self.config.require_etcd()
+        submission = Submission(
+            self.config, self.options, self.engine, self.model, rundir, endpoint, self._ready_timeout_s()
+        )
+        runtime = submission.runtime()
+        roles: list[dict[str, object]] = []
+        for spec in self.roles:
+            _, job = submission.role(spec, runtime)
+            script = rundir.write_script(spec.role, render(job))
+            sbatch = self.slurm.sbatch_args(
+                job_name=job.job_name,
+                nodelist=spec.node,
+                gres=f"gpu:{job.gpus}" if job.gpus else None,
+                output=rundir.slurm_out(spec.role),
+                chdir=rundir.path,
+            )
+            roles.append(
+                {"role": spec.role, "mode": spec.mode, "node": spec.node, "frontend": spec.with_frontend,
+                 "script": str(script.relative_to(rundir.path)), "sbatch": [*sbatch, str(script)]}
+            )  # fmt: skip
+            self.progress.line(f"dry run: {spec.role} ({spec.mode}) on {spec.node} -> {script}")
+        write_resolved_recipe(rundir.path, self.options, self.engine, self.model, self.roles)
+        plan = {
+            "dry_run": True,
+            "submitted": [],
+            "preflight": preflight_state,
+            "etcd": "run-owned: started in a job of its own at submit (endpoint known then)"
+            if owned
+            else endpoint,
+            "roles": roles,
+            "frontend_must_list": required_instances(
+                self.options.kind, self.options.prefill_workers, self.options.decode_workers
+            ),
+        }
+        atomic_write_text(rundir.path / "dry-run.json", json.dumps(plan, indent=2) + "\n")
+        self.progress.line(f"dry run: nothing submitted; scripts and recipe.json in {rundir.path}")
+        return rundir.path
+
+    def _ready_timeout_s(self) -> float:
+        if self.options.ready_timeout_s is not None:
+            return self.options.ready_timeout_s
+        return self.engine.timeouts.ready_s
 
     def _etcd(self, rundir: RunDir) -> EtcdSession:
         """The etcd stage: ETCD_ENDPOINT, else etcd at the lock's version in a job of its own."""
@@ -423,7 +539,8 @@ class Stages:
         total = self.ctx.options.resolved_requests()
         state = self.state
         done = state.done_count if state.results or state.done_count else None
-        self.ctx.progress.status(dict(state.job_states), set(state.registrations), done, total)
+        modes = {r.role: r.mode for r in self.ctx.roles}
+        self.ctx.progress.status(dict(state.job_states), set(state.registrations), done, total, modes)
 
     def _fail(self, message: str) -> None:
         if self.state.failure is None:
@@ -547,7 +664,7 @@ class Stages:
         frontend_role = next(r for r in ctx.roles if r.with_frontend)
         reg = state.registrations[frontend_role.role]
         state.base_url = f"http://{reg.host}:{reg.ports['frontend']}"
-        wanted = required_instances(ctx.options.kind)
+        wanted = required_instances(ctx.options.kind, ctx.options.prefill_workers, ctx.options.decode_workers)
 
         def instances_missing() -> str | None:
             try:
@@ -891,6 +1008,8 @@ class Submission:
             ports=Ports.for_role(spec.index),
             runtime=runtime,
             speedup_ratio=self.options.speedup_ratio,
+            router_mode=self.options.router_mode,
+            worker_args=tuple(self.worker_args(spec)),
             prepared_shim=str(shim_current(self.config)),
             run_dir=str(self.rundir.path),
             cache_dir=str(self.config.shared_dir / "cache"),
@@ -903,6 +1022,18 @@ class Submission:
                 tuple(str(p) for p in self.config.rdma_provider_libs),
             ),
         )
+
+    def worker_args(self, spec: RoleSpec) -> list[str]:
+        """Engine flags from the run's options: the mock engine's KV transfer model on P/D workers."""
+        opts = self.options
+        if self.engine.name != "mocker" or spec.mode == "agg":
+            return []
+        args = []
+        if opts.kv_transfer_bandwidth_gbps is not None:
+            args += ["--kv-transfer-bandwidth", f"{opts.kv_transfer_bandwidth_gbps:g}"]
+        if opts.kv_bytes_per_token is not None:
+            args += ["--kv-bytes-per-token", str(opts.kv_bytes_per_token)]
+        return args
 
     def register_command(self, spec: RoleSpec, plan: RolePlan, ports: Ports) -> list[Arg]:
         """The registration helper: runs on the node, outside any container, after every process started."""
@@ -961,6 +1092,34 @@ class Submission:
         return plan, job
 
 
+def write_resolved_recipe(
+    path: Path, options: LaunchOptions, engine: Engine, model: ModelProfile, roles: list[RoleSpec]
+) -> None:
+    """recipe.json: the recipe as read (if any) and what the run resolved it to, flags included."""
+    resolved = {
+        "kind": options.kind,
+        "engine": engine.name,
+        "model": model.name,
+        "layout": f"{options.prefill_workers}P{options.decode_workers}D"
+        if options.kind == "disagg"
+        else options.kind,
+        "roles": [
+            {"role": r.role, "mode": r.mode, "node": r.node, "frontend": r.with_frontend} for r in roles
+        ],
+        "router_mode": options.router_mode,
+        "time_limit": options.time_limit or engine.timeouts.time_limit,
+        "requests": options.resolved_requests(),
+        "concurrency": options.concurrency,
+        "max_tokens": options.max_tokens,
+        "speedup_ratio": options.speedup_ratio if engine.name == "mocker" else None,
+        "kv_transfer_bandwidth_gbps": options.kv_transfer_bandwidth_gbps,
+        "kv_bytes_per_token": options.kv_bytes_per_token,
+    }
+    recipe = options.recipe.to_json() if options.recipe is not None else None
+    text = json.dumps({"recipe": recipe, "resolved": resolved}, indent=2) + "\n"
+    atomic_write_text(path / "recipe.json", text)
+
+
 def run(
     kind: str,
     config: ClusterConfig | None = None,
@@ -981,3 +1140,24 @@ def run(
                 raise PreflightError(f"{name} must be a number, not {value!r}") from None
     opts = LaunchOptions(kind=kind, **options)  # type: ignore[arg-type]
     return Launch(cfg, opts, progress=progress, hook=hook).run()
+
+
+def dry_run(
+    kind: str,
+    config: ClusterConfig | None = None,
+    *,
+    config_path: Path | None = None,
+    progress: Progress | None = None,
+    slurm: Slurm | None = None,
+    **options: object,
+) -> Path:
+    """Preflight (unless ``offline=True``) and write every script of ``kind`` without submitting; the run
+    directory's path. Offline, a config file that cannot be resolved against this machine is read as is."""
+    if config is None and config_path is not None and options.get("offline"):
+        from atomdyn_launchers.config import load_cluster_config
+
+        cfg = load_cluster_config(config_path)
+    else:
+        cfg = config or resolve_cluster_config(config_path)
+    opts = LaunchOptions(kind=kind, **options)  # type: ignore[arg-type]
+    return Launch(cfg, opts, progress=progress, slurm=slurm).dry_run()

@@ -1,11 +1,31 @@
-"""Live progress lines while a run waits and works: one line per change, stamped with elapsed time."""
+"""Live progress for long work, the same in a terminal and in a log: one stamped line per change, plain text.
+
+No cursor movement or colour: a log file reads exactly what a terminal showed. Three kinds of line:
+``line`` (a stage or event), ``status`` (the run's state when it changed: jobs, "1/2 P 4/4 D ready",
+requests), and :class:`Heartbeat` (while something runs that reports nothing, a line every interval saying
+what is awaited and for how long, so a silent build or validation is visibly alive).
+"""
 
 from __future__ import annotations
 
 import sys
 import threading
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TextIO
+
+_MODE_LETTER = {"prefill": "P", "decode": "D", "agg": "A"}
+
+
+def ready_summary(modes: Mapping[str, str], registered: set[str]) -> str:
+    """ "2/4 P 4/4 D ready" from role -> mode (prefill | decode | agg) and the roles registered so far."""
+    parts = []
+    for mode, letter in _MODE_LETTER.items():
+        roles = [r for r, m in modes.items() if m == mode]
+        if roles:
+            parts.append(f"{sum(1 for r in roles if r in registered)}/{len(roles)} {letter}")
+    return " ".join(parts) + " ready" if parts else "no roles"
 
 
 class Progress:
@@ -24,14 +44,69 @@ class Progress:
             self.stream.flush()
 
     def status(
-        self, jobs: dict[str, str], registered: set[str], done: int | None = None, total: int = 0
+        self,
+        jobs: dict[str, str],
+        registered: set[str],
+        done: int | None = None,
+        total: int = 0,
+        modes: Mapping[str, str] | None = None,
     ) -> None:
-        """Print the run's state (jobs, registered roles, requests) when it changed since the last line."""
-        parts = [f"{role}: {state}" for role, state in jobs.items()]
-        parts.append("registered: " + (", ".join(sorted(registered)) or "none"))
+        """Print the run's state (jobs, roles ready per mode, requests) when it changed since the last line.
+
+        With many workers the job states are summarised per state ("RUNNING x5, PENDING x1")."""
+        if len(jobs) > 3:
+            counts: dict[str, int] = {}
+            for state in jobs.values():
+                counts[state] = counts.get(state, 0) + 1
+            parts = ["jobs " + ", ".join(f"{s} x{n}" for s, n in counts.items())]
+        else:
+            parts = [f"{role}: {state}" for role, state in jobs.items()]
+        if modes:
+            parts.append(ready_summary(modes, registered))
+        else:
+            parts.append("registered: " + (", ".join(sorted(registered)) or "none"))
         if done is not None:
             parts.append(f"requests {done}/{total}")
         text = " | ".join(parts)
         if text != self._last_status:
             self._last_status = text
             self.line(text)
+
+    @contextmanager
+    def heartbeat(self, what: str, interval_s: float = 15.0) -> Iterator[Heartbeat]:
+        """While the block runs, a line every ``interval_s`` saying what is awaited and for how long."""
+        beat = Heartbeat(self, what, interval_s)
+        beat.start()
+        try:
+            yield beat
+        finally:
+            beat.stop()
+
+
+class Heartbeat:
+    """A thread that prints "<what>: still running (N s)" until stopped; ``note`` adds the latest detail."""
+
+    def __init__(self, progress: Progress, what: str, interval_s: float) -> None:
+        self.progress = progress
+        self.what = what
+        self.interval_s = interval_s
+        self.detail = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat {what}", daemon=True)
+        self._start = time.monotonic()
+
+    def start(self) -> None:
+        self._start = time.monotonic()
+        self._thread.start()
+
+    def note(self, detail: str) -> None:
+        self.detail = detail
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            extra = f": {self.detail}" if self.detail else ""
+            self.progress.line(f"{self.what}: still running ({time.monotonic() - self._start:.0f} s){extra}")

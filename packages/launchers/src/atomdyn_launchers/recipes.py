@@ -440,10 +440,35 @@ def merge_flags(recipe: Recipe, command: str, flags: Mapping[str, object]) -> di
         "router_mode": recipe.router_mode,
         "recipe": recipe,
     }
+    if recipe.kind == "disagg":
+        assert recipe.prefill is not None and recipe.decode is not None
+        options["prefill_workers"] = recipe.prefill.workers
+        options["decode_workers"] = recipe.decode.workers
+    if recipe.nodes:
+        options["nodes"] = recipe.nodes
     if recipe.mocker is not None:
         options["speedup_ratio"] = recipe.mocker.speedup_ratio
+        options["kv_transfer_bandwidth_gbps"] = recipe.mocker.kv_transfer_bandwidth_gbps
+        options["kv_bytes_per_token"] = recipe.mocker.kv_bytes_per_token
     options.update({k: v for k, v in flags.items() if v is not None})
+    options["kind"] = recipe.run_kind()
     return {k: v for k, v in options.items() if v is not None}
+
+
+def resource_problems(recipe: Recipe, needs_gpus: bool, model_gpus: int) -> list[str]:
+    """Where the recipe's layout disagrees with the engine and the model profile (checked at preflight)."""
+    problems = []
+    for role, workers in (("agg", recipe.agg), ("prefill", recipe.prefill), ("decode", recipe.decode)):
+        if workers is None:
+            continue
+        want = model_gpus if needs_gpus else 0
+        if workers.gpus_per_worker != want:
+            why = f"the model profile's gpus_per_worker is {model_gpus}" if needs_gpus else "it uses no GPU"
+            problems.append(
+                f"layout.{role}.gpus_per_worker is {workers.gpus_per_worker}; engine {recipe.engine} "
+                f"needs {want} ({why})"
+            )
+    return problems
 
 
 def schema_text() -> str:

@@ -109,6 +109,9 @@ class RoleContext:
     # Which UCX path the atom engine takes: "host-vram" (validated) or "rocm" (ROCm transports).
     ucx_path: str = "host-vram"
     rdma: RdmaMounts = field(default_factory=RdmaMounts)
+    # Engine flags the run adds to the worker's command line (a recipe's engine settings, e.g. the mock
+    # engine's KV transfer model).
+    worker_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

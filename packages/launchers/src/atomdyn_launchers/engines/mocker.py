@@ -45,6 +45,7 @@ class MockerEngine(Engine):
         )
         if ctx.mode == "prefill":
             argv += ["--bootstrap-ports", str(ctx.ports.bootstrap)]
+        argv += list(ctx.worker_args)
         env: dict[str, Arg] = {
             "DYN_SYSTEM_PORT": str(ctx.ports.system),
             # Serves the tokenizer files to the frontend; without it the frontend tries the model hub.
