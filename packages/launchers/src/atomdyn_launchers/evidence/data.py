@@ -22,16 +22,6 @@ COLLECTOR_FINGERPRINT = "collector-fingerprint.json"  # the collector's, when th
 _JSON_DIRS = ("fingerprints", "doctor")
 
 
-def sanitize_obj(obj: Any, sanitize: Callable[[str], str]) -> Any:
-    if isinstance(obj, str):
-        return sanitize(obj)
-    if isinstance(obj, dict):
-        return {sanitize(str(k)): sanitize_obj(v, sanitize) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [sanitize_obj(v, sanitize) for v in obj]
-    return obj
-
-
 def _text_lines(lines: Iterable[bytes], sanitize: Callable[[str], str]) -> bytes:
     out = []
     for raw in lines:
