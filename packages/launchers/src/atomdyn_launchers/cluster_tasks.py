@@ -13,11 +13,12 @@ _HELP = {
     "state_dir": "state directory (default: <repo>/.atomdyn/cluster)",
     "venv": "python virtualenv the jobs run (default: <repo>/.venv)",
     "docker": "also one docker daemon per node, each with its own image cache (adds ~1 s to up)",
+    "nodes": "how many nodes, node1..nodeN (2-64; default: as the running cluster, else 2)",
 }
 
 
-def _run(command: str, state_dir: str, venv: str = "", docker: bool = False) -> None:
-    cluster = cli.cluster_from(state_dir or None, venv or None, docker)
+def _run(command: str, state_dir: str, venv: str = "", docker: bool = False, nodes: int = 0) -> None:
+    cluster = cli.cluster_from(state_dir or None, venv or None, docker, nodes or None)
     try:
         code = {"up": cli.up, "status": cli.status, "down": cli.down}[command](cluster)
     except cli.LocalClusterError as exc:
@@ -27,9 +28,10 @@ def _run(command: str, state_dir: str, venv: str = "", docker: bool = False) -> 
 
 
 @task(help=_HELP)
-def up(c: Context, state_dir: str = "", venv: str = "", docker: bool = False) -> None:
-    """Bring the local two-node Slurm cluster and etcd up (or verify it is up); prints the time taken."""
-    _run("up", state_dir, venv, docker)
+def up(c: Context, state_dir: str = "", venv: str = "", docker: bool = False, nodes: int = 0) -> None:
+    """Bring the local Slurm cluster (two nodes, or --nodes N) and etcd up, or verify it is up; prints the
+    time taken."""
+    _run("up", state_dir, venv, docker, nodes)
 
 
 @task(help={"state_dir": _HELP["state_dir"]})

@@ -13,9 +13,10 @@ from invoke.tasks import task
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.config import ClusterConfigError, PreflightError
-from atomdyn_launchers.launch import Outcome, run
+from atomdyn_launchers.launch import Outcome, dry_run, run
 from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ProfileError
 from atomdyn_launchers.readiness import ReadinessError
+from atomdyn_launchers.recipes import RecipeError, load_recipe, merge_flags
 from atomdyn_launchers.slurm import SlurmError
 
 _HELP = {
@@ -27,6 +28,9 @@ _HELP = {
     "ready_timeout": "seconds to wait for every role to be ready (default: 120 mocker, 3600 GPU engines)",
     "run_dir_file": "also write the run directory's path to this file (pass or fail), for scripts",
     "skip_node_check": "do not run nodes.check on the run's nodes before submitting",
+    "recipe": "run recipe (YAML, recipes/*.yaml); flags given explicitly override its values",
+    "dry_run": "preflight, then write every job script and recipe.json into a run directory; submit nothing",
+    "offline": "with --dry-run: skip the preflight (an offline review of the scripts; nothing is checked)",
 }
 
 
@@ -40,9 +44,35 @@ def _number(name: str, value: str | float | None, kind: type[int] | type[float])
         raise Exit(f"error: --{name.replace('_', '-')} must be a number, not {value!r}", code=2) from None
 
 
-def _launch(kind: str, config: str | None, **options: Any) -> Outcome:
+def _resolve(
+    command: str, kind: str | None, recipe: str | None, options: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """The run kind and options: the recipe's, with every flag given explicitly over them."""
     options["requests"] = _number("requests", options.get("requests"), int)
     options["ready_timeout_s"] = _number("ready_timeout", options.get("ready_timeout_s"), float)
+    options["concurrency"] = _number("concurrency", options.get("concurrency"), int)
+    clean = {k: v for k, v in options.items() if v is not None}
+    if recipe is None:
+        return kind or command, clean
+    try:
+        merged = merge_flags(load_recipe(Path(recipe)), command, clean)
+    except RecipeError as exc:
+        raise Exit(f"error: {exc}", code=2) from None
+    recipe_kind = str(merged.pop("kind"))
+    if kind is not None and kind != recipe_kind:
+        raise Exit(f"error: --nodes asks for {kind}, the recipe {recipe} for {recipe_kind}", code=2)
+    return recipe_kind, merged
+
+
+def _dry_run(kind: str, config: str | None, **options: Any) -> None:
+    try:
+        path = dry_run(kind, config_path=Path(config) if config else None, **options)
+    except (ClusterConfigError, PreflightError, ProfileError, ReadinessError, SlurmError) as exc:
+        raise Exit(f"error: {exc}", code=2) from exc
+    print(f"dry run (nothing submitted): {path}")
+
+
+def _launch(kind: str, config: str | None, **options: Any) -> Outcome:
     clean = {k: v for k, v in options.items() if v is not None}
     try:
         return run(kind, config_path=Path(config) if config else None, **clean)
@@ -60,36 +90,62 @@ def _finish(outcome: Outcome, run_dir_file: str | None) -> None:
     print("PASS")
 
 
-@task(help={**_HELP, "nodes": "1: one node, frontend and worker; 2: one worker job per node (default 1)"})
+def _run_or_dry(
+    command: str,
+    kind: str | None,
+    config: str | None,
+    recipe: str | None,
+    dry_run: bool,
+    offline: bool,
+    run_dir_file: str | None,
+    options: dict[str, Any],
+) -> None:
+    if offline and not dry_run:
+        raise Exit("error: --offline is only for --dry-run", code=2)
+    resolved_kind, resolved = _resolve(command, kind, recipe, options)
+    if dry_run:
+        _dry_run(resolved_kind, config, offline=offline, **resolved)
+        return
+    _finish(_launch(resolved_kind, config, **resolved), run_dir_file)
+
+
+@task(
+    help={
+        **_HELP,
+        "nodes": "1: one node, frontend and worker; 2: one worker job per node (default 1, or the recipe's)",
+    }
+)
 def agg_run(
     c: Context,
-    nodes: int = 1,
+    nodes: int | None = None,
     config: str | None = None,
     engine: str | None = None,
-    model: str = DEFAULT_MODEL,
+    model: str | None = None,
     requests: int | None = None,
-    concurrency: int = 8,
+    concurrency: int | None = None,
     ready_timeout: float | None = None,
     run_dir_file: str | None = None,
     skip_node_check: bool = False,
+    recipe: str | None = None,
+    dry_run: bool = False,
+    offline: bool = False,
 ) -> None:
     """Aggregated smoke run: one node (prefix caching on), or two separately pinned worker jobs."""
-    if nodes not in (1, 2):
+    count = _number("nodes", nodes, int)
+    if count not in (None, 1, 2):
         raise Exit("error: --nodes must be 1 or 2", code=2)
-    kind = "agg-single" if nodes == 1 else "agg-two"
-    _finish(
-        _launch(
-            kind,
-            config,
-            engine=engine,
-            model=model,
-            requests=requests,
-            concurrency=concurrency,
-            ready_timeout_s=ready_timeout,
-            node_check=not skip_node_check,
-        ),
-        run_dir_file,
-    )
+    kind = None if count is None else ("agg-single" if count == 1 else "agg-two")
+    if kind is None and recipe is None:
+        kind = "agg-single"
+    options = {
+        "engine": engine,
+        "model": model,
+        "requests": requests,
+        "concurrency": concurrency,
+        "ready_timeout_s": ready_timeout,
+        "node_check": not skip_node_check,
+    }
+    _run_or_dry("agg", kind, config, recipe, dry_run, offline, run_dir_file, options)
 
 
 @task(help=_HELP)
@@ -97,27 +153,27 @@ def disagg_run(
     c: Context,
     config: str | None = None,
     engine: str | None = None,
-    model: str = DEFAULT_MODEL,
+    model: str | None = None,
     requests: int | None = None,
-    concurrency: int = 8,
+    concurrency: int | None = None,
     ready_timeout: float | None = None,
     run_dir_file: str | None = None,
     skip_node_check: bool = False,
+    recipe: str | None = None,
+    dry_run: bool = False,
+    offline: bool = False,
 ) -> None:
-    """Disaggregated run: a prefill job on PREFILL_NODE, a decode job with the frontend on DECODE_NODE."""
-    _finish(
-        _launch(
-            "disagg",
-            config,
-            engine=engine,
-            model=model,
-            requests=requests,
-            concurrency=concurrency,
-            ready_timeout_s=ready_timeout,
-            node_check=not skip_node_check,
-        ),
-        run_dir_file,
-    )
+    """Disaggregated run: prefill jobs and decode jobs (the first with the frontend), one node each; one of
+    each on PREFILL_NODE and DECODE_NODE unless a recipe says more (xPyD)."""
+    options = {
+        "engine": engine,
+        "model": model,
+        "requests": requests,
+        "concurrency": concurrency,
+        "ready_timeout_s": ready_timeout,
+        "node_check": not skip_node_check,
+    }
+    _run_or_dry("disagg", "disagg", config, recipe, dry_run, offline, run_dir_file, options)
 
 
 _MILESTONES = (

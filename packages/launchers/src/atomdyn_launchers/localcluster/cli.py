@@ -11,11 +11,31 @@ from atomdyn_launchers.localcluster.cluster import LocalCluster, LocalClusterErr
 
 __all__ = ["LocalClusterError", "down", "main", "status", "up"]
 
+MAX_NODES = 64  # addresses .1 to .64 of the cluster's /24; .253 and .254 are the host and head
 
-def cluster_from(state_dir: str | None, venv: str | None = None, docker: bool = False) -> LocalCluster:
-    return LocalCluster(
-        Path(state_dir) if state_dir else None, python_venv=Path(venv) if venv else None, docker=docker
-    )
+
+def node_names(count: int) -> tuple[str, ...]:
+    """node1 .. nodeN: one Slurm node per network namespace (2 to 64)."""
+    if not 2 <= count <= MAX_NODES:
+        raise LocalClusterError(f"--nodes {count}: the local cluster has 2 to {MAX_NODES} nodes")
+    return tuple(f"node{i}" for i in range(1, count + 1))
+
+
+def cluster_from(
+    state_dir: str | None, venv: str | None = None, docker: bool = False, nodes: int | None = None
+) -> LocalCluster:
+    """``nodes``: how many; None keeps the running cluster's count (2 when none is up)."""
+    state = Path(state_dir) if state_dir else None
+    python_venv = Path(venv) if venv else None
+    cluster = LocalCluster(state, python_venv=python_venv, docker=docker)
+    if nodes is None:
+        try:
+            names = cluster.layout().nodes  # keep what is up
+        except LocalClusterError:
+            return cluster
+    else:
+        names = node_names(nodes)
+    return LocalCluster(state, python_venv=python_venv, docker=docker, nodes=names)
 
 
 def up(cluster: LocalCluster) -> int:
@@ -56,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", help="default: <repo>/.atomdyn/cluster")
     parser.add_argument("--venv", help="python virtualenv the jobs use (default: <repo>/.venv)")
     parser.add_argument("--docker", action="store_true", help="up: one docker daemon per node (own cache)")
+    parser.add_argument("--nodes", type=int, help="up: how many nodes (2-64; default: as up now, else 2)")
     args = parser.parse_args(argv)
-    cluster = cluster_from(args.state_dir, args.venv, args.docker)
+    cluster = cluster_from(args.state_dir, args.venv, args.docker, args.nodes)
     try:
         return {"up": up, "status": status, "down": down}[args.command](cluster)
     except LocalClusterError as exc:

@@ -183,6 +183,7 @@ class LocalCluster:
                     status.healthy
                     and self.config().gpus_per_node == self.gpus_per_node
                     and same_docker == self.docker
+                    and record[0].nodes == self.nodes
                 ):
                     config = self.config()
                     if (config.shared_dir, config.project_dir, config.python_venv) != (
@@ -194,7 +195,7 @@ class LocalCluster:
                         config = self._write_config(record[0])
                     self._ensure_model(config, log)
                     return UpResult(True, time.monotonic() - start, config)
-                reason = "; ".join(status.problems) or "GPUS_PER_NODE or per-node docker daemons changed"
+                reason = "; ".join(status.problems) or "node count, GPUS_PER_NODE or docker daemons changed"
                 log(f"cluster was partly up or differently shaped ({reason}): restarting it")
                 self._teardown()
             self._teardown_strays()
