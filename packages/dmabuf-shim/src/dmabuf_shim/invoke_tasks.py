@@ -1,4 +1,7 @@
-"""The invoke collection ``dmabuf``: ``invoke dmabuf.env [--check]`` and ``invoke dmabuf.bench`` (the CLI's exit codes)."""
+"""The invoke collection ``dmabuf``: ``invoke dmabuf.env [--check]`` and ``invoke dmabuf.bench`` (the CLI's exit codes).
+
+Nothing here imports the package at load time: `invoke --list` works in a checkout where it is not built.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +10,15 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from dmabuf_shim.cli import main
-
 
 def _run(args: list[str]) -> None:
+    try:
+        from dmabuf_shim.cli import main
+    except ImportError as exc:
+        raise Exit(
+            f"dmabuf-shim is not built here ({exc}): `pip install ./packages/dmabuf-shim` builds and installs it",
+            code=2,
+        ) from None
     try:
         code = main(args)
     except SystemExit as exc:  # argparse errors and a broken installation

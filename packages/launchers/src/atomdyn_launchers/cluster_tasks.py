@@ -10,7 +10,7 @@ from invoke.tasks import task
 from atomdyn_launchers.localcluster import cli
 
 _HELP = {
-    "state_dir": "state directory (default: <repo>/.atomdyn/cluster)",
+    "state_dir": "state directory; its parent is the cluster's SHARED_DIR (default: <repo>/.atomdyn/cluster)",
     "venv": "python virtualenv the jobs run (default: <repo>/.venv)",
     "docker": "also one docker daemon per node, each with its own image cache (adds ~1 s to up)",
     "nodes": "how many nodes, node1..nodeN (2-64; default: as the running cluster, else 2)",
@@ -18,8 +18,8 @@ _HELP = {
 
 
 def _run(command: str, state_dir: str, venv: str = "", docker: bool = False, nodes: int = 0) -> None:
-    cluster = cli.cluster_from(state_dir or None, venv or None, docker, nodes or None)
     try:
+        cluster = cli.cluster_from(state_dir or None, venv or None, docker, nodes or None)
         code = {"up": cli.up, "status": cli.status, "down": cli.down}[command](cluster)
     except cli.LocalClusterError as exc:
         raise Exit(f"error: {exc}", code=1) from exc

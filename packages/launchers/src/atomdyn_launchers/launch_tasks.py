@@ -26,7 +26,8 @@ _HELP = {
     "requests": "smoke requests to send (default: 8 single-node, 32 two-node and disaggregated)",
     "concurrency": "requests in flight at once (default 8)",
     "ready_timeout": "seconds to wait for every role to be ready (default: 120 mocker, 3600 GPU engines)",
-    "run_dir_file": "also write the run directory's path to this file (pass or fail), for scripts",
+    "run_dir_file": "also write the run directory's path to this file (pass or fail), for scripts "
+    "(default: none)",
     "skip_node_check": "do not run nodes.check on the run's nodes before submitting",
     "recipe": "run recipe (YAML, recipes/*.yaml); flags given explicitly override its values",
     "dry_run": "preflight, then write every job script and recipe.json into a run directory; submit nothing",

@@ -1,4 +1,7 @@
-"""The invoke collection ``mori``: ``invoke mori.run`` and ``invoke mori.report`` (the CLI's exit codes)."""
+"""The invoke collection ``mori``: ``invoke mori.run`` and ``invoke mori.report`` (the CLI's exit codes).
+
+Nothing here imports the package at load time: `invoke --list` works in a checkout where it is not built.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +10,25 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from mori_repro.cli import main
-
 _HELP = {
     "backend": "auto | hsa | cuda",
     "device": "RDMA device, e.g. ionic_0 (default: the first)",
     "gid_index": "GID index (ionic: 1 is the IPv4 RoCEv2 GID)",
     "mode": "both | bug | fix",
 }
+
+
+def _main(argv: list[str]) -> None:
+    try:
+        from mori_repro.cli import main
+    except ImportError as exc:
+        raise Exit(
+            f"mori-repro is not built here ({exc}): `pip install ./packages/mori-repro` builds and installs it",
+            code=2,
+        ) from None
+    code = main(argv)
+    if code != 0:
+        raise Exit(code=code)
 
 
 def _options(backend: str, device: str, gid_index: int, mode: str) -> list[str]:
@@ -32,12 +46,16 @@ def run(
     json: bool = False,
 ) -> None:
     """Register a sub-allocation with offset 0 and with the exporter's offset; check where the bytes land."""
-    code = main(["run", *(["--json"] if json else []), *_options(backend, device, gid_index, mode)])
-    if code != 0:
-        raise Exit(code=code)
+    _main(["run", *(["--json"] if json else []), *_options(backend, device, gid_index, mode)])
 
 
-@task(help={**_HELP, "out": "bundle directory", "result": "reuse a `mori-repro run --json` output"})
+@task(
+    help={
+        **_HELP,
+        "out": "bundle directory (default: ./mori-repro-report-<UTC time>)",
+        "result": "reuse this `mori-repro run --json` output instead of running (default: run)",
+    }
+)
 def report(
     c: Context,
     backend: str = "auto",
@@ -48,10 +66,8 @@ def report(
     result: str = "",
 ) -> None:
     """Write the sanitized bug-report bundle (report.md, result.json, system.json)."""
-    extra = [*(["--out", out] if out else []), *(["--result", result] if result else [])]
-    code = main(["report", *extra, *_options(backend, device, gid_index, mode)])
-    if code != 0:
-        raise Exit(code=code)
+    extra = [*([f"--out={out}"] if out else []), *([f"--result={result}"] if result else [])]
+    _main(["report", *extra, *_options(backend, device, gid_index, mode)])
 
 
 ns = Collection("mori")

@@ -7,10 +7,10 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from nixl_compat.cli import main
-
 
 def _run(argv: list[str]) -> None:
+    from nixl_compat.cli import main  # at run time: listing the tasks loads no NIXL
+
     code = main(argv)
     if code != 0:
         raise Exit(code=code)
@@ -20,7 +20,7 @@ def _run(argv: list[str]) -> None:
     help={
         "json": "print the JSON report",
         "device": "auto | cpu | cuda",
-        "expect": "interface UCX should use",
+        "expect": "interface UCX should use (default: no expectation)",
     }
 )
 def doctor(c: Context, json: bool = False, device: str = "auto", expect: str = "") -> None:
@@ -39,14 +39,14 @@ def doctor(c: Context, json: bool = False, device: str = "auto", expect: str = "
     help={
         "quick": "correctness run (seconds)",
         "device": "cpu | cuda",
-        "out": "directory for bench.json and bench.png",
+        "out": "directory for bench.json and bench.png (default: print only)",
     }
 )
 def bench(c: Context, quick: bool = False, device: str = "cpu", out: str = "") -> None:
     """KV-transfer bench: naive vs best NIXL path vs raw copy, NIXL's defaults against the tuned settings."""
     args = ["bench", f"--device={device}", *(["--quick"] if quick else [])]
     if out:
-        args += ["--json", f"{out}/bench.json", "--plot", f"{out}/bench.png"]
+        args += [f"--json={out}/bench.json", f"--plot={out}/bench.png"]
     _run(args)
 
 

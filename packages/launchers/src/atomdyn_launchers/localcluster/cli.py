@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -12,6 +13,19 @@ from atomdyn_launchers.localcluster.cluster import LocalCluster, LocalClusterErr
 __all__ = ["LocalClusterError", "down", "main", "status", "up"]
 
 MAX_NODES = 64  # addresses .1 to .64 of the cluster's /24; .253 and .254 are the host and head
+
+
+# The state directory's parent becomes SHARED_DIR and both paths end up in slurm.conf and job scripts:
+# plain path characters only, as the cluster configuration requires.
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_./@%+=:,-]+")
+
+
+def _plain(option: str, value: str | None) -> None:
+    if value and not _PLAIN_PATH.fullmatch(value):
+        odd = " ".join(sorted({repr(c) for c in value if not _PLAIN_PATH.fullmatch(c)}))
+        raise LocalClusterError(
+            f"{option} {value!r} contains {odd}: use a path of letters, digits and _ . / @ % + = : , -"
+        )
 
 
 def node_names(count: int) -> tuple[str, ...]:
@@ -25,6 +39,8 @@ def cluster_from(
     state_dir: str | None, venv: str | None = None, docker: bool = False, nodes: int | None = None
 ) -> LocalCluster:
     """``nodes``: how many; None keeps the running cluster's count (2 when none is up)."""
+    _plain("--state-dir", state_dir)
+    _plain("--venv", venv)
     state = Path(state_dir) if state_dir else None
     python_venv = Path(venv) if venv else None
     cluster = LocalCluster(state, python_venv=python_venv, docker=docker)
@@ -78,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docker", action="store_true", help="up: one docker daemon per node (own cache)")
     parser.add_argument("--nodes", type=int, help="up: how many nodes (2-64; default: as up now, else 2)")
     args = parser.parse_args(argv)
-    cluster = cluster_from(args.state_dir, args.venv, args.docker, args.nodes)
     try:
+        cluster = cluster_from(args.state_dir, args.venv, args.docker, args.nodes)
         return {"up": up, "status": status, "down": down}[args.command](cluster)
     except LocalClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)

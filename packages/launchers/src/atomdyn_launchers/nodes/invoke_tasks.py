@@ -31,6 +31,7 @@ from atomdyn_launchers.nodes.prepare import (
     default_nodes,
     prepare,
 )
+from atomdyn_launchers.profiles.models import ProfileError
 from atomdyn_launchers.slurm import SlurmError
 
 _HELP = {
@@ -61,7 +62,11 @@ def _spec(
     # Building on a node runs the image builder there, against that node's daemon ($DOCKER_HOST), with a
     # work directory of its own: nodes building at once must not share staging directories.
     workdir = str(config.project_dir / "build" / "images" / "nodes" / NODE)
-    step = (PYTHON, "-m", "atomdyn_images.cli", "build", "--workdir", workdir, *shlex.split(build_args))
+    try:
+        extra = shlex.split(build_args)  # a list for the node's argv; no shell ever reads it
+    except ValueError as exc:
+        raise Exit(f"error: --build-args {build_args!r}: {exc}", code=2) from None
+    step = (PYTHON, "-m", "atomdyn_images.cli", "build", "--workdir", workdir, *extra)
     try:
         return PrepareSpec(images=tags, build_steps=(step,), shim_wheel=wheel)
     except PrepareError as exc:
@@ -75,9 +80,11 @@ def _spec(
         "rehearsal": "the rehearsal's images: the stand-in base and a small image built on it",
         "strategy": f"load (save once to SHARED_DIR/images, verify, docker load) or build on each node "
         f"(default {DEFAULT_STRATEGY}, the faster in `invoke nodes.bench`)",
-        "build_args": "arguments for `atomdyn-images build` on the nodes (e.g. '--atom-variant rocm7.1 ...')",
-        "shim_wheel": "dmabuf-shim wheel to install (hash-checked) into SHARED_DIR/dmabuf-shim and check",
-        "json_out": "also write the report as JSON to this file",
+        "build_args": "arguments for `atomdyn-images build` on the nodes, split like a shell would split "
+        "them but never run by one (e.g. '--atom-variant rocm7.1 ...'; default: none)",
+        "shim_wheel": "dmabuf-shim wheel to install (hash-checked) into SHARED_DIR/dmabuf-shim and check "
+        "(default: none)",
+        "json_out": "also write the report as JSON to this file (default: none)",
     },
 )
 def prepare_task(
@@ -113,7 +120,7 @@ def prepare_task(
         **_HELP,
         "engine": "engine profile whose needs decide what is checked (default: ENGINE_PROFILE)",
         "kind": "agg or disagg: which configured image the run would use (default agg)",
-        "json_out": "also write the report as JSON to this file (for evidence)",
+        "json_out": "also write the report as JSON to this file, for evidence (default: none)",
     },
 )
 def check_task(
@@ -131,6 +138,8 @@ def check_task(
         report = node_check.check_nodes(
             cfg, _nodes(cfg, nodes), engine=engine or None, image_tags=image or None, kind=kind
         )
+    except ProfileError as exc:
+        raise Exit(f"error: {exc}", code=2) from None
     except (SlurmError, jobs.NodeJobError) as exc:
         raise Exit(f"FAIL: {exc}", code=1) from exc
     print(report.table())
@@ -156,7 +165,7 @@ def wipe(config: ClusterConfig, nodes: Sequence[str], tags: Sequence[str]) -> No
         "config": _HELP["config"],
         "nodes": _HELP["nodes"],
         "runs": "measurements of each kind (default 3; medians are compared)",
-        "shim_wheel": "also install and check this dmabuf-shim wheel in each timed prepare",
+        "shim_wheel": "also install and check this dmabuf-shim wheel in each timed prepare (default: none)",
     }
 )
 def bench(
