@@ -83,7 +83,12 @@ def test_kv_leases_watch_and_presence_over_tls_with_a_user(etcd: secure_etcd.Sec
     presence.start()
     try:
         assert prefix + "launcher" in client.get_prefix(prefix)[0]
-        time.sleep(4)  # longer than the TTL: the key lives only because the presence keeps its lease alive
+        lease = client.get_lease(prefix + "launcher")
+        # Over longer than the TTL, the lease never runs out: the presence keeps refreshing it.
+        until = time.monotonic() + 4
+        while time.monotonic() < until:
+            assert client.time_to_live(lease) > 0
+            time.sleep(0.2)  # sampling interval of the invariant
         assert prefix + "launcher" in client.get_prefix(prefix)[0]
     finally:
         presence.stop()

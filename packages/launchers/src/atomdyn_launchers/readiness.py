@@ -40,6 +40,11 @@ if TYPE_CHECKING:  # the in-job helper runs without the project's dependencies: 
 
 KEY_ROOT = "atomdyn/runs"
 LEASE_TTL_S = 10
+# Leases are refreshed every REFRESH_S; etcd counts as lost once no refresh succeeded for ETCD_LOST_S (well
+# inside the TTL, so it is noticed before the keys expire). With the client's 3 s call timeout a helper or
+# launcher notices a stopped or hung etcd within ETCD_LOST_S + REFRESH_S + 3 s = 9 s.
+REFRESH_S = 1.0
+ETCD_LOST_S = 5.0
 
 
 class ReadinessError(RuntimeError):
@@ -361,6 +366,10 @@ class EtcdClient:
         result = self._post("/v3/lease/keepalive", {"ID": lease}).get("result", {})
         return int(result.get("TTL", 0))
 
+    def time_to_live(self, lease: int) -> int:
+        """Seconds left on ``lease`` (-1: it no longer exists)."""
+        return int(self._post("/v3/lease/timetolive", {"ID": lease}).get("TTL", -1))
+
     def revoke(self, lease: int) -> None:
         self._post("/v3/lease/revoke", {"ID": lease})
 
@@ -375,6 +384,13 @@ class EtcdClient:
         result = self._post("/v3/kv/range", {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix))})
         kvs = {_unb64(kv["key"]): _unb64(kv.get("value", "")) for kv in result.get("kvs", [])}
         return kvs, int(result.get("header", {}).get("revision", 0))
+
+    def get_lease(self, key: str) -> int:
+        """The lease ``key`` is attached to (0: none); raises ReadinessError when the key does not exist."""
+        kvs = self._post("/v3/kv/range", {"key": _b64(key)}).get("kvs", [])
+        if not kvs:
+            raise ReadinessError(f"etcd has no key {key!r}")
+        return int(kvs[0].get("lease", 0))
 
     def delete_prefix(self, prefix: str) -> None:
         self._post("/v3/kv/deleterange", {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix))})
@@ -705,13 +721,30 @@ def register(args: _RegisterArgs) -> int:
     )
     client.put(args.key, registration.to_json(), lease)
     print(f"register: {args.key} -> {registration.to_json()} (lease {lease:x})", flush=True)
+    last_ok = time.monotonic()
     try:
-        # Refresh at a third of the TTL; Event.wait returns at once on SIGTERM.
-        while not stop.wait(args.ttl_s / 3):
-            if client.keepalive(lease) <= 0:
-                print("register: lease lost", file=sys.stderr, flush=True)
+        # Event.wait returns at once on SIGTERM.
+        while not stop.wait(min(REFRESH_S, args.ttl_s / 3)):
+            try:
+                remaining = client.keepalive(lease)
+                present = (
+                    not args.launcher_key or args.launcher_key in client.get_prefix(args.launcher_key)[0]
+                )
+            except ReadinessError as exc:
+                silent = time.monotonic() - last_ok
+                if silent < ETCD_LOST_S:
+                    continue  # a slow answer: the lease has time left, retry
+                print(
+                    f"register: etcd lost: no answer from {client.endpoint.url} for {silent:.0f} s ({exc})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return 5
+            last_ok = time.monotonic()
+            if remaining <= 0:
+                print("register: etcd lease lost (expired on the server)", file=sys.stderr, flush=True)
                 return 4
-            if args.launcher_key and args.launcher_key not in client.get_prefix(args.launcher_key)[0]:
+            if not present:
                 # The launcher died without stopping the run (its lease expired): stop this role.
                 print(
                     f"register: {args.launcher_key} vanished: the launcher is gone",
@@ -743,18 +776,38 @@ class Presence:
         self._stop = threading.Event()
         self._lease: int | None = None
         self._thread = threading.Thread(target=self._run, name="etcd-presence", daemon=True)
+        self._last_ok = time.monotonic()
+        self._last_error = ""
 
     def start(self) -> None:
         self._lease = self.client.grant(self.ttl_s)
         value = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
         self.client.put(self.key, json.dumps(value), self._lease)
+        self._last_ok = time.monotonic()
         self._thread.start()
 
     def _run(self) -> None:
         assert self._lease is not None
-        while not self._stop.wait(self.ttl_s / 3):
-            with contextlib.suppress(ReadinessError):  # a transient etcd error: the next refresh retries
-                self.client.keepalive(self._lease)
+        while not self._stop.wait(min(REFRESH_S, self.ttl_s / 3)):
+            try:
+                remaining = self.client.keepalive(self._lease)
+            except ReadinessError as exc:  # a slow or failed answer: the next refresh retries; lost() judges
+                self._last_error = str(exc)
+                continue
+            if remaining <= 0:
+                self._last_error = "the launcher's lease expired on the server"
+                continue
+            self._last_ok = time.monotonic()
+
+    def lost(self) -> str | None:
+        """Why etcd counts as lost (no refresh succeeded for ETCD_LOST_S), or None while it answers."""
+        silent = time.monotonic() - self._last_ok
+        if self._lease is None or self._stop.is_set() or silent < ETCD_LOST_S:
+            return None
+        return (
+            f"etcd at {self.client.endpoint.url} has not answered for {silent:.0f} s "
+            f"({self._last_error or 'no answer yet'}): the run's registrations cannot be kept"
+        )
 
     def stop(self) -> None:
         self._stop.set()
