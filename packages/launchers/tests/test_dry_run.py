@@ -1,0 +1,147 @@
+"""--dry-run: every shipped recipe's job scripts and resolved recipe written, nothing submitted.
+
+Offline (a real cluster's configuration, unreachable from here): the preflight is skipped and says so, and a
+Slurm whose every command is recorded shows that no sbatch ran. On the local cluster the preflight runs for
+real and Slurm's queue is the same before and after."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from atomdyn_launchers.config import ClusterConfig, PreflightError, find_repo_root, load_cluster_config
+from atomdyn_launchers.launch import dry_run, plan_roles, required_instances
+from atomdyn_launchers.progress import Progress
+from atomdyn_launchers.recipes import load_recipe, merge_flags
+from atomdyn_launchers.slurm import Slurm
+
+REPO = find_repo_root(Path(__file__).parent)
+RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
+NODES = [f"gpu-node-0{i}" for i in range(1, 9)]
+
+
+class RecordingSlurm(Slurm):
+    """Slurm for a cluster this machine cannot reach: records every command and runs none."""
+
+    def __init__(self, config: ClusterConfig) -> None:
+        super().__init__(config)
+        self.calls: list[list[str]] = []
+
+    def run(self, args: Sequence[str], *args_: Any, **kwargs: Any) -> str:
+        self.calls.append(list(args))
+        raise AssertionError(f"a dry run ran {' '.join(args)}")
+
+
+def _real_cluster_config(tmp_path: Path) -> ClusterConfig:
+    """config/cluster.env.example (a real MI355X cluster's keys) with eight nodes and a writable SHARED_DIR."""
+    text = (REPO / "config" / "cluster.env.example").read_text(encoding="utf-8")
+    text = re.sub(r"^SHARED_DIR=\S+", f"SHARED_DIR={tmp_path / 'shared'}", text, flags=re.M)
+    text = re.sub(r"^PROJECT_DIR=\S+", f"PROJECT_DIR={REPO}", text, flags=re.M)
+    text = re.sub(r"^(# )?NODE_ADDRS=.*$", "", text, flags=re.M)
+    text += "NODE_ADDRS='" + ",".join(f"{n}=10.0.0.{i + 1}" for i, n in enumerate(NODES)) + "'\n"
+    path = tmp_path / "cluster.env"
+    path.write_text(text, encoding="utf-8")
+    return load_cluster_config(path)
+
+
+@pytest.mark.parametrize("recipe_path", RECIPES, ids=[p.stem for p in RECIPES])
+def test_offline_dry_run_of_each_recipe_writes_scripts_and_submits_nothing(
+    recipe_path: Path, tmp_path: Path
+) -> None:
+    config = _real_cluster_config(tmp_path)
+    slurm = RecordingSlurm(config)
+    recipe = load_recipe(recipe_path)
+    options = merge_flags(recipe, recipe.kind, {})
+    kind = str(options.pop("kind"))
+    path = dry_run(kind, config, progress=Progress(enabled=False), slurm=slurm, offline=True, **options)
+    assert slurm.calls == []
+    assert path.parent == config.runs_dir / "dry-run"
+    plan = json.loads((path / "dry-run.json").read_text(encoding="utf-8"))
+    assert plan["dry_run"] is True and plan["submitted"] == []
+    assert plan["preflight"].startswith("not run (--offline)")
+    roles = plan_roles(
+        kind, config, int(options.get("prefill_workers", 1)), int(options.get("decode_workers", 1))
+    )
+    assert [r["role"] for r in plan["roles"]] == [r.role for r in roles]
+    assert len({r["node"] for r in plan["roles"]}) == len(roles), "one node per worker"
+    for role in plan["roles"]:
+        script = path / role["script"]
+        text = script.read_text(encoding="utf-8")
+        assert text.startswith("#!") and f"role {role['role']}" in text
+        assert role["sbatch"][0] == "sbatch" and role["sbatch"][-1] == str(script)
+        assert f"--nodelist={role['node']}" in role["sbatch"] or role["node"] in role["sbatch"]
+        if shutil.which("shellcheck"):
+            done = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+            assert done.returncode == 0, done.stdout
+    resolved = json.loads((path / "recipe.json").read_text(encoding="utf-8"))
+    assert resolved["recipe"]["name"] == recipe.name
+    assert resolved["resolved"]["engine"] == recipe.engine
+    frontends = [r for r in plan["roles"] if r["frontend"]]
+    assert len(frontends) == 1
+    if kind == "disagg":
+        assert plan["frontend_must_list"] == required_instances(
+            "disagg",
+            recipe.prefill.workers if recipe.prefill else 1,
+            recipe.decode.workers if recipe.decode else 1,
+        )
+
+
+def test_mocker_kv_model_reaches_the_workers(tmp_path: Path) -> None:
+    config = _real_cluster_config(tmp_path)
+    recipe = load_recipe(REPO / "recipes" / "rehearsal-2p4d.yaml")
+    options = merge_flags(recipe, "disagg", {"engine": "mocker"})
+    options.pop("kind")
+    path = dry_run(
+        "disagg",
+        config,
+        progress=Progress(enabled=False),
+        slurm=RecordingSlurm(config),
+        offline=True,
+        **options,
+    )
+    for role in ("prefill1", "prefill2", "decode1", "decode4"):
+        text = (path / "scripts" / f"{role}.sbatch").read_text(encoding="utf-8")
+        assert "--kv-transfer-bandwidth 9.49 --kv-bytes-per-token 147456" in text, role
+    assert "--router-mode kv" in (path / "scripts" / "decode1.sbatch").read_text(encoding="utf-8")
+    assert "dynamo.frontend" not in (path / "scripts" / "decode2.sbatch").read_text(encoding="utf-8")
+
+
+def test_xpyd_needs_a_node_per_worker(tmp_path: Path) -> None:
+    config = _real_cluster_config(tmp_path)
+    with pytest.raises(PreflightError, match=r"5P4D needs 9 nodes \(one per worker\); NODE_ADDRS names 8"):
+        plan_roles("disagg", config, 5, 4)
+    roles = plan_roles("disagg", config, 2, 4)
+    assert [(r.role, r.node, r.with_frontend) for r in roles][:3] == [
+        ("prefill1", NODES[0], False),
+        ("prefill2", NODES[1], False),
+        ("decode1", NODES[2], True),
+    ]
+    assert len({r.index for r in roles}) == 6
+    explicit = plan_roles("disagg", config, 1, 2, ("a", "b", "c"))
+    assert [(r.role, r.node) for r in explicit] == [("prefill", "a"), ("decode1", "b"), ("decode2", "c")]
+
+
+@pytest.mark.integration
+def test_dry_run_on_the_local_cluster_runs_the_preflight_and_submits_nothing(
+    local_cluster_config: ClusterConfig,
+) -> None:
+    config = local_cluster_config
+    slurm = Slurm(config)
+    before = slurm.queue()
+    recipe = load_recipe(REPO / "recipes" / "rehearsal-1p1d.yaml")
+    options = merge_flags(recipe, "disagg", {})
+    options.pop("kind")
+    path = dry_run("disagg", config, progress=Progress(enabled=False), slurm=slurm, **options)
+    assert slurm.queue() == before
+    plan = json.loads((path / "dry-run.json").read_text(encoding="utf-8"))
+    assert plan["preflight"] == "passed"
+    assert [r["node"] for r in plan["roles"]] == [config.prefill_node, config.decode_node]
+    assert sorted(p.name for p in (path / "scripts").iterdir()) == ["decode.sbatch", "prefill.sbatch"]
+    assert not (path / "run.json").exists()
