@@ -7,6 +7,7 @@ so every session sees the same verified inputs; `release` builds each package in
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -78,6 +79,35 @@ def tests(session: nox.Session) -> None:
     shutil.rmtree(reports, ignore_errors=True)
     if failed:
         session.error(f"test suites failed: {', '.join(failed)}")
+
+
+@nox.session
+def faults(session: nox.Session) -> None:
+    """Faults injected into real rehearsal runs (local cluster, mock engine) with expected outcomes and times to
+    fail, then a soak of 20 runs counting leftovers; minutes long, needs root. ATOMDYN_SOAK_RUNS=N changes the soak."""
+    report = Path(tempfile.mkdtemp(prefix="atomdyn-faults-")) / "faults.json"
+    try:
+        with session.chdir(ROOT / "packages" / "launchers"):
+            python(
+                session,
+                "-m",
+                "pytest",
+                "-v",
+                "faults",
+                *session.posargs,
+                env={"ATOMDYN_FAULTS_REPORT": str(report)},
+            )
+    finally:
+        if report.is_file():
+            for row in json.loads(report.read_text()):
+                figures = ", ".join(
+                    f"{key} {row[key]} s"
+                    for key in ("time_to_fail_s", "time_to_end_s", "bound_s")
+                    if row.get(key) is not None
+                )
+                session.log(f"{row['case']}: {row['verdict']} ({figures})")
+                session.log(f"    tried: {row['tried']}; observed: {row['observed']}")
+            session.log(f"report: {report}")
 
 
 def junit_totals(reports: Path) -> str:

@@ -17,13 +17,14 @@ the other jobs are stopped, and every log is kept. Ctrl-C (or SIGTERM) stops the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import queue
 import signal
 import threading
 import time
 import urllib.error
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,9 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_core.lock import find_lock_path, load_lock
-from atomdyn_launchers import direct_http, readiness, tinymodel
+from atomdyn_launchers import benchmark as serving_benchmark
+from atomdyn_launchers import direct_http, orphans, readiness, tinymodel
+from atomdyn_launchers import ports as port_leases
 from atomdyn_launchers.config import ClusterConfig, PreflightError, resolve_cluster_config
 from atomdyn_launchers.engines import Engine, EngineError, get_engine
 from atomdyn_launchers.engines.base import Ports, RoleContext, RolePlan
@@ -46,8 +49,8 @@ from atomdyn_launchers.profiles.models import ModelProfile, get_model
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.recipes import Recipe, resource_problems
 from atomdyn_launchers.rundir import KINDS, JobRecord, RunDir, read_jsonl
-from atomdyn_launchers.sbatch import Arg, JobSpec, Shell, pid_var, render
-from atomdyn_launchers.slurm import JobInfo, Slurm, SlurmError, preflight
+from atomdyn_launchers.sbatch import Arg, JobSpec, Shell, failure_file, pid_var, render
+from atomdyn_launchers.slurm import JobInfo, JobPoller, Slurm, SlurmError, preflight
 from atomdyn_launchers.smoke import (
     ABORTED,
     SmokeClient,
@@ -273,6 +276,8 @@ class RunContext:
     hook: Hook | None
     rundir: RunDir
     etcd: EtcdSession
+    # The run's leased ports per role (ports.allocate); empty: the fixed defaults (Ports.for_role).
+    ports: Mapping[str, Ports] = field(default_factory=dict)
     state: RunState = field(default_factory=RunState)
 
     @property
@@ -296,6 +301,7 @@ class RunContext:
             self.rundir,
             self.etcd.endpoint,
             self.ready_timeout_s,
+            self.ports,
         )
 
 
@@ -388,6 +394,7 @@ class Launch:
 
     def run(self) -> Outcome:
         """Run once. Preflight errors raise PreflightError before anything is created or submitted."""
+        self.clean_orphans()
         report = self.preflight()
         runs_root = self.options.runs_root or self.config.runs_dir
         rundir = RunDir.create(runs_root, self.options.kind, self.engine.name)
@@ -395,19 +402,33 @@ class Launch:
         write_resolved_recipe(rundir.path, self.options, self.engine, self.model, self.roles)
         if report is not None:  # the node check, kept as evidence
             atomic_write_text(rundir.path / "node-check.json", json.dumps(report.to_json(), indent=2) + "\n")
-        ctx = RunContext(
-            config=self.config,
-            options=self.options,
-            engine=self.engine,
-            model=self.model,
-            roles=self.roles,
-            slurm=self.slurm,
-            progress=self.progress,
-            hook=self.hook,
-            rundir=rundir,
-            etcd=self._etcd(rundir),
+        lease = port_leases.allocate(
+            self.config.shared_dir, rundir.run_id, rundir.path, [(r.role, r.index) for r in self.roles]
         )
-        return Stages(ctx).run()
+        self.progress.line(
+            f"ports {lease.block_start}-{lease.block_start + port_leases.BLOCK - 1} (ports.json)"
+        )
+        try:
+            ctx = RunContext(
+                config=self.config,
+                options=self.options,
+                engine=self.engine,
+                model=self.model,
+                roles=self.roles,
+                slurm=self.slurm,
+                progress=self.progress,
+                hook=self.hook,
+                rundir=rundir,
+                etcd=self._etcd(rundir),
+                ports=lease.roles,
+            )
+        except BaseException:
+            port_leases.release(self.config.shared_dir, rundir.run_id)
+            raise
+        try:
+            return Stages(ctx).run()
+        finally:
+            port_leases.release(self.config.shared_dir, rundir.run_id)
 
     def dry_run(self) -> Path:
         """Preflight (unless offline), then every job script and the resolved recipe in a run directory under
@@ -464,6 +485,20 @@ class Launch:
             return self.options.ready_timeout_s
         return self.engine.timeouts.ready_s
 
+    def clean_orphans(self) -> None:
+        """Stop what runs whose launcher died left behind (their jobs, etcd keys and port leases)."""
+        try:
+            found = orphans.find(self.config.shared_dir, self.slurm)
+        except (port_leases.PortError, SlurmError) as exc:
+            raise PreflightError(f"looking for orphaned runs: {exc}") from exc
+        if not found:
+            return
+        etcd: readiness.EtcdClient | None = None
+        if self.config.etcd_endpoint is not None:
+            etcd = readiness.EtcdClient(readiness.etcd_access(self.config))
+        for line in orphans.clean(self.config.shared_dir, self.slurm, found, etcd):
+            self.progress.line(line)
+
     def _etcd(self, rundir: RunDir) -> EtcdSession:
         """The etcd stage: ETCD_ENDPOINT, else etcd at the lock's version in a job of its own."""
         owned: OwnedEtcd | None = None
@@ -499,6 +534,7 @@ class Stages:
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
         self.state = ctx.state
+        self.poller = JobPoller(ctx.slurm)  # squeue while queued, at a rate that backs off
 
     def run(self) -> Outcome:
         ctx = self.ctx
@@ -510,6 +546,7 @@ class Stages:
                     self.submit()
                     self.watch()
                     self.smoke()
+                    self.benchmark()
                 except (LaunchFailure, readiness.ReadinessError, SlurmError, PreflightError) as exc:
                     self._fail(str(exc))
                 except KeyboardInterrupt:
@@ -599,8 +636,20 @@ class Stages:
                 event = None
         if time.monotonic() - self.state.last_poll >= _POLL_S:
             self.state.last_poll = time.monotonic()
+            lost = None if self.state.stopping else self.ctx.etcd.presence.lost()
+            if lost is not None:
+                raise LaunchFailure(lost)
             self._check_jobs()
         self._show()
+
+    def _role_failure(self, role: str) -> str:
+        """What the role's job script recorded as the reason it failed ("" when it recorded none)."""
+        path = Path(failure_file(str(self.ctx.rundir.path / "logs"), role))
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            return ""
+        return f": {text}" if text else ""
 
     def _on_role_event(self, event: readiness.RoleEvent) -> None:
         if event.kind == "watch-error":
@@ -616,16 +665,18 @@ class Stages:
                 detail=f"node {reg.node} host {reg.host} ports {dict(reg.ports)}",
             )
         elif event.kind == "deregistered" and not self.state.stopping:
+            reason = self._role_failure(event.role) or " (its processes stopped)"
             raise LaunchFailure(
-                f"role {event.role} left etcd: its processes stopped "
+                f"role {event.role} left etcd{reason} "
                 f"(see logs/{event.role}.slurm.out and logs/{event.role}.*.log)"
             )
 
     def _check_jobs(self) -> None:
+        infos = self.poller.poll(self._active_jobs().values())
         for role, record in self.state.jobs.items():
             if record.job_id is None:
                 continue
-            info = self.ctx.slurm.job(record.job_id)
+            info = infos[record.job_id]
             previous = self.state.job_states.get(role, "").split(" ")[0]
             waiting = info.state == "PENDING" and info.reason not in (None, "None", "Priority")
             self.state.job_states[role] = f"{info.state} ({info.reason})" if waiting else info.state
@@ -635,7 +686,7 @@ class Stages:
             if info.terminal and not self.state.stopping:
                 raise LaunchFailure(
                     f"job {record.job_id} ({role}) ended early: {info.state}, "
-                    f"exit {_fmt_exit(info.exit_code)} (see logs/{role}.slurm.out)"
+                    f"exit {_fmt_exit(info.exit_code)}{self._role_failure(role)} (see logs/{role}.slurm.out)"
                 )
 
     def _wait_until(self, what: str, done: Callable[[], str | None]) -> None:
@@ -757,6 +808,34 @@ class Stages:
                 f"{len(bad)} of {total} smoke requests failed; first: #{first.index}: {first.error}"
             )
 
+    # -- benchmark ---------------------------------------------------------------------------------------
+
+    def benchmark(self) -> None:
+        """The recipe's serving benchmark (aiperf sweep) against the frontend, after the smoke traffic."""
+        ctx = self.ctx
+        recipe = ctx.options.recipe
+        if recipe is None or recipe.benchmark is None:
+            return
+        out = ctx.rundir.path / "benchmark"
+        try:
+            result = serving_benchmark.run_sweep(
+                recipe.benchmark,
+                base_url=self.state.base_url,
+                model=next(iter(self.state.plans.values())).served_model_name,
+                tokenizer=str(model_path(ctx.config, ctx.model)),
+                out_dir=out,
+                project_dir=ctx.config.project_dir,
+                workers=len(ctx.roles),
+                gpus=sum(plan.gpus for plan in self.state.plans.values()),
+                progress=ctx.progress,
+            )
+        except serving_benchmark.BenchmarkError as exc:
+            raise LaunchFailure(f"benchmark: {exc}") from None
+        atomic_write_text(out / "benchmark.json", json.dumps(result.to_json(), indent=2) + "\n")
+        ctx.progress.line(f"benchmark: {result.verdict}")
+        if not result.passed:
+            raise LaunchFailure(f"benchmark {result.verdict}")
+
     def _scrape_metrics(self) -> None:
         for role, reg in self.state.registrations.items():
             for process, port in reg.ports.items():
@@ -808,9 +887,11 @@ class Stages:
     def _settle(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         pending = dict(self._active_jobs())
+        poller = JobPoller(self.ctx.slurm)  # a fresh schedule: polled fast while the jobs stop
         while pending:
+            infos = poller.poll(pending.values())
             for role, job_id in list(pending.items()):
-                info = self.ctx.slurm.job(job_id)
+                info = infos[job_id]
                 self.state.job_states[role] = info.state
                 if info.terminal:
                     del pending[role]
@@ -873,6 +954,8 @@ class Stages:
         with suppress(readiness.ReadinessError):
             ctx.etcd.client.delete_prefix(ctx.etcd.prefix)
         passed = state.failure is None
+        if state.failure is not None:  # a failed run's benchmark figures are never a result
+            serving_benchmark.mark_failed(ctx.rundir.path, state.failure)
         fingerprints = role_files(ctx.rundir.path, "fingerprints")
         lock_digest, lock_source = run_lock_digest(
             ctx.config.runtime,
@@ -896,6 +979,8 @@ class Stages:
                 "requests_ok": sum(1 for r in state.results if r.ok),
                 "registrations": {r: json.loads(reg.to_json()) for r, reg in state.registrations.items()},
                 "lock_digest_source": lock_source,
+                "ports": {role: dataclasses.asdict(p) for role, p in ctx.ports.items()},
+                "slurm_calls": ctx.slurm.call_counts(),
             },
         )
         self._event("done", detail="pass" if passed else f"fail: {state.failure}")
@@ -970,6 +1055,7 @@ class Submission:
     rundir: RunDir
     etcd_endpoint: str
     ready_timeout_s: float
+    ports: Mapping[str, Ports] = field(default_factory=dict)  # per role; empty: Ports.for_role
 
     @property
     def etcd_prefix(self) -> str:
@@ -1005,7 +1091,7 @@ class Submission:
             etcd_endpoint=self.etcd_endpoint,
             namespace=f"atomdyn-{run_id.lower()}",
             home_dir=str(self.rundir.home / spec.role),
-            ports=Ports.for_role(spec.index),
+            ports=self.ports[spec.role] if self.ports else Ports.for_role(spec.index),
             runtime=runtime,
             speedup_ratio=self.options.speedup_ratio,
             router_mode=self.options.router_mode,
@@ -1084,6 +1170,7 @@ class Submission:
             gpus=self.gres_gpus(plan),
             time_limit=self.options.time_limit or self.engine.timeouts.time_limit,
             register=self.register_command(spec, plan, role_ctx.ports),
+            ports=port_leases.named_ports(role_ctx.ports, with_frontend=spec.with_frontend),
             header_comment=(
                 f"atomdyn run {self.rundir.run_id}: role {spec.role} ({spec.mode}) on {spec.node}, "
                 f"engine {self.engine.name}, runtime {self.config.runtime}. Generated; do not edit."

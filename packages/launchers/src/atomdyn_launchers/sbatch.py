@@ -1,9 +1,13 @@
 """Render Slurm batch scripts that start a role's processes and shut them all down together.
 
-The script starts every process in the background, then waits for the first one to exit. If that happens
-on its own (a crash), it stops the rest and exits non-zero so Slurm records the failure at once. If the
-job is cancelled, it forwards SIGTERM to every process and waits until all have exited: otherwise
-slurmstepd kills them mid-shutdown and their etcd registrations outlive them (FIELD_NOTES §6b).
+The script first checks that the ports its processes will listen on are free on the node (another run or
+another user's service may hold one): a taken port fails the role at once, naming the port. Then it starts
+every process in the background and waits for the first one to exit. If that happens on its own (a crash),
+it writes which process it was and the last line of its log to ``<log dir>/<role>.failure`` (the launcher's
+headline), stops the rest and exits non-zero so Slurm records the failure at once. If the job is cancelled,
+it forwards SIGTERM to every process and waits until all have exited: otherwise slurmstepd kills them
+mid-shutdown and their etcd registrations outlive them. A process still running ``stop_grace_s`` after
+SIGTERM (one blocked on a hung etcd, say) gets SIGKILL: a job honours SIGTERM within seconds.
 """
 
 from __future__ import annotations
@@ -55,6 +59,53 @@ class JobSpec:
     # The registration helper starts last and receives every process id through $PID_<name>.
     register: Sequence[Arg] | None = None
     header_comment: str = ""
+    # Ports the processes will listen on (name -> port), checked free on the node before anything starts.
+    ports: Mapping[str, int] = field(default_factory=dict)
+    # Seconds a process gets between SIGTERM and SIGKILL.
+    stop_grace_s: int = 5
+
+
+# Exit status of a job whose ports are taken on its node (EADDRINUSE's errno).
+PORTS_TAKEN_EXIT = 98
+
+
+def failure_file(log_dir: str, role: str) -> str:
+    """Where a job writes why it failed (one line): the process that exited first, or the taken port."""
+    return f"{log_dir}/{role}.failure"
+
+
+def _port_checks(ports: Mapping[str, int]) -> list[str]:
+    for name, port in ports.items():
+        if not _PROCESS.match(name) or not 0 < int(port) < 65536:
+            raise ValueError(f"invalid port {name}={port}")
+    if not ports:
+        return []
+    specs = " ".join(f"{name}={int(port)}" for name, port in ports.items())
+    return [
+        "",
+        "# port_in_use PORT: a TCP socket listens on PORT in this node's network namespace (any address).",
+        "port_in_use() {",
+        "  local files=() f",
+        '  for f in /proc/net/tcp /proc/net/tcp6; do if [ -r "$f" ]; then files+=("$f"); fi; done',
+        '  awk -v port="$(printf \'%04X\' "$1")" \'$4 == "0A" { split($2, a, ":"); if (a[2] == port) found = 1 }',
+        '    END { exit !found }\' "${files[@]}"',
+        "}",
+        "",
+        "# check_ports NAME=PORT...: fail the role, naming every taken port, before anything starts.",
+        "check_ports() {",
+        "  local spec taken=''",
+        '  for spec in "$@"; do',
+        '    if port_in_use "${spec#*=}"; then taken="$taken, port ${spec#*=} (${spec%%=*})"; fi',
+        "  done",
+        '  if [ -n "$taken" ]; then',
+        '    record_failure "${taken#, } already in use on $(hostname): another run or service holds it"',
+        f"    exit {PORTS_TAKEN_EXIT}",
+        "  fi",
+        "}",
+        "",
+        "# Ports this job listens on must be free here (another run or service may hold one).",
+        f"check_ports {specs}",
+    ]
 
 
 def render_arg(arg: Arg) -> str:
@@ -112,11 +163,43 @@ def render(job: JobSpec) -> str:
         "NAMES=()",
         "STOPPING=0",
         "FAILING=0",
+        f"STOP_GRACE_S={int(job.stop_grace_s)}",
+        "KILL_TIMER=''",
+        'FAILURE_FILE="$LOG_DIR/$ROLE.failure"',
         "",
         'log() { echo "[$(date -u +%H:%M:%S.%3N)] $ROLE: $*"; }',
         "",
+        "# record_failure TEXT: one line saying why this role failed, for the launcher's headline.",
+        "record_failure() {",
+        '  printf \'%s\\n\' "$1" >"$FAILURE_FILE.tmp" && mv -f "$FAILURE_FILE.tmp" "$FAILURE_FILE"',
+        '  log "FAILED: $1"',
+        "}",
+        "",
+        "# shellcheck disable=SC2317  # called from the USR1 trap",
+        "kill_stragglers() {",
+        "  local i",
+        '  for i in "${!PIDS[@]}"; do',
+        '    if kill -0 "${PIDS[$i]}" 2>/dev/null; then',
+        '      log "${NAMES[$i]} still running ${STOP_GRACE_S} s after SIGTERM: SIGKILL"',
+        '      kill -KILL "${PIDS[$i]}" 2>/dev/null || true',
+        "    fi",
+        "  done",
+        "}",
+        "trap kill_stragglers USR1",
+        "",
         "stop_all() {",
         '  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done',
+        "  # A timer sends USR1 after the grace period; it is stopped (with its sleep) once all have exited.",
+        '  if [ -z "$KILL_TIMER" ] && [ "${#PIDS[@]}" -gt 0 ]; then',
+        "    # shellcheck disable=SC2016  # expanded by the timer's own shell",
+        "    (",
+        """      trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM""",
+        '      sleep "$STOP_GRACE_S" &',
+        "      sleeper=$!",
+        '      wait "$sleeper" && kill -USR1 $$',
+        "    ) &",
+        "    KILL_TIMER=$!",
+        "  fi",
         "}",
         "",
         "# shellcheck disable=SC2317  # called from the traps below",
@@ -148,6 +231,7 @@ def render(job: JobSpec) -> str:
         lines.append(f"export {render_assignment(key, value)}")
     if job.prelude:
         lines += ["", *job.prelude]
+    lines += _port_checks(job.ports)
     lines.append("")
     registered = " ".join(render_arg(a) for a in job.register or ())
     for proc in job.processes:
@@ -161,22 +245,30 @@ def render(job: JobSpec) -> str:
     lines += [
         "",
         "# Wait for the first process to exit, or for a signal.",
-        "wait -n",
+        "first_pid=''",
+        "wait -n -p first_pid",
         "first_status=$?",
         "failed=''",
+        "first=''",
         'for i in "${!PIDS[@]}"; do',
         '  if ! kill -0 "${PIDS[$i]}" 2>/dev/null; then failed="$failed ${NAMES[$i]}"; fi',
+        '  if [ "${PIDS[$i]}" = "${first_pid:-}" ]; then first=${NAMES[$i]}; fi',
         "done",
         'if [ "$STOPPING" = 0 ]; then',
         "  FAILING=1",
         '  log "process(es)${failed} exited (status $first_status) on their own: stopping the others"',
+        '  how="status $first_status"',
+        '  if [ "$first_status" -gt 128 ]; then how="$how, signal $(kill -l "$((first_status - 128))")"; fi',
+        '  last=$(tail -n 1 "$LOG_DIR/$ROLE.${first:-?}.log" 2>/dev/null | cut -c1-300)',
+        '  record_failure "process ${first:-?} exited first, on its own ($how)${last:+: $last}"',
         "  stop_all",
         "fi",
         "",
-        "# Reap every process; a second signal interrupts wait, so loop until each is gone.",
+        "# Reap every process; a signal (a second SIGTERM, the grace timer's USR1) interrupts wait: loop.",
         'for pid in "${PIDS[@]}"; do',
         '  while kill -0 "$pid" 2>/dev/null; do wait "$pid" 2>/dev/null || true; done',
         "done",
+        'if [ -n "$KILL_TIMER" ]; then kill "$KILL_TIMER" 2>/dev/null || true; fi',
         'if [ "$STOPPING" = 1 ]; then',
         '  log "all processes stopped"',
         "  exit 0",

@@ -8,6 +8,12 @@ sacct does not work, so state comes from ``scontrol show job``, which keeps a fi
 ``MinJobAge`` seconds; every answer is remembered in the :class:`Slurm` object, so a job that has left the
 controller still reports what was last seen (``JobInfo.source == "cache"``). A job's ``ExitCode`` hides a
 failed step: judge success by ``DerivedExitCode`` as well (:attr:`JobInfo.succeeded`).
+
+Polling is kept light, because a busy slurmdbd gets users banned: :class:`JobPoller` asks ``squeue`` (the
+controller's memory, one call for every job of a run) while jobs are queued or running, and asks ``sacct`` (or
+``scontrol``) once per job only after it left the queue. It polls every 0.5 s for the first minute, every 2 s
+until five minutes, then every 10 s (:func:`poll_interval`). Every command is counted
+(:meth:`Slurm.call_counts`); a run records its calls per minute in run.json.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import os
 import re
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,7 +45,12 @@ TERMINAL_STATES = frozenset(
         "TIMEOUT",
     }
 )
-_POLL_S = 0.1
+_POLL_S = 0.1  # node states while waiting out a node's grace (sinfo; preflight only)
+# (seconds since the watch began, interval from then on): fast at first, then backing off.
+POLL_SCHEDULE = ((0.0, 0.5), (60.0, 2.0), (300.0, 10.0))
+QUEUE_STATES = frozenset(
+    {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
+)
 
 
 class SlurmError(RuntimeError):
@@ -57,7 +69,7 @@ class JobInfo:
     nodes: str | None  # the node list the job ran (or runs) on; None while pending
     exit_code: ExitCode | None
     derived_exit_code: ExitCode | None  # the highest exit code of any step
-    source: str  # "sacct", "scontrol" or "cache" (the controller forgot the job; this is the last answer)
+    source: str  # "squeue", "sacct", "scontrol" or "cache" (the controller forgot the job; the last answer)
 
     @property
     def terminal(self) -> bool:
@@ -125,11 +137,25 @@ class Slurm:
             self.env["SLURM_CONF"] = str(config.slurm_conf)
         self._accounting: bool | None = None
         self._seen: dict[int, JobInfo] = {}
+        self._calls: Counter[str] = Counter()
+        self._created = time.monotonic()
+
+    def call_counts(self) -> dict[str, object]:
+        """Slurm commands run so far by this object, per command, and the rate (calls per minute)."""
+        seconds = max(time.monotonic() - self._created, 1e-9)
+        total = sum(self._calls.values())
+        return {
+            "calls": dict(sorted(self._calls.items())),
+            "total": total,
+            "seconds": round(seconds, 1),
+            "per_minute": round(total * 60.0 / max(seconds, 60.0), 1),
+        }
 
     # -- running commands --------------------------------------------------------------------------------
 
     def run(self, args: Sequence[str], *, env: Mapping[str, str] | None = None) -> str:
         """Run a Slurm command; return stdout or raise SlurmError naming the command and its stderr."""
+        self._calls[Path(args[0]).name] += 1
         try:
             done = subprocess.run(
                 list(args),
@@ -280,8 +306,9 @@ class Slurm:
     ) -> JobInfo:
         """Poll the job until ``predicate`` holds; TimeoutError names ``what`` and the last state seen."""
         deadline = time.monotonic() + timeout
+        poller = JobPoller(self)
         while True:
-            info = self.job(job_id)
+            info = poller.poll([job_id], force=True)[job_id]
             if predicate(info):
                 return info
             if time.monotonic() >= deadline:
@@ -289,7 +316,7 @@ class Slurm:
                     f"job {job_id} ({info.name}) not {what} after {timeout:.0f} s: "
                     f"state {info.state}, reason {info.reason}"
                 )
-            time.sleep(_POLL_S)
+            time.sleep(max(0.0, min(poller.next_due(), deadline) - time.monotonic()))
 
     def wait_terminal(self, job_id: int, *, timeout: float) -> JobInfo:
         return self.wait_for(job_id, lambda i: i.terminal, timeout=timeout, what="finished")
@@ -339,6 +366,80 @@ class Slurm:
                 node = silent[0]
                 raise PreflightError(f"node {node!r} is not responding (Slurm state {states[node]})")
             time.sleep(_POLL_S)
+
+
+def poll_interval(elapsed_s: float) -> float:
+    """Seconds between two polls of a run's jobs, ``elapsed_s`` after the watch began."""
+    interval = POLL_SCHEDULE[0][1]
+    for since, every in POLL_SCHEDULE:
+        if elapsed_s >= since:
+            interval = every
+    return interval
+
+
+def parse_squeue(out: str) -> dict[int, JobInfo]:
+    """``squeue -h -o '%i|%j|%T|%r|%N'`` lines into JobInfo (no exit codes: the job has not ended)."""
+    found: dict[int, JobInfo] = {}
+    for line in out.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 5 or not parts[0].isdigit():
+            continue
+        found[int(parts[0])] = JobInfo(
+            job_id=int(parts[0]),
+            name=parts[1],
+            state=parts[2],
+            reason=None if parts[3] in ("", "None") else parts[3],
+            nodes=parts[4] or None,
+            exit_code=None,
+            derived_exit_code=None,
+            source="squeue",
+        )
+    return found
+
+
+class JobPoller:
+    """The states of a set of jobs at a bounded rate (see the module docstring).
+
+    :meth:`poll` answers from its last reading until the next poll is due (:func:`poll_interval` of the time
+    since the poller was made); ``force`` reads now. One ``squeue`` covers every job still queued; a job that
+    left the queue is asked of ``sacct``/``scontrol`` once and then answered from what was read.
+    """
+
+    def __init__(self, slurm: Slurm, clock: Callable[[], float] = time.monotonic) -> None:
+        self.slurm = slurm
+        self.clock = clock
+        self.started = clock()
+        self._due = self.started
+        self._known: dict[int, JobInfo] = {}
+
+    def next_due(self) -> float:
+        return self._due
+
+    def poll(self, job_ids: Iterable[int], *, force: bool = False) -> dict[int, JobInfo]:
+        ids = list(job_ids)
+        now = self.clock()
+        unread = [j for j in ids if j not in self._known]
+        if force or unread or now >= self._due:
+            self._read([j for j in ids if not (j in self._known and self._known[j].terminal)])
+            self._due = now + poll_interval(now - self.started)
+        return {j: self._known[j] for j in ids}
+
+    def _read(self, ids: list[int]) -> None:
+        if not ids:
+            return
+        try:
+            queued = parse_squeue(
+                self.slurm.run(["squeue", "-h", f"--jobs={','.join(map(str, ids))}", "-o", "%i|%j|%T|%r|%N"])
+            )
+        except SlurmError as exc:
+            if "Invalid job id" not in str(exc):  # every job already left the controller
+                raise
+            queued = {}
+        for job_id in ids:
+            info = queued.get(job_id)
+            if info is None or info.state not in QUEUE_STATES:
+                info = self.slurm.job(job_id)  # the final state, with exit codes
+            self._known[job_id] = info
 
 
 def preflight(

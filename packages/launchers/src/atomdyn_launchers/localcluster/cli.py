@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+from atomdyn_core.console import quiet_broken_pipe
 from atomdyn_launchers import __version__
 from atomdyn_launchers.localcluster.cluster import LocalCluster, LocalClusterError
 
@@ -82,9 +83,12 @@ def down(cluster: LocalCluster) -> int:
         print(f"local cluster down in {result.seconds:.2f} s")
     if result.killed:
         print(f"  had to kill: {', '.join(result.killed)}")
+    for run_id in result.orphans:
+        print(f"  orphaned run {run_id}: its jobs stopped with the cluster, its ports released")
     return 0
 
 
+@quiet_broken_pipe
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="atomdyn-cluster", description=__doc__)
     parser.add_argument("--version", action="version", version=f"atomdyn-cluster {__version__}")

@@ -28,13 +28,14 @@ import sys
 import time
 import urllib.error
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from atomdyn_core.dockerd import find_dockerd
+from atomdyn_launchers import orphans, ports
 from atomdyn_launchers.config import (
     DIRECT,
     ClusterConfig,
@@ -56,6 +57,7 @@ from atomdyn_launchers.localcluster.layout import (
     tag_for,
 )
 from atomdyn_launchers.localcluster.procs import Proc
+from atomdyn_launchers.slurm import Slurm, SlurmError
 
 REQUIRED_TOOLS = (
     "munged",
@@ -104,10 +106,11 @@ class ClusterStatus:
     nodes: dict[str, str] = field(default_factory=dict)  # Slurm node -> state
     etcd: str = "not running"
     problems: tuple[str, ...] = ()
+    orphans: tuple[str, ...] = ()  # runs whose launcher died without recording their end
 
     @property
     def healthy(self) -> bool:
-        return self.recorded and not self.problems
+        return self.recorded and not self.problems and not self.orphans
 
     def table(self) -> str:
         if not self.recorded:
@@ -118,7 +121,12 @@ class ClusterStatus:
         rows.append(("etcd health", "", self.etcd))
         width = [max(len(r[i]) for r in rows) for i in range(3)]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, width, strict=True)).rstrip() for r in rows]
-        verdict = "healthy" if self.healthy else "UNHEALTHY: " + "; ".join(self.problems)
+        if self.orphans:
+            rows_orphans = [f"orphaned {line}" for line in self.orphans]
+            hint = "the next disagg.run or cluster.down stops their jobs and releases their ports"
+            lines += [*rows_orphans, f"  ({hint})"]
+        problems = [*self.problems, *([f"{len(self.orphans)} orphaned run(s)"] if self.orphans else [])]
+        verdict = "healthy" if self.healthy else "UNHEALTHY: " + "; ".join(problems)
         return "\n".join([f"local cluster at {self.state_dir}: {verdict}", *lines])
 
 
@@ -134,6 +142,7 @@ class DownResult:
     was_up: bool
     seconds: float
     killed: tuple[str, ...]  # processes that needed SIGKILL or were found in the namespaces after the daemons
+    orphans: tuple[str, ...] = ()  # orphaned runs whose ports and records were cleaned
 
 
 def missing_tools() -> list[str]:
@@ -233,14 +242,36 @@ class LocalCluster:
         etcd = _etcd_health(layout.etcd_endpoint)
         if etcd != "healthy":
             problems.append(f"etcd at {layout.etcd_endpoint}: {etcd}")
-        return ClusterStatus(self.state_dir, True, daemons, nodes, etcd, tuple(problems))
+        found: list[str] = []
+        try:
+            slurm = Slurm(self.config()) if nodes else None  # None: slurmctld is down, no job to list
+            found = [o.describe() for o in orphans.find(self.shared_dir, slurm)]
+        except (ports.PortError, SlurmError, LocalClusterError) as exc:
+            problems.append(f"orphaned runs could not be listed: {exc}")
+        return ClusterStatus(self.state_dir, True, daemons, nodes, etcd, tuple(problems), tuple(found))
 
     def down(self) -> DownResult:
+        """Everything stops, jobs included; the leases of orphaned runs are released with a note in their run
+        directories (their jobs were cancelled with the rest)."""
         start = time.monotonic()
         with self._locked():
             was_up = self._read_record() is not None
+            try:
+                found = orphans.find(self.shared_dir, None)
+            except ports.PortError:
+                found = []
             killed = self._teardown()
-        return DownResult(was_up, time.monotonic() - start, tuple(killed))
+            cleaned = [o.run_id for o in found]
+            for orphan in found:
+                ports.release(self.shared_dir, orphan.run_id)
+                with suppress(OSError):
+                    note = {
+                        "cleaned_at": time.time(),
+                        "by": "cluster.down",
+                        "launcher": orphan.lease.launcher.to_json(),
+                    }
+                    atomic_write_json(orphan.lease.run_dir / "orphan-cleanup.json", note)
+        return DownResult(was_up, time.monotonic() - start, tuple(killed), tuple(cleaned))
 
     def config(self) -> ClusterConfig:
         """The cluster's configuration, read through the same loader as any cluster.env."""

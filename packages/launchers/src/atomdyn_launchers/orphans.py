@@ -1,0 +1,112 @@
+"""Orphaned runs: runs whose launcher died without recording their end (SIGKILL, a lost login session).
+
+A run's port lease (:mod:`ports`) names its launcher by host, PID and start time and its run directory; the
+run is orphaned when that process is gone and no run.json was written. Its jobs stop themselves once the
+launcher's etcd key expires (about 15 s), but until then they hold their node and ports, and the lease, the
+run's etcd keys and an unfinished run directory stay behind. ``cluster.status`` lists orphaned runs; the next
+run and ``cluster.down`` clean them: SIGTERM to the job scripts (they stop their processes), a hard cancel
+for a job still there after the settle time, the run's etcd keys deleted, the lease released, and a note
+``orphan-cleanup.json`` left in the run directory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from atomdyn_core.atomic import atomic_write_json
+from atomdyn_launchers import ports, readiness
+from atomdyn_launchers.slurm import JobPoller, Slurm, SlurmError
+
+SETTLE_S = 20.0  # a job script honours SIGTERM within its stop grace (5 s); this leaves room for Slurm
+
+
+@dataclass(frozen=True)
+class Orphan:
+    lease: ports.Lease
+    jobs: dict[int, str]  # job id -> state, for the run's jobs still in the queue
+
+    @property
+    def run_id(self) -> str:
+        return self.lease.run_id
+
+    def describe(self) -> str:
+        who = self.lease.launcher
+        jobs = ", ".join(f"job {j} {state}" for j, state in sorted(self.jobs.items())) or "no job left"
+        return f"run {self.run_id}: launcher pid {who.pid} on {who.host} is gone ({jobs})"
+
+
+def queued_jobs(slurm: Slurm) -> dict[Path, dict[int, str]]:
+    """Run directory -> {job id: state} for this user's queued and running jobs (a run's jobs work in its
+    run directory)."""
+    out = slurm.run(["squeue", "--me", "-h", "-o", "%i|%T|%Z"])
+    found: dict[Path, dict[int, str]] = {}
+    for line in out.splitlines():
+        job, _, rest = line.strip().partition("|")
+        state, _, workdir = rest.partition("|")
+        if job.isdigit() and workdir:
+            found.setdefault(Path(workdir), {})[int(job)] = state
+    return found
+
+
+def find(shared_dir: Path, slurm: Slurm | None) -> list[Orphan]:
+    """The orphaned runs whose leases live under ``shared_dir``; their queued jobs when ``slurm`` is given."""
+    orphaned = [lease for lease in ports.leases(shared_dir) if lease.orphaned()]
+    if not orphaned:
+        return []
+    queued = queued_jobs(slurm) if slurm is not None else {}
+    return [Orphan(lease, queued.get(lease.run_dir, {})) for lease in orphaned]
+
+
+def clean(
+    shared_dir: Path, slurm: Slurm, found: Iterable[Orphan], etcd: readiness.EtcdClient | None
+) -> list[str]:
+    """Stop the orphans' jobs, delete their etcd keys, release their leases; one line per run saying what."""
+    done: list[str] = []
+    for orphan in found:
+        jobs = sorted(orphan.jobs)
+        forced: list[int] = []
+        if jobs:
+            with suppress(SlurmError):
+                slurm.run(["scancel", "--batch", "--signal=TERM", *map(str, jobs)])
+            forced = _settle(slurm, jobs)
+        keys = "not checked (no etcd)"
+        if etcd is not None:
+            try:
+                etcd.delete_prefix(f"{readiness.KEY_ROOT}/{orphan.run_id}/")
+                keys = "deleted"
+            except readiness.ReadinessError as exc:
+                keys = f"not deleted ({exc})"
+        ports.release(shared_dir, orphan.run_id)
+        note = {
+            "cleaned_at": time.time(),
+            "launcher": orphan.lease.launcher.to_json(),
+            "jobs_stopped": jobs,
+            "jobs_cancelled_hard": forced,
+            "etcd_keys": keys,
+        }
+        with suppress(OSError):  # the run directory may be gone; the lease is released all the same
+            atomic_write_json(orphan.lease.run_dir / "orphan-cleanup.json", note)
+        stopped = f"stopped jobs {', '.join(map(str, jobs))}" if jobs else "no job was left"
+        hard = f" ({', '.join(map(str, forced))} cancelled hard)" if forced else ""
+        done.append(f"orphaned run {orphan.run_id}: {stopped}{hard}; etcd keys {keys}; ports released")
+    return done
+
+
+def _settle(slurm: Slurm, jobs: list[int]) -> list[int]:
+    """Wait (bounded) for ``jobs`` to end; cancel the ones still there. Returns those cancelled hard."""
+    poller = JobPoller(slurm)
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        states = poller.poll(jobs, force=True)
+        left = [j for j, info in states.items() if not info.terminal]
+        if not left:
+            return []
+        if time.monotonic() >= deadline:
+            with suppress(SlurmError):
+                slurm.cancel(left)
+            return left
+        time.sleep(max(0.0, min(poller.next_due(), deadline) - time.monotonic()))
