@@ -1,4 +1,5 @@
-"""The test doubles model FIELD_NOTES §3; these tests pin that model down (no shim involved)."""
+"""The test doubles model the dma-buf export and registration semantics of docs/mori-path.md; these tests pin that
+model down (no shim involved)."""
 
 from __future__ import annotations
 

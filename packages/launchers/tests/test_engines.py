@@ -66,7 +66,7 @@ def test_mocker_roles_follow_the_rehearsal_recipe() -> None:
     assert (
         env["DYN_REQUEST_PLANE"] == "tcp" and env["DYN_EVENT_PLANE"] == "zmq" and env["HF_HUB_OFFLINE"] == "1"
     )
-    # Setting it breaks model registration in Dynamo 1.3 (FIELD_NOTES §6b).
+    # Setting it breaks model registration in Dynamo 1.3 (measured: it takes the IPv6 link-local address).
     assert "DYN_TCP_RESPONSE_STREAM_HOST" not in env
     worker = next(p for p in prefill.processes if p.name == "prefill")
     assert worker.env["DYN_SELF_HOST_METADATA"] == "1" and worker.env["DYN_SYSTEM_PORT"] == "8082"

@@ -2,7 +2,7 @@
 
 dockerd's defaults rewrite the machine's iptables rules and forwarding and create a bridge; every daemon the
 project starts (the image rehearsal, the tests, the local cluster's per-node caches) runs with the flags below
-instead, so builds use ``--network none`` or ``host`` (FIELD_NOTES §8).
+instead, so builds use ``--network none`` or ``host``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """One Docker daemon per local node, so that each node has its own image cache (as real nodes do).
 
 Each daemon runs inside its node (the node's network, mount and UTS namespaces, like slurmd), with its own
-data-root and socket and the flags that leave the machine's firewall and forwarding alone (FIELD_NOTES §8).
+data-root and socket and the flags that leave the machine's firewall and forwarding alone
+(``atomdyn_core.dockerd``).
 Containers with ``--network host`` therefore see the node's own interface. Its mounts live in the node's
 private mount namespace and vanish with it. Jobs reach it through ``DOCKER_HOST`` (the generated config's
 template names each node's socket).
