@@ -157,6 +157,48 @@ def test_random_recombinations(seed: int, known: Known) -> None:
     _assert_same(known, _random_text(random.Random(seed), 400))
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_random_recombinations_in_ascii(seed: int) -> None:
+    """ASCII blocks go through the line shapes; the pieces repeat, so shapes recur with other hex digits."""
+    rng = random.Random(1000 + seed)
+    text = _random_text(rng, 600).encode("ascii", "ignore").decode("ascii")
+    _assert_same({"hosts": ["gpu-a17"], "users": ["jdoe"]}, text)
+
+
+_HEX_DIGITS = "0123456789abcdef"
+
+
+def _twin(line: str, rng: random.Random) -> str:
+    """The line with its hex digits (any case) replaced at random: the same shape, other values."""
+    return "".join(
+        (rng.choice(_HEX_DIGITS).upper() if c.isupper() else rng.choice(_HEX_DIGITS))
+        if c.lower() in _HEX_DIGITS
+        else c
+        for c in line
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("known", [{}, KNOWN], ids=["nothing-known", "run-config"])
+def test_lines_of_one_shape_with_other_digits(seed: int, known: Known) -> None:
+    """A shape judged on one line must not hide another line of the same shape: 127.0.0.1 and 100.0.0.1,
+    nobe= and node=, hf_ tokens and their look-alikes."""
+    rng = random.Random(seed)
+    ascii_lines = [line for line in CORPUS_LINES if line.isascii()]
+    lines = [
+        *ascii_lines,
+        "peer 127.0.0.1 up",
+        "peer 100.0.0.1 up",
+        "nobe=x1",
+        "node=x1",
+        "cafe::1 ok",
+        "at 10.1.2.3.cafe",
+    ]
+    text = [twin for line in lines for twin in (line, _twin(line, rng), _twin(line, rng))]
+    rng.shuffle(text)
+    _assert_same(known, "\n".join(text) + "\n")
+
+
 def test_a_name_learned_late_in_a_block_is_replaced_above_it() -> None:
     text = "started by jdoe on gpu-a17\nfiller\nHOME=/home/jdoe node=gpu-a17\n"
     _assert_same({}, text)

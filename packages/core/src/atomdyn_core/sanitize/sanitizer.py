@@ -259,6 +259,9 @@ class Sanitizer:
         self._bare_re: re.Pattern[str] | None = None
         self._bare_dirty = True
         self._names: tuple[tuple[int, int], list[str]] | None = None  # known_names() for a known_count()
+        # The fast path's verdicts on line shapes for the names and paths known (see scan.py), and for which.
+        self.shape_verdicts: dict[bytes, int] = {}
+        self.shape_verdicts_for: tuple[str, ...] = ()
         self.add_known(hosts=hosts, users=users, paths=paths, accounts=accounts)
 
     def add_known(
@@ -496,6 +499,9 @@ class Sanitizer:
         def v4(m: re.Match[str]) -> str:
             if _VERSION_BEFORE.search(m.string, max(0, m.start() - 24), m.start()):
                 return m[0]
+            known = self._maps.get("ipv4", {}).get(m[0])
+            if known is not None:
+                return known  # seen before: no need to parse it again
             try:
                 address = ipaddress.IPv4Address(m[0])
             except ValueError:
@@ -552,7 +558,21 @@ class Sanitizer:
             return (
                 text  # the cheap test first: the pattern starts with a look-behind, tried at every position
             )
-        return pattern.sub(self._bare_replacement, text)
+        if not text.isascii():
+            return pattern.sub(self._bare_replacement, text)
+        # Where a match can start, a name starts (in any case): try the pattern only there, left to right,
+        # as sub does. (Only in ASCII: a few other characters match letters when case is ignored.)
+        out: list[str] = []
+        pos = 0
+        for at in sorted({at for name in self._all_names() for at in _occurrences(low, name)}):
+            if at >= pos and (m := pattern.match(text, at)) is not None:
+                out += (text[pos:at], self._bare_replacement(m))
+                pos = m.end()
+        out.append(text[pos:])
+        return "".join(out)
+
+    def _all_names(self) -> set[str]:
+        return {*self._hosts, *(w.lower() for w in self._bare)}
 
     def _bare_replacement(self, m: re.Match[str]) -> str:
         host = m["h"] if "h" in m.re.groupindex else None
@@ -576,6 +596,13 @@ class Sanitizer:
     def learn(self, text: str) -> None:
         """Discover identifying values in ``text`` without producing output (first pass over a large file)."""
         self.sanitize(text)
+
+
+def _occurrences(text: str, word: str) -> Iterator[int]:
+    at = text.find(word)
+    while at >= 0:
+        yield at
+        at = text.find(word, at + 1)
 
 
 def node_names(entry: str, strict: bool) -> list[str]:

@@ -2,26 +2,38 @@
 
 :meth:`Sanitizer.sanitize <atomdyn_core.sanitize.sanitizer.Sanitizer.sanitize>` runs every pattern on every
 line; a raw log of gigabytes holds something to hide on a few lines in a hundred. :func:`sanitize_block` gives
-the same result, character for character, and leaves the sanitizer in the same state: it searches the whole
-block (not line by line) with a few anchored *scanners*, each of which matches wherever one of the sanitizer's
-patterns could match, and more (a superset, never less); lines that no scanner hits cannot be changed by any
-pattern, so only the known names (hosts, users, accounts) are replaced there.
+the same result, character for character, and leaves the sanitizer in the same state.
 
-Each scanner starts with one literal character (the regex engine skips to it quickly) and checks the rest
-with look-behinds, and runs on the lower-cased block (the patterns that ignore case see the same letters).
-A line holding a character outside ASCII goes to the line-by-line path whole: lower-casing and case-blind
-matching of a few such characters (the Kelvin sign, the dotless i) would make a scanner miss.
+*Scanners* find the lines: each matches wherever one of the sanitizer's patterns could match, and more (a
+superset, never less), so a line that no scanner hits cannot be changed by any pattern and only the known
+names (hosts, users, accounts) are replaced there. Each starts with a literal character (the regex engine
+skips to it quickly), tests the rest with look-arounds, never reads past a line's end, and runs on the
+lower-cased text (the patterns that ignore case see the same letters).
+
+Most lines of a log repeat a few shapes that differ only in numbers, hex ids and timestamps. A line's *shape*
+is its lower-cased text with every hex digit (0-9, a-f) written 0; each scanner has a twin for shapes
+(every character class widened to what it becomes in a shape, every look-around that a shape cannot decide
+dropped), so a twin that does not hit a shape hits no line of that shape. Twins run once per new shape; only
+lines of a shape some twin hits are searched with the scanners themselves, on their own text. A block that
+holds a character outside ASCII is searched whole with the scanners; its lines with such characters go to the
+line-by-line path (lower-casing and case-blind matching of a few of them, the Kelvin sign or the dotless i,
+would make a scanner miss).
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
+from itertools import accumulate
 
 from atomdyn_core.sanitize import sanitizer as _s
 
 __all__ = ["sanitize_block"]
 
-_HEX = "[0-9a-f]"
+_HEX_DIGITS = "0123456789abcdef"
+_SHAPE_BYTES = bytes.maketrans(_HEX_DIGITS.encode(), b"0" * 16)
+_SHAPE_STR = str.maketrans(_HEX_DIGITS, "0" * 16)
+_MAX_SHAPES = 1 << 16  # verdicts kept; forgotten all at once beyond (memory stays bounded)
 _NOT_NEWLINE_SPACE = r"[^\S\n]"
 
 # Keys whose value a pattern replaces (host, user, secret and Slurm keys, cloud signatures), as the key ends
@@ -35,95 +47,127 @@ _KEY_SUFFIXES = (
     *("account", "partition", "qos", "clustername", "cluster_name"),  # _SLURM_KEYS
     *("signature", "sig"),  # cloud-key (AccountKey=, SharedAccessKey= end in key)
 )
-
-
-def _ending_at_separator(between: str) -> str:
-    """Look-behinds true where a key of ``_KEY_SUFFIXES`` ends ``between`` before the separator just read."""
-    by_width: dict[int, list[str]] = {}
-    for key in _KEY_SUFFIXES:
-        by_width.setdefault(len(key), []).append(re.escape(key))
-    return "|".join(rf"(?<=(?:{'|'.join(keys)}){between}[=:])" for _, keys in sorted(by_width.items()))
-
-
-_BARE_KEY = _ending_at_separator("")
-_SPACED_KEY = _ending_at_separator(" ") + "|" + _ending_at_separator("[\"'] ")
-_QUOTED_KEY = _ending_at_separator("[\"']")
-
-
-def _last_letters(n: int) -> str:
-    return "".join(sorted({key[-n] for key in _KEY_SUFFIXES}))
-
-
-# A cheap first test: each of the last three letters is one that some key has there (most separators follow
-# other words, numbers or colons); every key is at least three letters long.
-_KEY_BEFORE = (
-    rf"(?<=[{_last_letters(3)}][{_last_letters(2)}][{_last_letters(1)}][=:])(?:{_BARE_KEY})"
-    rf"|(?<=[\"'\s][=:])"  # a quote or a space before the separator
-    rf"(?:(?<=[\"'][=:])(?:{_QUOTED_KEY})"
-    rf"|(?<=[a-z\"'] [=:])(?:{_SPACED_KEY})"  # host = x
-    rf"|(?<={_NOT_NEWLINE_SPACE}{{2}}[=:])|(?<=[^ \S][=:]))"  # more or other spaces: the separator alone
+_CLUSTER_DIRS = (
+    *("lustre", "gpfs", "scratch", "nfs", "fsx", "mnt", "shared", "projects", "project", "proj", "data"),
+    *("datasets", "beegfs", "cephfs", "work", "vast", "weka"),
 )
 
-# One scanner per anchor character; each comment names the patterns whose matches it covers.
-_SCANNERS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (
-        # _IPV4 (from its first dot; 127.x is left alone by the pattern), _FQDN (its top-level-domain word)
-        "dot",
-        re.compile(
-            rf"\.(?:(?<!127\.)\d{{1,3}}\.\d{{1,3}}\.\d{{1,3}}(?!\w|\.\d)"
-            rf"|(?=[a-z]{{2,11}}(?![\w-]))(?:{_s._TLDS})(?![\w-]))"  # a word of 2 to 11 letters first
-        ),
-    ),
-    (
-        # _IPV6 with :: (neither side a letter beyond f, no longer word before it)
-        "colons",
-        re.compile(
-            rf"::(?![g-z_])(?<![g-z_.]::)(?<![g-z_]{_HEX}::)(?<![g-z_]{_HEX}{{2}}::)"
-            rf"(?<![g-z_]{_HEX}{{3}}::)(?<![g-z_]{_HEX}{{4}}::)(?<!{_HEX}{{5}}::)"
-        ),
-    ),
-    (
-        # _URL_CREDENTIALS and _URL_HOST (://); _IPV6 in full and _MAC (five colons from the first);
-        # keys before a colon (_HOST_KEY, _USER_KEY, _SECRET_ASSIGNMENT, JSON keys of _SLURM_KEYS)
-        "colon",
-        re.compile(
-            rf":(?://|(?<={_HEX}:){_HEX}{{1,4}}:{_HEX}{{1,4}}:{_HEX}{{1,4}}:{_HEX}{{1,4}}:|{_KEY_BEFORE})"
-        ),
-    ),
-    # keys before an equals sign: _HOST_KEY, _USER_KEY, _SECRET_ASSIGNMENT, _SLURM_KEYS, cloud-key
-    ("equals", re.compile(f"=(?:{_KEY_BEFORE})")),
-    ("at", re.compile("@")),  # _USER_AT_HOST
-    (
-        # _HOME, _CLUSTER_PATH
-        "slash",
-        re.compile(
-            r"/(?:home/|users/|(?:lustre|gpfs|scratch|nfs|fsx|mnt|shared|projects?|proj|data|datasets|beegfs|"
-            r"cephfs|work|vast|weka)/)"
-        ),
-    ),
-    (
-        # _SECRET_FLAG, host flags of _HOST_KEY, Slurm flags of _SLURM_KEYS, _SLURM_ON_HOST's slurmstepd-,
-        # tokens ending in a hyphen (sk-, nvapi-, xox?-)
-        "hyphen",
-        re.compile(
-            r"-(?:[wx][= ]"
-            r"|-(?:nodelist|exclude|account|partition|qos)[= ]"
-            r"|-[a-z0-9_.-]*?(?:password|passwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|"
-            rf"credentials?){_NOT_NEWLINE_SPACE}"
-            r"|(?<=slurmstepd-)|(?<=sk-)|(?<=nvapi-)|(?<=xox[abprs]-))"
-        ),
-    ),
-    ("stars", re.compile(r"\*\*\* ")),  # _SLURM_ON_HOST
-    ("sbatch", re.compile(r"#sbatch")),  # _SLURM_KEYS (-A, -p)
-    # tokens: hf_, gh?_ and github_pat_, AKIA/ASIA/AIza, eyJ, bearer and basic
-    ("f", re.compile(r"f_(?<=hf_)")),
-    ("h", re.compile(r"h[pousr]_(?<=gh[pousr]_)")),
-    ("b", re.compile(rf"b(?:_pat_(?<=github_pat_)|earer{_NOT_NEWLINE_SPACE}|asic{_NOT_NEWLINE_SPACE})")),
-    ("a", re.compile(r"a(?:kia|sia|iza)")),
-    ("j", re.compile(r"j(?<=eyj)")),
-)
+
+def shape(text: str) -> str:
+    """``text`` (lower case) with every hex digit written 0."""
+    return text.translate(_SHAPE_STR)
+
+
+class _Builder:
+    """Writes a scanner's regex for plain lower-cased text, or its twin for shapes."""
+
+    def __init__(self, shapes: bool) -> None:
+        self.shapes = shapes
+
+    def lit(self, text: str) -> str:
+        return re.escape(shape(text) if self.shapes else text)
+
+    def words(self, words: list[str] | tuple[str, ...] | str) -> str:
+        items = words.split("|") if isinstance(words, str) else words
+        return "|".join(sorted({self.lit(w) for w in items}, key=len, reverse=True))
+
+    def cls(self, chars: str) -> str:
+        """A class of the given characters (each taken literally)."""
+        chars = shape(chars) if self.shapes else chars
+        return "[" + "".join(sorted({re.escape(c) for c in chars})) + "]"
+
+    @property
+    def hex(self) -> str:
+        return "0" if self.shapes else "[0-9a-f]"
+
+    @property
+    def digit(self) -> str:
+        return "0" if self.shapes else r"\d"
+
+    @property
+    def letter(self) -> str:
+        return "[0g-z]" if self.shapes else "[a-z]"
+
+    def unless(self, lookaround: str) -> str:
+        """A negative look-around that a shape cannot decide (it reads digits' values): kept on plain text."""
+        return "" if self.shapes else lookaround
+
+    def key_before(self) -> str:
+        """A key of ``_KEY_SUFFIXES`` ends right before the separator (``=`` or ``:``) just read."""
+
+        def ending(between: str) -> str:
+            by_width: dict[int, list[str]] = {}
+            for key in _KEY_SUFFIXES:
+                by_width.setdefault(len(key), []).append(key)
+            return "|".join(
+                rf"(?<=(?:{self.words(keys)}){between}[=:])" for _, keys in sorted(by_width.items())
+            )
+
+        def last(n: int) -> str:
+            return self.cls("".join(key[-n] for key in _KEY_SUFFIXES))
+
+        quote = "[\"']"
+        # A cheap first test: each of the last three letters is one that some key has there (most separators
+        # follow other words, numbers or colons); every key is at least three letters long.
+        return (
+            rf"(?<={last(3)}{last(2)}{last(1)}[=:])(?:{ending('')})"
+            rf"|(?<=[\"'\s][=:])"  # a quote or a space before the separator
+            rf"(?:(?<={quote}[=:])(?:{ending(quote)})"
+            rf"|(?<=[{self.letter[1:-1]}\"'] [=:])(?:{ending(' ')}|{ending(quote + ' ')})"  # host = x
+            rf"|(?<={_NOT_NEWLINE_SPACE}{{2}}[=:])|(?<=[^ \S][=:]))"  # more or other spaces: the separator
+        )
+
+    def scanners(self) -> tuple[str, ...]:
+        """One regex per anchor character; each comment names the patterns whose matches it covers."""
+        h, d, nl = self.hex, self.digit, _NOT_NEWLINE_SPACE
+        not_hex_word = "[g-z_]"
+        not_127 = self.unless(r"(?<!127\.)")
+        nor_dot_digit = self.unless(r"|\.\d")
+        return (
+            # _IPV4 (from its first dot; 127.x is left alone by the pattern), _FQDN (its top-level-domain word)
+            rf"\.(?:{not_127}{d}{{1,3}}\.{d}{{1,3}}\.{d}{{1,3}}(?!\w{nor_dot_digit})"
+            rf"|(?={self.letter}{{2,11}}(?![\w-]))(?:{self.words(_s._TLDS)})(?![\w-]))",
+            # _IPV6 with :: (neither side a letter beyond f, no longer word before it)
+            rf"::(?!{not_hex_word})(?<![g-z_.]::)(?<!{not_hex_word}{h}::)(?<!{not_hex_word}{h}{{2}}::)"
+            rf"(?<!{not_hex_word}{h}{{3}}::)(?<!{not_hex_word}{h}{{4}}::)(?<!{h}{{5}}::)",
+            # _URL_CREDENTIALS and _URL_HOST (://); _IPV6 in full and _MAC (five colons from the first);
+            # keys before a colon (_HOST_KEY, _USER_KEY, _SECRET_ASSIGNMENT, JSON keys of _SLURM_KEYS)
+            rf":(?://|(?<={h}:){h}{{1,4}}:{h}{{1,4}}:{h}{{1,4}}:{h}{{1,4}}:|{self.key_before()})",
+            # keys before an equals sign: _HOST_KEY, _USER_KEY, _SECRET_ASSIGNMENT, _SLURM_KEYS, cloud-key
+            rf"=(?:{self.key_before()})",
+            "@",  # _USER_AT_HOST
+            rf"/(?:{self.words(['home/', 'users/', *(f'{w}/' for w in _CLUSTER_DIRS)])})",  # _HOME, _CLUSTER_PATH
+            # _SECRET_FLAG, host flags of _HOST_KEY, Slurm flags of _SLURM_KEYS, _SLURM_ON_HOST's slurmstepd-,
+            # tokens ending in a hyphen (sk-, nvapi-, xox?-)
+            rf"-(?:[wx][= ]"
+            rf"|-(?:{self.words(['nodelist', 'exclude', 'account', 'partition', 'qos'])})[= ]"
+            rf"|-[{self.letter[1:-1]}0-9_.-]*?(?:"
+            + self.words(["password", "passwd", "secret", "token", "apikey", "credential", "credentials"])
+            + "|"
+            + "|".join(f"{self.lit(a)}[_-]?{self.lit('key')}" for a in ("api", "access", "private"))
+            + rf"){nl}"
+            rf"|(?<={self.lit('slurmstepd-')})|(?<={self.lit('sk-')})|(?<={self.lit('nvapi-')})"
+            rf"|(?<={self.lit('xox')}{self.cls('abprs')}-))",
+            r"\*\*\* ",  # _SLURM_ON_HOST
+            self.lit("#sbatch"),  # _SLURM_KEYS (-A, -p)
+            # tokens: hf_, gh?_ and github_pat_, AKIA/ASIA/AIza, eyJ, bearer and basic (the hex-digit free
+            # letter of each is the anchor: a shape writes hex digits, frequent, as 0)
+            rf"_(?<={self.lit('hf_')})",
+            rf"_(?<={self.lit('gh')}{self.cls('pousr')}_)|_(?<={self.lit('github_pat_')})",
+            rf"r{nl}(?<={self.lit('bearer')}{nl})",
+            rf"s(?:(?<={self.lit('bas')})i{self.lit('c')}{nl}|i{self.lit('a')}(?<={self.lit('asia')}))",
+            rf"k(?:i{self.lit('a')}(?<={self.lit('akia')}))",
+            rf"z{self.lit('a')}(?<={self.lit('aiza')})",
+            rf"j(?<={self.lit('eyj')})",
+        )
+
+
+_SCANNERS = tuple(re.compile(p) for p in _Builder(shapes=False).scanners())
+_SHAPE_SCANNERS = tuple(re.compile(p) for p in _Builder(shapes=True).scanners())
+_SHAPE_VERDICTS: dict[bytes, tuple[int, ...]] = {}  # a shape: the scanners whose twins hit it
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 _DOTTED_I = "\u0130"  # the one character whose lower case is two characters
+_KNOWN_NAME, _KNOWN_PATH = 1, 2
 
 
 def _line_bounds(text: str, at: int) -> tuple[int, int]:
@@ -132,10 +176,10 @@ def _line_bounds(text: str, at: int) -> tuple[int, int]:
     return start, (len(text) if end < 0 else end + 1)
 
 
-def _hit_lines(text: str, low: str, sanitizer: _s.Sanitizer) -> set[int]:
-    """Start offsets of the lines that some pattern may change."""
+def _hits_in_block(text: str, low: str, sanitizer: _s.Sanitizer) -> set[int]:
+    """Start offsets of the lines that some pattern may change, every scanner run over the whole block."""
     starts: set[int] = set()
-    for _, scanner in _SCANNERS:
+    for scanner in _SCANNERS:
         pos = 0
         while (m := scanner.search(low, pos)) is not None:
             start, pos = _line_bounds(low, m.start())
@@ -153,7 +197,7 @@ def _hit_lines(text: str, low: str, sanitizer: _s.Sanitizer) -> set[int]:
     return starts
 
 
-def _known_name_lines(low: str, sanitizer: _s.Sanitizer, skip: set[int]) -> list[int]:
+def _names_in_block(low: str, sanitizer: _s.Sanitizer, skip: set[int]) -> list[int]:
     """Start offsets of lines (not in ``skip``) that name a known host, user or account."""
     starts: set[int] = set()
     for name in sanitizer.known_names():
@@ -163,6 +207,44 @@ def _known_name_lines(low: str, sanitizer: _s.Sanitizer, skip: set[int]) -> list
             if start not in skip:
                 starts.add(start)
     return sorted(starts)
+
+
+def _judge_new_shapes(shapes: set[bytes]) -> None:
+    new = list(shapes.difference(_SHAPE_VERDICTS))
+    if not new:
+        return
+    if len(_SHAPE_VERDICTS) + len(new) > _MAX_SHAPES:
+        _SHAPE_VERDICTS.clear()
+    joined = "\n" + b"\n".join(new).decode("ascii") + "\n"  # each shape between newlines, as in its block
+    starts = list(accumulate((len(s) + 1 for s in new), initial=1))
+    hit: list[list[int]] = [[] for _ in new]
+    for index, twin in enumerate(_SHAPE_SCANNERS):
+        pos = 0
+        while (m := twin.search(joined, pos)) is not None:
+            k = bisect_right(starts, m.start()) - 1
+            hit[k].append(index)
+            pos = starts[k + 1]
+    for one, scanners in zip(new, hit, strict=True):
+        _SHAPE_VERDICTS[one] = tuple(scanners)
+
+
+def _known_verdicts(sanitizer: _s.Sanitizer, shapes: set[bytes]) -> dict[bytes, int]:
+    """For each shape: whether a line of it may name a known name or hold a known path (per sanitizer)."""
+    names = tuple(sanitizer.known_names())
+    paths = tuple(p.lower() for p in sanitizer._paths)
+    if sanitizer.shape_verdicts_for != (*names, "", *paths):
+        sanitizer.shape_verdicts.clear()
+        sanitizer.shape_verdicts_for = (*names, "", *paths)
+    verdicts = sanitizer.shape_verdicts
+    if len(verdicts) > _MAX_SHAPES:
+        verdicts.clear()
+    shaped_names = [shape(n).encode() for n in names]
+    shaped_paths = [shape(p).encode() for p in paths]
+    for one in shapes.difference(verdicts):
+        verdicts[one] = (_KNOWN_PATH if any(p in one for p in shaped_paths) else 0) | (
+            _KNOWN_NAME if any(n in one for n in shaped_names) else 0
+        )
+    return verdicts
 
 
 def _line_by_line(sanitizer: _s.Sanitizer, text: str) -> str:
@@ -176,12 +258,50 @@ def sanitize_block(sanitizer: _s.Sanitizer, text: str) -> str:
     if "PRIVATE KEY" in text:
         return _line_by_line(sanitizer, text)  # a key block spans lines: that path matches it whole
     text = _s.strip_colours(text)
-    low = text.replace(_DOTTED_I, "?").lower() if not text.isascii() else text.lower()
-    if len(low) != len(text):
-        return _line_by_line(sanitizer, text)
-    hits = sorted(_hit_lines(text, low, sanitizer))
+    if not text.isascii():
+        low = text.replace(_DOTTED_I, "?").lower()
+        if len(low) != len(text):
+            return _line_by_line(sanitizer, text)
+        return _sanitize_hits(sanitizer, text, sorted(_hits_in_block(text, low, sanitizer)), low=low)
+    low = text.lower()
+    shapes = low.encode("ascii").translate(_SHAPE_BYTES).split(b"\n")
+    distinct = set(shapes)
+    _judge_new_shapes(distinct)
+    suspect = {one: scanners for one in distinct if (scanners := _SHAPE_VERDICTS[one])}
+    known = _known_verdicts(sanitizer, distinct)
+    named = {one: verdict for one in distinct if (verdict := known[one])}
+    hits: list[int] = []
+    names: list[int] = []
+    if suspect or named:
+        for one, start, end in zip(
+            shapes, accumulate((len(s) + 1 for s in shapes), initial=0), _ends(shapes), strict=False
+        ):
+            if named.get(one, 0) & _KNOWN_PATH or (
+                one in suspect and any(_SCANNERS[i].search(low, start, end) for i in suspect[one])
+            ):
+                hits.append(start)
+            elif one in named:
+                names.append(start)
+    return _sanitize_hits(sanitizer, text, hits, low=low, names=names)
+
+
+def _ends(shapes: list[bytes]) -> list[int]:
+    return list(accumulate(len(s) + 1 for s in shapes))
+
+
+def _sanitize_hits(
+    sanitizer: _s.Sanitizer,
+    text: str,
+    hits: list[int],
+    low: str | None = None,
+    names: list[int] | None = None,
+) -> str:
+    """The block with its hit lines sanitized line by line and known names replaced on the others.
+
+    ``names``: the lines that may name a known name (found anew in ``low`` when not given, after the hit
+    lines, which may teach names)."""
     known_before = sanitizer.known_count()
-    lines = {}
+    lines: dict[int, tuple[int, str]] = {}
     for start in hits:
         _, end = _line_bounds(text, start)
         lines[start] = (end, sanitizer._lines(text[start:end]))
@@ -190,7 +310,10 @@ def sanitize_block(sanitizer: _s.Sanitizer, text: str) -> str:
         # when it has learned the whole text first): sanitize the hit lines again, knowing every name.
         for start, (end, _) in lines.items():
             lines[start] = (end, sanitizer._lines(text[start:end]))
-    for start in _known_name_lines(low, sanitizer, set(lines)):
+        names = None  # the names learned may stand on other lines
+    if names is None:
+        names = _names_in_block(low if low is not None else text.lower(), sanitizer, set(lines))
+    for start in names:
         _, end = _line_bounds(text, start)
         lines[start] = (end, sanitizer._bare_words(text[start:end]))
     out: list[str] = []
