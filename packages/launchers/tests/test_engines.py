@@ -94,6 +94,7 @@ def test_atom_worker_command_line_and_environment() -> None:
     env = plan.processes[0].env
     assert env["VLLM_ROCM_USE_AITER"] == "1" and env["UCX_IB_GID_INDEX"] == "1"
     assert env["NIXL_COMPAT_ALLOW_HOST_VRAM"] == "1"
+    assert env["UCX_PROTO_INFO"] == "y"  # the evidence reads which transport moved KV from these tables
     assert "ib" not in str(env["UCX_TLS"]).split(",") and "ud" not in str(env["UCX_TLS"])
     assert render_arg(env["LD_PRELOAD"]) == '"$SHIM_PRELOAD"'
     assert render_arg(env["VLLM_NIXL_SIDE_CHANNEL_HOST"]) == '"$MGMT_ADDR"'
@@ -274,3 +275,12 @@ def test_one_gpu_selection_variable_per_vendor(
     env = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "2,3", "HIP_VISIBLE_DEVICES": "2,3"}
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=True)
     assert done.stdout.split() == [f"{kept}=2,3"]
+
+
+def test_atom_evidence_expects_helper_registrations_only_on_the_validated_path() -> None:
+    """The ROCm-transport variant registers VRAM through UCX itself: its evidence has no helper lines to count."""
+    atom = get_engine("atom")
+    assert atom.run_expectations({"ATOM_UCX_PATH": "host-vram"}).dmabuf_registrations_per_worker == 720
+    assert atom.run_expectations({}).dmabuf_registrations_per_worker == 720
+    rocm = atom.run_expectations({"ATOM_UCX_PATH": "rocm"})
+    assert rocm.dmabuf_registrations_per_worker is None and rocm.forbidden_kv_transports == ("tcp",)

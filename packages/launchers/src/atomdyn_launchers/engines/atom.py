@@ -5,6 +5,7 @@ RoCE (ionic NICs) with the NIXL HOST-classification opt-in and the dma-buf regis
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from atomdyn_launchers.engines.base import Engine, EngineError, NodeNeeds, RoleContext, RolePlan, Timeouts
 from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, devices, plan_vllm_role
@@ -15,7 +16,8 @@ from atomdyn_launchers.rundir import GateExpectations
 # transports nor the `ib` alias that pulls them in; and never `tcp`, which would let a P/D run fall back to
 # TCP silently instead of failing. GID index 1 is the IPv4 RoCE v2 GID on ionic.
 UCX_PATHS = ("host-vram", "rocm")
-UCX_COMMON: Mapping[str, str] = {"UCX_IB_GID_INDEX": "1"}
+# UCX_PROTO_INFO=y prints, per endpoint, the protocol table the evidence reads to prove which transport moved KV.
+UCX_COMMON: Mapping[str, str] = {"UCX_IB_GID_INDEX": "1", "UCX_PROTO_INFO": "y"}
 # The validated path (default): no ROCm transport, so UCX classifies VRAM as host memory and registers it
 # with a plain ibv_reg_mr, which the dma-buf helper turns into a dma-buf registration at the right offset;
 # NIXL keeps a registration of VRAM classified as host only with the compatibility patch's opt-in.
@@ -83,6 +85,12 @@ class AtomEngine(Engine):
         doctor_required=True,
     )
     platform = MI355X
+
+    def run_expectations(self, config: Mapping[str, str]) -> GateExpectations:
+        """The ROCm-transport path (ATOM_UCX_PATH=rocm) registers VRAM through UCX itself: no helper lines."""
+        if config.get("ATOM_UCX_PATH") == "rocm":
+            return replace(self.expectations, dmabuf_registrations_per_worker=None)
+        return self.expectations
 
     def images(self, kind: str | None, base_image: str | None, nixl_image: str | None) -> list[str]:
         """P/D runs need the NIXL overlay (ROCm UCX, NIXL, the dma-buf helper); the base image has none of it."""

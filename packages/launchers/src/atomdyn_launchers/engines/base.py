@@ -239,6 +239,10 @@ class Engine(ABC):
     # The model profile a run uses unless one is named.
     default_model: str = DEFAULT_MODEL
 
+    def run_expectations(self, config: Mapping[str, str]) -> GateExpectations:
+        """What the evidence of a run recorded with ``config`` (run.json's) must show; by default the engine's."""
+        return self.expectations
+
     @abstractmethod
     def plan(self, ctx: RoleContext) -> RolePlan:
         """The processes, prelude and environment of one role."""

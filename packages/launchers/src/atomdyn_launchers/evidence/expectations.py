@@ -26,9 +26,14 @@ def _engine(name: object) -> Any | None:
         return None
 
 
-def expectations_for(engine: object) -> GateExpectations | None:
-    """The engine's expectations, or None for an engine nobody knows."""
-    declared = getattr(_engine(engine), "expectations", None)
+def expectations_for(engine: object, config: object = None) -> GateExpectations | None:
+    """The engine's expectations for a run recorded with ``config`` (run.json's), or None for an engine nobody
+    knows."""
+    found = _engine(engine)
+    if found is None:
+        return None
+    recorded = {str(k): str(v) for k, v in config.items()} if isinstance(config, Mapping) else {}
+    declared = found.run_expectations(recorded)
     return declared if isinstance(declared, GateExpectations) else None
 
 

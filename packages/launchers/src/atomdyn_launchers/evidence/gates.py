@@ -232,7 +232,7 @@ def evaluate(signals: Signals, expectations: GateExpectations | None = None) -> 
     """Judge every gate of the run's kind and of what its engine expects (looked up by the engine run.json
     names unless given)."""
     kind, engine = signals.get("run.kind"), signals.get("run.engine")
-    expectations = expectations or expectations_for(engine)
+    expectations = expectations or expectations_for(engine, signals.run.get("config"))
     derive(signals, expectations)
     results = [_judge(g, signals, expectations) for g in gates_for(kind, expectations)]
     if expectations is None:
