@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from atomdyn_core import __version__
+from atomdyn_core.console import quiet_broken_pipe
 from atomdyn_core.fetch import FetchError, fetch_wheel, print_progress
 from atomdyn_core.lock import Lock, LockError, UnrecordedHashError, load_lock
 
@@ -85,6 +86,7 @@ def _fetch(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+@quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="atomdyn-lock", description=__doc__)
     parser.add_argument("--version", action="version", version=f"atomdyn-lock {__version__}")

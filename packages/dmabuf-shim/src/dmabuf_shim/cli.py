@@ -194,10 +194,11 @@ def cmd_bench(iterations: int, rounds: int) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dmabuf-shim", description=__doc__)
     parser.add_argument("--version", action="version", version=f"dmabuf-shim {dmabuf_shim.version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    # The metavar lists the public commands only: _probe and _bench are the children the CLI itself starts.
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{env,bench}")
     env = sub.add_parser("env", help="print the LD_PRELOAD=... line for the installed library")
     env.add_argument("--check", action="store_true", help="load the library in a child process and report")
     bench = sub.add_parser("bench", help="ns per passthrough call added by the shim")
@@ -218,3 +219,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "_probe":
         return cmd_probe_child()
     return cmd_bench_child(args.iterations, args.rounds, bool(args.init_runtimes))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """A reader gone away (`| head`) ends the command with status 1, no traceback (Python docs' recipe)."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1

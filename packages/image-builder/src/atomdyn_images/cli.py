@@ -10,6 +10,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from atomdyn_core.console import quiet_broken_pipe
 from atomdyn_core.fetch import FetchError
 from atomdyn_core.lock import LockError, UnrecordedHashError, load_lock
 from atomdyn_images import build, patching, rehearsal, render, sources, standin, subprojects
@@ -345,6 +346,7 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+@quiet_broken_pipe
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:

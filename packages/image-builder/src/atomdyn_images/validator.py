@@ -205,7 +205,7 @@ def _own_version() -> str:
         return "(copied into the image; the image's labels name the release)"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="atomdyn-validate", description=__doc__.splitlines()[0] if __doc__ else None
     )
@@ -227,6 +227,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'PASS' if check.ok else 'FAIL'} {check.name}: {check.reason}")
         print("RESULT", "PASS" if ok else "FAIL")
     return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A reader gone away (`| head`) ends the command with status 1, no traceback (Python docs' recipe)."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
 
 
 if __name__ == "__main__":

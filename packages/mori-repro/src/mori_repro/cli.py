@@ -155,7 +155,7 @@ def _wants_json(args: Sequence[str]) -> bool:
     return bool(args) and args[0] == "run" and "--json" in args[1:]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         ns = _parser().parse_args(args)
@@ -175,6 +175,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NativeError as exc:
         print(f"mori-repro: {exc}", file=sys.stderr)
         return int(ExitCode.INTERNAL_ERROR)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """A reader gone away (`| head`) ends the command with status 1, no traceback (Python docs' recipe)."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
 
 
 if __name__ == "__main__":

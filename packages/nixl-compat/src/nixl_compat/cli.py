@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -127,7 +128,7 @@ def _doctor(args: argparse.Namespace) -> int:
     return 1 if report["selftest"].get("ok") is False or "error" in report["backend"] else 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nixl-compat", description=__doc__)
     parser.add_argument(
         "--version", action="version", version=f"nixl-compat {metadata.version('nixl-compat')}"
@@ -146,6 +147,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TimeoutError, RuntimeError, ImportError) as exc:
         print(f"nixl-compat {args.command}: {exc}", file=sys.stderr)
         return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """A reader gone away (`| head`) ends the command with status 1, no traceback (Python docs' recipe)."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
 
 
 if __name__ == "__main__":
