@@ -284,3 +284,19 @@ def test_atom_evidence_expects_helper_registrations_only_on_the_validated_path()
     assert atom.run_expectations({}).dmabuf_registrations_per_worker == 720
     rocm = atom.run_expectations({"ATOM_UCX_PATH": "rocm"})
     assert rocm.dmabuf_registrations_per_worker is None and rocm.forbidden_kv_transports == ("tcp",)
+
+
+@pytest.mark.parametrize("engine", ["mocker", "atom"])
+def test_etcd_secrets_reach_containers_by_name_never_on_a_command_line(engine: str) -> None:
+    """`docker run -e KEY=<pem>` would show etcd's client key to every user of the node (ps) for the
+    container's life: the job script exports it and docker copies it by name."""
+    secret = {"ETCD_AUTH_CLIENT_KEY": '"$(cat /etc/atomdyn/etcd/client.key)"', "ETCD_AUTH_CA": '"$(cat /ca)"'}
+    docker = DockerRuntime("img:1", "atomdyn-r", ["/shared"])
+    ctx = replace(_ctx("decode", docker, frontend=True), etcd_env=secret)
+    plan = plan_role(engine, ctx)
+    assert plan.env["ETCD_AUTH_CLIENT_KEY"] == Shell(secret["ETCD_AUTH_CLIENT_KEY"])  # the job's export
+    for process in plan.processes:
+        argv = [a.text if isinstance(a, Shell) else a for a in process.argv]
+        assert not any("client.key" in a or "cat /ca" in a for a in argv), (process.name, argv)
+        pairs = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-e"}
+        assert {"ETCD_AUTH_CLIENT_KEY", "ETCD_AUTH_CA"} <= pairs, process.name

@@ -162,7 +162,8 @@ def wrap(
 ) -> ProcessSpec:
     if isinstance(ctx.runtime, DockerRuntime):
         env = {**dynamo_env(ctx), **env}  # the job's exports do not reach into a container
-    return ctx.runtime.wrap(name, argv, env, devices)
+    # etcd's key and password: exported by the job script, passed by name, never on a command line.
+    return ctx.runtime.wrap(name, argv, env, devices, inherit=sorted(ctx.etcd_env))
 
 
 def frontend(ctx: RoleContext) -> ProcessSpec:

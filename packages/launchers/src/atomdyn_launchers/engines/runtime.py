@@ -100,8 +100,14 @@ class VenvRuntime:
         return str(self.venv / "bin" / "python")
 
     def wrap(
-        self, name: str, argv: Sequence[Arg], env: Mapping[str, Arg], devices: DeviceAccess
+        self,
+        name: str,
+        argv: Sequence[Arg],
+        env: Mapping[str, Arg],
+        devices: DeviceAccess,
+        inherit: Sequence[str] = (),
     ) -> ProcessSpec:
+        """``inherit``: variables the job script exports (secrets): a process started from it has them."""
         return ProcessSpec(name, list(argv), dict(env))
 
     def tool(self, argv: Sequence[str], env: Mapping[str, Arg] | None = None) -> list[Arg]:
@@ -133,11 +139,21 @@ class DockerRuntime:
         return args
 
     def wrap(
-        self, name: str, argv: Sequence[Arg], env: Mapping[str, Arg], devices: DeviceAccess
+        self,
+        name: str,
+        argv: Sequence[Arg],
+        env: Mapping[str, Arg],
+        devices: DeviceAccess,
+        inherit: Sequence[str] = (),
     ) -> ProcessSpec:
-        """``env`` must hold everything the process needs: a container does not inherit the job's exports."""
+        """``env`` must hold everything the process needs: a container does not inherit the job's exports.
+        ``inherit`` names variables the job script exports (secrets such as etcd's client key): ``-e NAME``
+        copies them from the docker client's environment, so their values never appear in its command line
+        (which every user of the node can read in ps)."""
         args = self._base(name, devices)
-        args += _env_args(env)
+        args += _env_args({k: v for k, v in env.items() if k not in inherit})
+        for key in sorted(inherit):
+            args += ["-e", key]
         return ProcessSpec(name, [*args, self.image, *argv], {})
 
     def tool(
