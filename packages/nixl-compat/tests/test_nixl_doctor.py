@@ -6,6 +6,8 @@ from pathlib import Path
 
 from nixl_helpers import doctor, env_for, make_fake_torch, make_nixl_rocm
 
+from nixl_compat.doctor import NVIDIA_DRIVER, nvidia_warnings
+
 
 def warnings(report: dict[str, object]) -> str:
     found = report["warnings"]
@@ -74,3 +76,24 @@ def test_no_backend_is_an_error_with_reasons(tmp_path: Path) -> None:
     report = doctor(env_for(NIXL_COMPAT_BACKEND="nixl_cu12"), "--device", "cpu")
     assert report["_exit"] == 1
     assert "nixl_cu12: missing: not installed" in report["backend"]["error"]
+
+
+def test_cuda_torch_without_nvidia_driver_or_gpu_is_flagged(tmp_path: Path) -> None:
+    driver = tmp_path / "driver-nvidia"
+    assert "no NVIDIA kernel driver is loaded" in "\n".join(nvidia_warnings("cuda", driver))
+    driver.mkdir()
+    (driver / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.00\n")
+    assert "the NVIDIA driver is loaded, but it lists no GPU" in "\n".join(nvidia_warnings("cuda", driver))
+    (driver / "gpus" / "0000:18:00.0").mkdir(parents=True)
+    assert nvidia_warnings("cuda", driver) == []
+    assert nvidia_warnings("rocm", tmp_path / "absent") == nvidia_warnings("cpu", tmp_path / "absent") == []
+
+
+def test_doctor_on_this_host_with_a_cuda_torch_names_the_missing_driver(tmp_path: Path) -> None:
+    report = doctor(env_for(make_fake_torch(tmp_path / "t", hip=None, cuda="12.8")), "--device", "cpu")
+    text = warnings(report)
+    if (NVIDIA_DRIVER / "version").is_file():  # an NVIDIA host: the driver is there, the warning is not
+        assert "no NVIDIA kernel driver is loaded" not in text
+    else:
+        assert "torch is a CUDA build but no NVIDIA kernel driver is loaded" in text
+    assert report["selftest"]["DRAM"]["ok"], "host memory still moves"

@@ -11,11 +11,12 @@ from typing import Any
 
 from nixl_compat._torch import import_torch
 from nixl_compat.evidence import default_platform, evidence_labels
-from nixl_compat.resolve import BackendResolutionError, distribution_of, resolve_backend
+from nixl_compat.resolve import BackendResolutionError, distribution_of, probe_host, resolve_backend
 from nixl_compat.selftest import run_selftest
 from nixl_compat.ucxinfo import NETWORK_TLS, parse_proto_info
 
 ROCM_TLS = ("rocm", "rocm_copy", "rocm_ipc")
+NVIDIA_DRIVER = Path("/proc/driver/nvidia")  # the NVIDIA kernel driver's view: version, gpus/<bus id>/
 VLLM_MIN_NIXL_ROCM = (1, 5, 0)
 
 
@@ -75,6 +76,24 @@ def _backend_section() -> tuple[dict[str, Any], list[str]]:
     if res.module_name == "nixl_rocm" and res.version and _version_tuple(res.version) < VLLM_MIN_NIXL_ROCM:
         warnings.append(f"nixl_rocm {res.version} is older than 1.5.0: vLLM 0.33 refuses it")
     return section, warnings
+
+
+def nvidia_warnings(host_kind: str, driver: Path = NVIDIA_DRIVER) -> list[str]:
+    """A CUDA torch without the NVIDIA driver or its GPUs: the CUDA backend loads, VRAM cannot move."""
+    if host_kind != "cuda":
+        return []
+    if not (driver / "version").is_file():
+        return [
+            f"torch is a CUDA build but no NVIDIA kernel driver is loaded ({driver / 'version'} is missing): "
+            "only host memory can move here; VRAM registration and the CUDA self-test cannot run"
+        ]
+    gpus = driver / "gpus"
+    if not gpus.is_dir() or not any(gpus.iterdir()):
+        return [
+            f"torch is a CUDA build and the NVIDIA driver is loaded, but it lists no GPU ({gpus} is empty): "
+            "only host memory can move here"
+        ]
+    return []
 
 
 def _shadow_warnings() -> list[str]:
@@ -153,6 +172,7 @@ def run_doctor(
     if device == "cuda" and gpus == 0:
         raise RuntimeError("doctor --device cuda: torch sees no CUDA GPU")
     backend, warnings = _backend_section()
+    warnings += nvidia_warnings(probe_host().kind)
     warnings += _shadow_warnings()
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("UCX_", "NIXL_"))}
     report: dict[str, Any] = {
