@@ -147,6 +147,7 @@ def check_nodes(
         "runtime": config.runtime,
         "images": {t: recorded.get(t) for t in tags},
         "token_path": str(work / "shared-token"),
+        "shared_dir": str(config.shared_dir),
         "token": token,
         "model_path": str(config.model_path),
         "probe_target": probe,
@@ -394,12 +395,15 @@ def _docker(spec: dict[str, Any], host: str) -> list[Check]:
 
 def _shared(spec: dict[str, Any]) -> Check:
     path = Path(spec["token_path"])
+    shared = spec.get("shared_dir") or path.parent.parent.parent
     seen = _read(path)
     if seen == spec["token"]:
-        return Check("shared-dir", PASS, f"{path.parent.parent.parent} visible at the same path")
-    return Check(
-        "shared-dir", FAIL, f"{path} " + ("is missing" if not seen else "holds another token") + " here"
-    )
+        return Check("shared-dir", PASS, f"SHARED_DIR {shared} visible at the same path")
+    if not seen:
+        why = f"SHARED_DIR {shared} is not visible on this node ({path}, written by the submit host, is missing)"
+    else:
+        why = f"SHARED_DIR {shared} is another directory on this node ({path} holds another token)"
+    return Check("shared-dir", FAIL, why)
 
 
 def _model(spec: dict[str, Any]) -> Check:
