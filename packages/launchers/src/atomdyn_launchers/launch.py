@@ -34,7 +34,6 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_core.lock import find_lock_path, load_lock
 from atomdyn_launchers import benchmark as serving_benchmark
-from atomdyn_launchers import benchmark as serving_benchmark
 from atomdyn_launchers import direct_http, orphans, readiness, tinymodel
 from atomdyn_launchers import ports as port_leases
 from atomdyn_launchers.config import ClusterConfig, PreflightError, resolve_cluster_config
@@ -548,7 +547,6 @@ class Stages:
                     self.watch()
                     self.smoke()
                     self.benchmark()
-                    self.benchmark()
                 except (LaunchFailure, readiness.ReadinessError, SlurmError, PreflightError) as exc:
                     self._fail(str(exc))
                 except KeyboardInterrupt:
@@ -838,34 +836,6 @@ class Stages:
         if not result.passed:
             raise LaunchFailure(f"benchmark {result.verdict}")
 
-    # -- benchmark ---------------------------------------------------------------------------------------
-
-    def benchmark(self) -> None:
-        """The recipe's serving benchmark (aiperf sweep) against the frontend, after the smoke traffic."""
-        ctx = self.ctx
-        recipe = ctx.options.recipe
-        if recipe is None or recipe.benchmark is None:
-            return
-        out = ctx.rundir.path / "benchmark"
-        try:
-            result = serving_benchmark.run_sweep(
-                recipe.benchmark,
-                base_url=self.state.base_url,
-                model=next(iter(self.state.plans.values())).served_model_name,
-                tokenizer=str(model_path(ctx.config, ctx.model)),
-                out_dir=out,
-                project_dir=ctx.config.project_dir,
-                workers=len(ctx.roles),
-                gpus=sum(plan.gpus for plan in self.state.plans.values()),
-                progress=ctx.progress,
-            )
-        except serving_benchmark.BenchmarkError as exc:
-            raise LaunchFailure(f"benchmark: {exc}") from None
-        atomic_write_text(out / "benchmark.json", json.dumps(result.to_json(), indent=2) + "\n")
-        ctx.progress.line(f"benchmark: {result.verdict}")
-        if not result.passed:
-            raise LaunchFailure(f"benchmark {result.verdict}")
-
     def _scrape_metrics(self) -> None:
         for role, reg in self.state.registrations.items():
             for process, port in reg.ports.items():
@@ -984,8 +954,6 @@ class Stages:
         with suppress(readiness.ReadinessError):
             ctx.etcd.client.delete_prefix(ctx.etcd.prefix)
         passed = state.failure is None
-        if state.failure is not None:  # a failed run's benchmark figures are never a result
-            serving_benchmark.mark_failed(ctx.rundir.path, state.failure)
         if state.failure is not None:  # a failed run's benchmark figures are never a result
             serving_benchmark.mark_failed(ctx.rundir.path, state.failure)
         fingerprints = role_files(ctx.rundir.path, "fingerprints")
