@@ -29,7 +29,7 @@ _HELP = {
     "run_dir_file": "also write the run directory's path to this file (pass or fail), for scripts "
     "(default: none)",
     "skip_node_check": "do not run nodes.check on the run's nodes before submitting",
-    "recipe": "run recipe (YAML, recipes/*.yaml); flags given explicitly override its values",
+    "recipe": "run recipe (YAML, recipes/*.yaml); flags given explicitly override its values (default: none)",
     "dry_run": "preflight, then write every job script and recipe.json into a run directory; submit nothing",
     "offline": "with --dry-run: skip the preflight (an offline review of the scripts; nothing is checked)",
 }
