@@ -149,7 +149,8 @@ _FQDN = re.compile(
 )
 
 # --- addresses ---
-_IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)")
+# (?<![\w.]) written after the first digit, where the regex engine skips quickly to digits.
+_IPV4 = re.compile(r"\d(?<![\w.]\d)\d{0,2}\.(?:\d{1,3}\.){2}\d{1,3}(?![\w]|\.\d)")
 # Up to eight groups (a ninth is a port written without brackets), an IPv4-mapped tail, a zone id. A match may
 # start after a colon (eth0:fe80::1, peer:fd00::1): finditer takes the leftmost start, so no match begins inside
 # a longer run of groups.
@@ -159,6 +160,9 @@ _IPV6 = re.compile(
 )
 _DOC_V6 = ipaddress.IPv6Network("2001:db8::/32")
 _MAC = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}(?![\w:])")
+# Cheap tests before the look-behind patterns above (tried at every position): four groups after a colon.
+_MAC_HINT = re.compile(r":[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}")
+_IPV6_FULL_HINT = re.compile(r":(?:[0-9A-Fa-f]{1,4}:){5}")
 _KEEP_V4 = tuple(
     ipaddress.IPv4Network(n)
     for n in ("127.0.0.0/8", "0.0.0.0/32", "255.0.0.0/8", "192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
@@ -521,12 +525,14 @@ class Sanitizer:
             return raw
 
         colons = text.count(":")
-        if colons >= 5:
+        if colons >= 5 and _MAC_HINT.search(text):
             text = _MAC.sub(
                 lambda m: m[0] if m[0].startswith("02:00:00:00:") else self._placeholder("mac", m[0].lower()),
                 text,
             )
-        if colons >= 7 or "::" in text:  # before IPv4: an IPv4-mapped address is one IPv6 address
+        # Before IPv4: an IPv4-mapped address is one IPv6 address. An address is compressed (::) or has all
+        # its groups (at least six colons, the last two groups may be an IPv4 address).
+        if "::" in text or (colons >= 6 and _IPV6_FULL_HINT.search(text)):
             text = _IPV6.sub(v6, text)
         if _IPV4_HINT.search(text):
             text = _IPV4.sub(v4, text)

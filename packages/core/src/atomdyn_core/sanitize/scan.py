@@ -273,20 +273,18 @@ def sanitize_block(sanitizer: _s.Sanitizer, text: str) -> str:
     hits: list[int] = []
     names: list[int] = []
     if suspect or named:
-        for one, start, end in zip(
-            shapes, accumulate((len(s) + 1 for s in shapes), initial=0), _ends(shapes), strict=False
-        ):
+        ends = list(accumulate(map(len, shapes)))  # each line's end, less its newline, minus its index
+        for i in [i for i, one in enumerate(shapes) if one in suspect or one in named]:
+            one = shapes[i]
+            end = ends[i] + i + 1
+            start = end - len(one) - 1
             if named.get(one, 0) & _KNOWN_PATH or (
-                one in suspect and any(_SCANNERS[i].search(low, start, end) for i in suspect[one])
+                one in suspect and any(_SCANNERS[k].search(low, start, end) for k in suspect[one])
             ):
                 hits.append(start)
             elif one in named:
                 names.append(start)
     return _sanitize_hits(sanitizer, text, hits, low=low, names=names)
-
-
-def _ends(shapes: list[bytes]) -> list[int]:
-    return list(accumulate(len(s) + 1 for s in shapes))
 
 
 def _sanitize_hits(
