@@ -247,6 +247,40 @@ def _known_verdicts(sanitizer: _s.Sanitizer, shapes: set[bytes]) -> dict[bytes, 
     return verdicts
 
 
+def _replace_names(
+    sanitizer: _s.Sanitizer, text: str, low: str, starts: list[int], spans: dict[int, tuple[int, str]]
+) -> None:
+    """Known names replaced on the lines at ``starts``: ``spans[start] = (end, replacement)``.
+
+    In ASCII, as :meth:`Sanitizer._bare_words` does it line by line: the pattern tried only where a name
+    starts, left to right; the line itself is not copied."""
+    pattern = sanitizer._bare_pattern()
+    if pattern is None:
+        return
+    if not text.isascii():
+        for start in starts:
+            _, end = _line_bounds(text, start)
+            spans[start] = (end, sanitizer._bare_words(text[start:end]))
+        return
+    names = sanitizer._all_names()
+    for start in starts:
+        _, end = _line_bounds(text, start)
+        pos = start
+        for at in sorted({at for name in names for at in _occurrences(low, name, start, end)}):
+            if at >= pos and (m := pattern.match(text, at)) is not None:
+                spans[at] = (m.end(), sanitizer._bare_replacement(m))
+                pos = m.end()
+
+
+def _occurrences(text: str, word: str, start: int, end: int) -> list[int]:
+    found = []
+    at = text.find(word, start, end)
+    while at >= 0:
+        found.append(at)
+        at = text.find(word, at + 1, end)
+    return found
+
+
 def _line_by_line(sanitizer: _s.Sanitizer, text: str) -> str:
     sanitizer.learn(text)
     return sanitizer.sanitize(text)
@@ -311,9 +345,7 @@ def _sanitize_hits(
         names = None  # the names learned may stand on other lines
     if names is None:
         names = _names_in_block(low if low is not None else text.lower(), sanitizer, set(lines))
-    for start in names:
-        _, end = _line_bounds(text, start)
-        lines[start] = (end, sanitizer._bare_words(text[start:end]))
+    _replace_names(sanitizer, text, low if low is not None else text.lower(), names, lines)
     out: list[str] = []
     pos = 0
     for start in sorted(lines):
