@@ -836,6 +836,7 @@ class RoleWatcher:
         self.events = events
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="etcd-watch", daemon=True)
+        self._watch: Watch | None = None
 
     def start(self) -> None:
         current, revision = self.client.get_prefix(self.prefix)
@@ -846,8 +847,10 @@ class RoleWatcher:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
+        # Closed also when the watch broke and its thread ended: its socket is still open then.
+        if self._watch is not None:
             self._watch.close()
+        if self._thread.is_alive():
             self._thread.join(timeout=5)
 
     def _post(self, kind: str, key: str, value: str) -> None:
@@ -862,6 +865,7 @@ class RoleWatcher:
 
     def _run(self) -> None:
         try:
+            assert self._watch is not None  # set by start() before the thread runs
             for kind, key, value in self._watch:
                 self._post(kind, key, value)
         except ReadinessError as exc:
