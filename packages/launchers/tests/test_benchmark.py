@@ -9,12 +9,14 @@ from atomdyn_launchers.benchmark import (
     Level,
     SweepResult,
     aiperf_argv,
+    gates_failure,
     judge,
     mark_failed,
     pareto_plot,
     parse_export,
     read_result,
     table_markdown,
+    write_report,
 )
 from atomdyn_launchers.recipes import Benchmark, Slo
 
@@ -93,3 +95,18 @@ def test_errors_and_zero_tokens_in_an_export_fail_it(tmp_path: Path) -> None:
     level = parse_export(path, 4)
     assert level.errors == 3
     assert judge([level], None) == "FAILED: concurrency 4 generated 0 tokens"
+
+
+def test_failed_evidence_gates_fail_the_benchmark(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "benchmark").mkdir(parents=True)
+    result = SweepResult([_level(1), _level(4)], "PASS", workers=6, gpus=0)
+    (run / "benchmark" / "benchmark.json").write_text(json.dumps(result.to_json()), encoding="utf-8")
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    gates = [{"id": "kv_transfers", "verdict": "fail"}, {"id": "requests_sent", "verdict": "pass"}]
+    (evidence / "summary.json").write_text(json.dumps({"gates_failed": 1, "gates": gates}), encoding="utf-8")
+    assert gates_failure(evidence) == "1 evidence gate(s) failed: kv_transfers"
+    write_report(run, tmp_path / "out", "rehearsal", evidence)
+    table = (tmp_path / "out" / "benchmark.md").read_text(encoding="utf-8")
+    assert "Verdict: **FAILED: the run failed (1 evidence gate(s) failed: kv_transfers)" in table

@@ -95,10 +95,11 @@ class Level:
     errors: int
     output_tokens: float
     output_tps: float
-    tps_per_user: float
+    tps_per_user: float  # end to end: each request's output tokens over its latency, averaged
     goodput_rps: float | None
     request_rps: float
     latency: dict[str, dict[str, float]] = field(default_factory=dict)  # ttft_ms/itl_ms/latency_ms -> pNN
+    tps_per_user_decode: float = 0.0  # aiperf's per-user figure over the decode phase (1 / ITL)
 
 
 def _metric(export: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -132,7 +133,8 @@ def parse_export(path: Path, concurrency: int) -> Level:
         errors=failed,
         output_tokens=_value(export, "total_output_tokens") or 0.0,
         output_tps=_value(export, "output_token_throughput") or 0.0,
-        tps_per_user=_value(export, "output_token_throughput_per_user") or 0.0,
+        tps_per_user=_value(export, "e2e_output_token_throughput") or 0.0,
+        tps_per_user_decode=_value(export, "output_token_throughput_per_user") or 0.0,
         goodput_rps=_value(export, "goodput"),
         request_rps=_value(export, "request_throughput") or 0.0,
     )
@@ -264,7 +266,7 @@ def pareto_plot(result: SweepResult, path: Path, title: str) -> bool:
     ax.plot(xs, ys, marker="o")
     for lv, x, y in zip(result.levels, xs, ys, strict=True):
         ax.annotate(f"c={lv.concurrency}", (x, y), textcoords="offset points", xytext=(5, 5))
-    ax.set_xlabel("output tokens/s per user")
+    ax.set_xlabel("output tokens/s per user (end to end: tokens / request latency)")
     ax.set_ylabel(f"output tokens/s per {'GPU' if result.gpus else 'worker'}")
     ax.set_title(title if result.passed else f"{title} [{result.verdict}]", fontsize=9)
     ax.grid(True, alpha=0.3)
@@ -293,9 +295,26 @@ def read_result(run_dir: Path) -> SweepResult:
     return SweepResult(levels, raw["verdict"], raw["workers"], raw["gpus"])
 
 
-def write_report(run_dir: Path, out_dir: Path, label: str) -> list[Path]:
-    """benchmark.md and pareto.png in ``out_dir`` from a run's benchmark/benchmark.json."""
+def gates_failure(evidence_dir: Path) -> str | None:
+    """The collected evidence's failed gates (the KV checks among them), or None when every gate passed."""
+    try:
+        summary = json.loads((evidence_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"no readable evidence summary in {evidence_dir}: {exc}"
+    failed = summary.get("gates_failed")
+    if failed:
+        names = [str(g.get("id", "?")) for g in summary.get("gates", []) if g.get("verdict") == "fail"]
+        return f"{failed} evidence gate(s) failed: {', '.join(names) or 'see summary.md'}"
+    return None
+
+
+def write_report(run_dir: Path, out_dir: Path, label: str, evidence_dir: Path | None = None) -> list[Path]:
+    """benchmark.md and pareto.png in ``out_dir`` from a run's benchmark/benchmark.json; with the run's
+    collected evidence, a failed gate makes the benchmark FAILED."""
     result = read_result(run_dir)
+    failure = gates_failure(evidence_dir) if evidence_dir is not None else None
+    if failure is not None:
+        result.verdict = judge([], failure)
     out_dir.mkdir(parents=True, exist_ok=True)
     table = out_dir / "benchmark.md"
     atomic_write_text(table, f"# Serving benchmark: {label}\n\n" + table_markdown(result))
@@ -310,10 +329,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--label", required=True, help="platform label for the table and plot titles")
+    parser.add_argument("--evidence", type=Path, help="the run's collected evidence: a failed gate fails it")
     args = parser.parse_args(argv)
-    for path in write_report(args.run_dir, args.out_dir, args.label):
+    for path in write_report(args.run_dir, args.out_dir, args.label, args.evidence):
         print(path)
-    return 0 if read_result(args.run_dir).passed else 1
+    failure = gates_failure(args.evidence) if args.evidence is not None else None
+    return 0 if read_result(args.run_dir).passed and failure is None else 1
 
 
 if __name__ == "__main__":
