@@ -113,7 +113,7 @@ def cluster_env(tmp_path: Path) -> Path:
         "SLURM_ACCOUNT=acct\nSLURM_PARTITION=part\nSLURM_QOS=normal\n"
         "PRIMARY_NODE=n1\nPREFILL_NODE=n1\nDECODE_NODE=n2\n"
         f"SHARED_DIR={shared}\nMODEL_PATH={model}\nENGINE_PROFILE=mocker\nRUNTIME=venv\n"
-        f"PROJECT_DIR={ROOT}\nSLURM_CONF={tmp_path}/unusable-slurm.conf\nETCD_ENDPOINT=http://127.0.0.1:9\n"
+        f"PROJECT_DIR={ROOT}\nSLURM_CONF={tmp_path}/unusable-slurm.conf\nETCD_ENDPOINTS=http://127.0.0.1:9\n"
     )
     return env
 
@@ -184,6 +184,14 @@ def test_string_options_are_data_never_shell(
     assert "Traceback (most recent call last)" not in output, output
     if done.returncode != 0:
         assert output.strip(), f"{task} --{option}: exit {done.returncode} without saying why"
+
+
+def test_the_unreachable_cluster_is_accepted_and_fails_at_slurm(tmp_path: Path) -> None:
+    # Otherwise every task above would stop at the configuration, before using its options.
+    done, spawned = run_invoke(tmp_path, ["nodes.check", "--nodes", "n1"])
+    assert done.returncode == 1
+    assert "sbatch: error: ClusterName needs to be specified" in done.stderr + done.stdout
+    assert any(Path(r["argv"][0]).name == "sbatch" and "--nodelist=n1" in r["argv"] for r in spawned)
 
 
 def test_lock_verify_gets_the_path_intact(tmp_path: Path) -> None:
