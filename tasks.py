@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
-import os
 import sys
 import types
 import typing
@@ -21,6 +20,8 @@ from invoke.context import Context
 from invoke.exceptions import Exit, ParseError
 from invoke.parser.argument import Argument
 from invoke.tasks import Task, task
+
+from atomdyn_core.console import stdout_gone
 
 ROOT = Path(__file__).resolve().parent
 
@@ -35,7 +36,8 @@ NATIVE_TASKS = {
 class CliTask(Task[Callable[..., Any]]):
     """A task whose options follow the project's rules: ``-h`` always means help (no option takes it as a
     short flag), an option whose default is None takes the type its annotation names (``int | None`` reads
-    an INT), and a concrete default is shown in the option's help."""
+    an INT), a value of the wrong type is a usage error, a concrete default is shown in the option's help,
+    and output into a closed pipe (`| head`) ends the task without a traceback."""
 
     @classmethod
     def of(cls, source: Task[Any]) -> CliTask:
@@ -81,7 +83,7 @@ class CliTask(Task[Callable[..., Any]]):
             result = super().__call__(*args, **kwargs)
             sys.stdout.flush()
         except BrokenPipeError:
-            _silence_stdout()
+            stdout_gone()
             raise Exit(code=1) from None
         return result
 
@@ -120,24 +122,17 @@ def _shown_default(kind: object, default: object) -> str:
     return str(default)
 
 
-def _silence_stdout() -> None:
-    """The reader of our output went away (`| head`): stop writing, without a traceback (Python docs' way)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
 def _flush_at_exit() -> None:
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        _silence_stdout()
+        stdout_gone()
 
 
 def _quiet_broken_pipe(hook: Callable[..., Any]) -> Callable[..., Any]:
     def excepthook(kind: type[BaseException], value: BaseException, tb: types.TracebackType | None) -> None:
         if issubclass(kind, BrokenPipeError):
-            _silence_stdout()  # invoke's own output (--list, --help) into a closed pipe
+            stdout_gone()  # invoke's own output (--list, --help) into a closed pipe
             return
         hook(kind, value, tb)
 
