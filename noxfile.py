@@ -127,7 +127,8 @@ def junit_totals(reports: Path) -> str:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    """The local rehearsal end to end: cluster up, disaggregated run with the mock engine, evidence verified, cluster down."""
+    """The local rehearsal end to end: cluster up, disaggregated run with real vLLM engines on CPU (KV over NIXL;
+    `-- --engine mocker` for the fast mock engine), evidence verified, cluster down."""
     session.run(tool("invoke"), "demo", *session.posargs, external=True)
 
 

