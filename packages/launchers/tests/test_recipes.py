@@ -142,3 +142,11 @@ def test_cli_checks_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     out = tmp_path / "schema.json"
     assert recipes.main(["--write-schema", str(out), str(RECIPES[0])]) == 0
     assert json.loads(out.read_text(encoding="utf-8")) == recipes.SCHEMA
+
+
+def test_zero_kv_bandwidth_is_refused() -> None:
+    """Dynamo 1.3's mocker answers every P/D request with HTTP 500 at --kv-transfer-bandwidth 0 (seen on the
+    8-node rehearsal): the recipe refuses it."""
+    with pytest.raises(RecipeError, match=r"mocker\.kv_transfer_bandwidth_gbps: 0 must be above 0"):
+        parse_recipe(MINIMAL + "mocker: {kv_transfer_bandwidth_gbps: 0}\n")
+    assert parse_recipe(MINIMAL + "mocker: {kv_transfer_bandwidth_gbps: 0.5}\n").mocker is not None

@@ -110,7 +110,12 @@ SCHEMA: dict[str, Any] = {
             "mocker": _obj(
                 {
                     "speedup_ratio": _num(0, "the mock engine's --speedup-ratio"),
-                    "kv_transfer_bandwidth_gbps": _num(0, "--kv-transfer-bandwidth (GB/s; 0: no delay)"),
+                    "kv_transfer_bandwidth_gbps": {
+                        "type": "number",
+                        "exclusiveMinimum": 0,
+                        "description": "--kv-transfer-bandwidth in GB/s; above 0 (with 0, Dynamo 1.3's mocker "
+                        "answers every P/D request with HTTP 500; a very large value means no delay)",
+                    },
                     "kv_bytes_per_token": _int(1, "--kv-bytes-per-token"),
                     "kv_transfer_source": {
                         "type": "string",
@@ -211,6 +216,8 @@ def validate(value: object, schema: Mapping[str, Any] = SCHEMA, at: Sequence[str
         for i, item in enumerate(value):
             problems += validate(item, schema.get("items", {}), [*at, i])
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
+            problems.append(f"{where}: {value} must be above {schema['exclusiveMinimum']}")
         if "minimum" in schema and value < schema["minimum"]:
             problems.append(f"{where}: {value} is below the minimum {schema['minimum']}")
         if "maximum" in schema and value > schema["maximum"]:
