@@ -275,3 +275,16 @@ def test_pip_fetch_of_the_pure_wheel_where_a_compiled_one_is_published_too(
     )
     wheel = wheel_for(data, name="lib", filename=pure, source="pypi", project="lib", url="")
     assert fetch_wheel(wheel, tmp_path / "cache").path.name == pure
+
+
+def test_fetch_cli_cache_that_is_a_file_is_an_error_not_a_traceback(tmp_path: Path, mirror: Path) -> None:
+    not_a_dir = tmp_path / "cache"
+    not_a_dir.write_text("a file where the cache directory should be")
+    command = [sys.executable, "-m", "atomdyn_core.cli", "fetch", "--quiet", "--only", "nixl"]
+    command += ["--cache", str(not_a_dir), "--mirror", str(mirror)]
+    result = subprocess.run(
+        command, capture_output=True, text=True, check=False, cwd=Path(__file__).parents[3]
+    )
+    assert result.returncode == 2
+    assert f"error: {not_a_dir}: File exists" in result.stderr
+    assert "Traceback" not in result.stderr
