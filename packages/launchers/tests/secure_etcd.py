@@ -128,7 +128,12 @@ def start(directory: Path, address: str = "127.0.0.1", netns: Path | None = None
     _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
              "-keyout", str(directory / "ca.key"), "-out", str(directory / "ca.pem"), "-days", "2",
              "-subj", "/CN=atomdyn test CA")  # fmt: skip
-    _issue(directory, "server", "/CN=etcd", f"subjectAltName=IP:{address}\nextendedKeyUsage=serverAuth,clientAuth")
+    _issue(
+        directory,
+        "server",
+        "/CN=etcd",
+        f"subjectAltName=IP:{address}\nextendedKeyUsage=serverAuth,clientAuth",
+    )
     _issue(directory, DYNAMO_USER, f"/CN={DYNAMO_USER}", "extendedKeyUsage=clientAuth")
     _issue(directory, "launcher", "/O=atomdyn launchers", "extendedKeyUsage=clientAuth")
     password = secrets.token_hex(12)
