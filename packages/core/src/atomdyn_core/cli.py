@@ -119,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LockError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise  # our reader went away: quiet_broken_pipe ends the command
     except OSError as exc:  # a --cache or --lock path that cannot be used (a file, no permission)
         print(f"error: {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
