@@ -777,7 +777,7 @@ class Presence:
         self._lease: int | None = None
         self._thread = threading.Thread(target=self._run, name="etcd-presence", daemon=True)
         self._last_ok = time.monotonic()
-        self._last_error = ""
+        self._last_error = ""  # the last failed refresh since the last good one; "" when none failed
 
     def start(self) -> None:
         self._lease = self.client.grant(self.ttl_s)
@@ -798,15 +798,17 @@ class Presence:
                 self._last_error = "the launcher's lease expired on the server"
                 continue
             self._last_ok = time.monotonic()
+            self._last_error = ""
 
     def lost(self) -> str | None:
-        """Why etcd counts as lost (no refresh succeeded for ETCD_LOST_S), or None while it answers."""
+        """Why etcd counts as lost (no refresh succeeded for ETCD_LOST_S and one failed, timed out or found the
+        lease gone), or None. A refresh that merely had no turn yet (a starved machine) is no loss."""
         silent = time.monotonic() - self._last_ok
-        if self._lease is None or self._stop.is_set() or silent < ETCD_LOST_S:
+        if self._lease is None or self._stop.is_set() or silent < ETCD_LOST_S or not self._last_error:
             return None
         return (
             f"etcd at {self.client.endpoint.url} has not answered for {silent:.0f} s "
-            f"({self._last_error or 'no answer yet'}): the run's registrations cannot be kept"
+            f"({self._last_error}): the run's registrations cannot be kept"
         )
 
     def stop(self) -> None:
