@@ -384,9 +384,10 @@ class Launch:
         if not self.options.node_check:
             return None
         try:
-            report = check_nodes(
-                self.config, nodes, engine=self.engine.name, kind=self.options.kind, slurm=self.slurm
-            )
+            with self.progress.heartbeat(f"nodes.check on {', '.join(nodes)}"):
+                report = check_nodes(
+                    self.config, nodes, engine=self.engine.name, kind=self.options.kind, slurm=self.slurm
+                )
         except NodeJobError as exc:
             raise PreflightError(f"node check could not run: {exc}") from exc
         report.require_ok()
