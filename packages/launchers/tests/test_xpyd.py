@@ -15,7 +15,7 @@ from conftest import require_cluster_infrastructure
 
 from atomdyn_launchers.config import find_repo_root
 from atomdyn_launchers.launch import Launch, LaunchOptions
-from atomdyn_launchers.localcluster import LocalCluster
+from atomdyn_launchers.localcluster import LocalCluster, cli
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.recipes import load_recipe, merge_flags
 from atomdyn_launchers.rundir import read_jsonl
@@ -74,3 +74,19 @@ def test_2p2d_behind_the_kv_router(four_nodes: LocalCluster) -> None:
     assert resolved["resolved"]["layout"] == "2P2D" and resolved["recipe"]["name"] == "rehearsal-2p2d"
     decode1 = (outcome.run_dir / "scripts" / "decode1.sbatch").read_text(encoding="utf-8")
     assert "--router-mode kv" in decode1
+
+
+def test_cluster_up_keeps_the_running_node_count(four_nodes: LocalCluster) -> None:
+    """`invoke cluster.up` without --nodes verifies the running 4-node cluster instead of reshaping it."""
+    again = cli.cluster_from(str(four_nodes.state_dir), str(four_nodes.python_venv))
+    assert again.nodes == four_nodes.nodes
+    assert cli.cluster_from(str(four_nodes.state_dir), nodes=4).nodes == four_nodes.nodes
+
+
+def test_node_count_bounds() -> None:
+    assert cli.node_names(8) == tuple(f"node{i}" for i in range(1, 9))
+    for bad in (1, cli.MAX_NODES + 1):
+        with pytest.raises(
+            cli.LocalClusterError, match=f"--nodes {bad}: the local cluster has 2 to 64 nodes"
+        ):
+            cli.node_names(bad)
