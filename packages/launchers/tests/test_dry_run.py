@@ -6,6 +6,7 @@ real and Slurm's queue is the same before and after."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -48,6 +49,7 @@ def _real_cluster_config(tmp_path: Path) -> ClusterConfig:
     text += "NODE_ADDRS='" + ",".join(f"{n}=10.0.0.{i + 1}" for i, n in enumerate(NODES)) + "'\n"
     path = tmp_path / "cluster.env"
     path.write_text(text, encoding="utf-8")
+    (tmp_path / "shared").mkdir(exist_ok=True)
     return load_cluster_config(path)
 
 
@@ -145,3 +147,27 @@ def test_dry_run_on_the_local_cluster_runs_the_preflight_and_submits_nothing(
     assert [r["node"] for r in plan["roles"]] == [config.prefill_node, config.decode_node]
     assert sorted(p.name for p in (path / "scripts").iterdir()) == ["decode.sbatch", "prefill.sbatch"]
     assert not (path / "run.json").exists()
+
+
+def test_offline_review_without_the_shared_filesystem_writes_into_the_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A laptop reviewing a real cluster's scripts has no SHARED_DIR: nothing is created at that path."""
+    config = dataclasses.replace(_real_cluster_config(tmp_path), shared_dir=tmp_path / "not-mounted")
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    monkeypatch.setenv("ATOMDYN_REPO", str(checkout))
+    recipe = load_recipe(REPO / "recipes" / "qwen3-8b-1p1d.yaml")
+    options = merge_flags(recipe, "disagg", {})
+    options.pop("kind")
+    path = dry_run(
+        "disagg",
+        config,
+        progress=Progress(enabled=False),
+        slurm=RecordingSlurm(config),
+        offline=True,
+        **options,
+    )
+    assert path.parent == checkout / ".atomdyn" / "dry-run"
+    assert not (tmp_path / "not-mounted").exists()
+    assert (path / "scripts" / "prefill.sbatch").exists()

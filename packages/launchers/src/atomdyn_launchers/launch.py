@@ -36,7 +36,12 @@ from atomdyn_core.lock import find_lock_path, load_lock
 from atomdyn_launchers import benchmark as serving_benchmark
 from atomdyn_launchers import direct_http, orphans, readiness, tinymodel
 from atomdyn_launchers import ports as port_leases
-from atomdyn_launchers.config import ClusterConfig, PreflightError, resolve_cluster_config
+from atomdyn_launchers.config import (
+    ClusterConfig,
+    PreflightError,
+    find_repo_root,
+    resolve_cluster_config,
+)
 from atomdyn_launchers.engines import Engine, EngineError, get_engine
 from atomdyn_launchers.engines.base import Ports, RoleContext, RolePlan
 from atomdyn_launchers.engines.runtime import DockerRuntime, RdmaMounts, Runtime, VenvRuntime
@@ -441,6 +446,10 @@ class Launch:
             self.preflight()
             preflight_state = "passed"
         runs_root = (self.options.runs_root or self.config.runs_dir) / "dry-run"
+        if self.options.offline and self.options.runs_root is None and not self.config.shared_dir.is_dir():
+            # The cluster's shared filesystem is not mounted here: the review goes into this checkout.
+            runs_root = find_repo_root() / ".atomdyn" / "dry-run"
+            self.progress.line(f"SHARED_DIR {self.config.shared_dir} is not here: writing under {runs_root}")
         rundir = RunDir.create(runs_root, self.options.kind, self.engine.name)
         owned = self.config.etcd_endpoint is None
         endpoint = "http://run-owned-etcd.invalid:2379" if owned else self.config.require_etcd()
