@@ -199,6 +199,18 @@ def test_lines_of_one_shape_with_other_digits(seed: int, known: Known) -> None:
     _assert_same(known, "\n".join(text) + "\n")
 
 
+def test_the_shape_verdicts_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from atomdyn_core.sanitize import scan
+
+    monkeypatch.setattr(scan, "_MAX_SHAPES", 50)
+    monkeypatch.setattr(scan, "_SHAPE_VERDICTS", {})
+    for seed in range(3):
+        text = generate_text(64 << 10, seed=seed, colour=False)
+        _assert_same(KNOWN, text)
+        # Cleared before a block's new shapes would go past the bound: at most the bound and one block's.
+        assert len(scan._SHAPE_VERDICTS) <= 50 + len(set(text.splitlines()))
+
+
 def test_a_name_learned_late_in_a_block_is_replaced_above_it() -> None:
     text = "started by jdoe on gpu-a17\nfiller\nHOME=/home/jdoe node=gpu-a17\n"
     _assert_same({}, text)

@@ -209,6 +209,17 @@ def _names_in_block(low: str, sanitizer: _s.Sanitizer, skip: set[int]) -> list[i
     return sorted(starts)
 
 
+def _suspect_shapes(shapes: set[bytes]) -> dict[bytes, tuple[int, ...]]:
+    """The shapes that some twin hits, with the scanners to run on their lines; new shapes judged first."""
+    _judge_new_shapes(shapes)
+    verdicts = {one: _SHAPE_VERDICTS.get(one) for one in shapes}
+    if any(v is None for v in verdicts.values()):  # forgotten meanwhile (another thread filled the cache)
+        _SHAPE_VERDICTS.clear()
+        _judge_new_shapes(shapes)
+        verdicts = {one: _SHAPE_VERDICTS[one] for one in shapes}
+    return {one: scanners for one, scanners in verdicts.items() if scanners}
+
+
 def _judge_new_shapes(shapes: set[bytes]) -> None:
     new = list(shapes.difference(_SHAPE_VERDICTS))
     if not new:
@@ -300,8 +311,7 @@ def sanitize_block(sanitizer: _s.Sanitizer, text: str) -> str:
     low = text.lower()
     shapes = low.encode("ascii").translate(_SHAPE_BYTES).split(b"\n")
     distinct = set(shapes)
-    _judge_new_shapes(distinct)
-    suspect = {one: scanners for one in distinct if (scanners := _SHAPE_VERDICTS[one])}
+    suspect = _suspect_shapes(distinct)
     known = _known_verdicts(sanitizer, distinct)
     named = {one: verdict for one in distinct if (verdict := known[one])}
     hits: list[int] = []
