@@ -228,13 +228,13 @@ def _known_sanitizer(known: Known) -> Sanitizer:
     return Sanitizer(**known)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("block_chars", [64, 4096, 1 << 20])
-def test_a_file_in_blocks_equals_the_whole_text(tmp_path: Path, block_chars: int) -> None:
+@pytest.mark.parametrize("block_bytes", [64, 4096, 1 << 20])
+def test_a_file_in_blocks_equals_the_whole_text(tmp_path: Path, block_bytes: int) -> None:
     text = generate_text(200_000, seed=7).replace("\n", "\r\n", 50)
     src = tmp_path / "raw.log"
     src.write_bytes(text.encode())
     dest = tmp_path / "out" / "clean.log"
-    sanitize_file_to(src, dest, _known_sanitizer(KNOWN), block_chars=block_chars)
+    sanitize_file_to(src, dest, _known_sanitizer(KNOWN), block_bytes=block_bytes)
     assert dest.read_bytes().decode() == _file_reference(text, KNOWN)
     assert [p.name for p in dest.parent.iterdir()] == ["clean.log"]  # no temporary file left
 
@@ -244,7 +244,7 @@ def test_a_name_learned_in_a_later_block_is_replaced_in_earlier_ones(tmp_path: P
     src = tmp_path / "raw.log"
     src.write_text(text)
     dest = tmp_path / "clean.log"
-    sanitize_file_to(src, dest, block_chars=256)
+    sanitize_file_to(src, dest, block_bytes=256)
     out = dest.read_text()
     assert out == _file_reference(text, {})
     assert out.startswith("job by user-1 ran on host-1\n") and "jdoe" not in out and "gpu-b7" not in out
@@ -256,9 +256,9 @@ def test_a_private_key_cut_by_a_block_boundary_is_redacted_whole(tmp_path: Path)
     text = "x" * 100 + "\n" + ("filler line\n" * (((1 << 20) - 5000) // 12)) + key + "after the key\n"
     src = tmp_path / "raw.log"
     src.write_text(text)
-    for block_chars in (1 << 20, 4096):  # the first: the block size of the former reader, which leaked
-        dest = tmp_path / f"clean-{block_chars}.log"
-        sanitize_file_to(src, dest, block_chars=block_chars)
+    for block_bytes in (1 << 20, 4096):  # the first: the block size of the former reader, which leaked
+        dest = tmp_path / f"clean-{block_bytes}.log"
+        sanitize_file_to(src, dest, block_bytes=block_bytes)
         out = dest.read_text()
         assert "MIIEowIBAAKCAQEA" not in out
         assert out.endswith("<redacted:private-key>\nafter the key\n")
@@ -268,17 +268,41 @@ def test_a_private_key_without_end_is_redacted_to_the_end_in_bounded_blocks(tmp_
     text = "before\n-----BEGIN PRIVATE KEY-----\n" + "QUJDRA==\n" * 5000
     src = tmp_path / "raw.log"
     src.write_text(text)
-    blocks = list(read_blocks(src, block_chars=1024))
+    blocks = list(read_blocks(src, block_bytes=1024))
     assert max(map(len, blocks)) < 4 * 1024  # the body is dropped as it is read
     dest = tmp_path / "clean.log"
-    sanitize_file_to(src, dest, block_chars=1024)
+    sanitize_file_to(src, dest, block_bytes=1024)
     assert dest.read_text() == "before\n<redacted:private-key>"
+
+
+def test_characters_of_several_bytes_and_cr_line_ends_across_blocks(tmp_path: Path) -> None:
+    lines = [f"é{i} node=gpu-ä{i % 7} peer fe80::{i:x}%eth0 ✓ /home/jdöe" for i in range(300)]
+    text = "\r\n".join(lines[:100]) + "\r" + "\r".join(lines[100:200]) + "\n" + "\n".join(lines[200:]) + "\n"
+    src = tmp_path / "raw.log"
+    src.write_bytes(text.encode() + b"\xff\xfe broken\n")
+    for block_bytes in (7, 64, 1000):
+        dest = tmp_path / f"clean-{block_bytes}.log"
+        sanitize_file_to(src, dest, block_bytes=block_bytes)
+        assert dest.read_bytes().decode() == _file_reference(text + "\ufffd\ufffd broken\n", {})
+
+
+def test_a_line_longer_than_the_limit_is_cut_between_characters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from atomdyn_core.sanitize import files
+
+    monkeypatch.setattr(files, "LINE_LIMIT_BYTES", 1001)
+    src = tmp_path / "raw.log"
+    src.write_bytes(("é" * 3000 + "\n").encode())  # two bytes each: 1001 falls inside a character
+    blocks = list(read_blocks(src, block_bytes=100))
+    assert "".join(blocks) == "é" * 3000 + "\n"
+    assert "\ufffd" not in "".join(blocks) and max(map(len, blocks)) <= 600
 
 
 def test_blocks_are_bounded_whole_lines(tmp_path: Path) -> None:
     src = tmp_path / "raw.log"
     src.write_text(generate_text(300_000, seed=3))
-    blocks = list(read_blocks(src, block_chars=10_000))
+    blocks = list(read_blocks(src, block_bytes=10_000))
     assert len(blocks) > 20
     assert all(b.endswith("\n") for b in blocks)
     assert max(map(len, blocks)) < 10_000 + 2_000  # a block and the rest of its last line
@@ -317,7 +341,7 @@ def test_a_failed_run_leaves_the_destination_as_it_was(
 
     monkeypatch.setattr(files, "sanitize_block", fail_on_the_third_block)
     with pytest.raises(OSError, match="injected fault"):
-        sanitize_file_to(src, dest, block_chars=1000)
+        sanitize_file_to(src, dest, block_bytes=1000)
     assert dest.read_text() == "previous\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clean.log", "raw.log"]
 

@@ -14,34 +14,32 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 from atomdyn_core.sanitize.sanitizer import _PRIVATE_KEY, Sanitizer, strip_colours
 from atomdyn_core.sanitize.scan import sanitize_block
 
-__all__ = ["BLOCK_CHARS", "LINE_LIMIT_CHARS", "sanitize_file", "sanitize_file_to"]
+__all__ = ["BLOCK_BYTES", "LINE_LIMIT_BYTES", "sanitize_file", "sanitize_file_to"]
 
-BLOCK_CHARS = (
-    4 << 20
-)  # characters read at a time; memory stays a small multiple of this whatever the file size
-LINE_LIMIT_CHARS = 16 << 20  # a longer line is sanitized in pieces of this size (no log writes such lines)
+BLOCK_BYTES = 4 << 20  # read at a time; memory stays a small multiple of this whatever the file size
+LINE_LIMIT_BYTES = 16 << 20  # a longer line is sanitized in pieces of this size (no log writes such lines)
 _KEY_TAIL = 256  # more than the longest END line of a private key block
 
 
 def sanitize_file(
-    path: Path, out: TextIO, sanitizer: Sanitizer | None = None, block_chars: int = BLOCK_CHARS
+    path: Path, out: TextIO, sanitizer: Sanitizer | None = None, block_bytes: int = BLOCK_BYTES
 ) -> None:
     """Write the sanitized text of ``path`` to ``out``.
 
     Undecodable bytes become U+FFFD rather than an error: logs of crashed processes end in garbage."""
     with tempfile.TemporaryFile("w+", encoding="utf-8", newline="") as staged:
-        _sanitize_into(Path(path), staged, sanitizer or Sanitizer(), block_chars)
+        _sanitize_into(Path(path), staged, sanitizer or Sanitizer(), block_bytes)
         staged.seek(0)
-        shutil.copyfileobj(staged, out, BLOCK_CHARS)
+        shutil.copyfileobj(staged, out, BLOCK_BYTES)
 
 
 def sanitize_file_to(
-    path: Path, dest: Path, sanitizer: Sanitizer | None = None, block_chars: int = BLOCK_CHARS
+    path: Path, dest: Path, sanitizer: Sanitizer | None = None, block_bytes: int = BLOCK_BYTES
 ) -> None:
     """Write the sanitized text of ``path`` to ``dest`` (a temporary file beside it, renamed into place)."""
     path, dest = Path(path), Path(dest)
@@ -51,7 +49,7 @@ def sanitize_file_to(
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as staged:
-            _sanitize_into(path, staged, sanitizer or Sanitizer(), block_chars)
+            _sanitize_into(path, staged, sanitizer or Sanitizer(), block_bytes)
             staged.flush()
             os.fsync(staged.fileno())
         os.chmod(tmp_name, 0o644)
@@ -61,28 +59,29 @@ def sanitize_file_to(
         raise
 
 
-def _sanitize_into(path: Path, out: TextIO, sanitizer: Sanitizer, block_chars: int) -> None:
+def _sanitize_into(path: Path, out: TextIO, sanitizer: Sanitizer, block_bytes: int) -> None:
     learned_late = False
-    for index, block in enumerate(read_blocks(path, block_chars)):
+    for index, block in enumerate(read_blocks(path, block_bytes)):
         known = sanitizer.known_count()
         out.write(sanitize_block(sanitizer, block))
         learned_late = learned_late or (index > 0 and sanitizer.known_count() != known)
     if learned_late:
         out.seek(0)
         out.truncate()
-        for block in read_blocks(path, block_chars):
+        for block in read_blocks(path, block_bytes):
             out.write(sanitize_block(sanitizer, block))
 
 
-def read_blocks(path: Path, block_chars: int = BLOCK_CHARS) -> Iterator[str]:
+def read_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[str]:
     """The file's text in blocks of whole lines, colour codes removed, no private key block cut in two.
 
     A key block without its END line runs to the end of the file (as the pattern says); its body is dropped
     as it is read (it is redacted whole), so that memory stays bounded."""
-    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
-        while block := _read_lines(handle, block_chars):
+    with open(path, "rb") as handle:
+        reader = _LineReader(handle, block_bytes)
+        while block := reader.next_block():
             while (header_end := _open_key_block(block)) is not None:
-                more = _read_lines(handle, block_chars)
+                more = reader.next_block()
                 if not more:
                     break
                 if len(block) - header_end > _KEY_TAIL:
@@ -91,15 +90,36 @@ def read_blocks(path: Path, block_chars: int = BLOCK_CHARS) -> Iterator[str]:
             yield block
 
 
-def _read_lines(handle: TextIO, block_chars: int) -> str:
-    """About ``block_chars`` characters, up to a line end (a CRLF is not cut in two)."""
-    data = handle.read(block_chars)
-    while data and not data.endswith("\n"):
-        more = handle.read(1) if data.endswith("\r") else handle.readline(LINE_LIMIT_CHARS)
-        data += more
-        if not more or len(more) == LINE_LIMIT_CHARS:
-            break
-    return strip_colours(data)
+class _LineReader:
+    """Blocks of whole lines read as bytes and decoded whole (a line end never falls inside a character)."""
+
+    def __init__(self, handle: BinaryIO, block_bytes: int) -> None:
+        self._handle = handle
+        self._size = block_bytes
+        self._pending = b""
+
+    def next_block(self) -> str:
+        data = self._pending
+        while True:
+            chunk = self._handle.read(self._size)
+            data += chunk
+            if not chunk:
+                self._pending = b""
+                break
+            cut = data.rfind(b"\n") + 1 or data.rfind(b"\r", 0, len(data) - 1) + 1  # CR alone ends a line too
+            if not cut and len(data) >= LINE_LIMIT_BYTES:
+                cut = _character_start(data, LINE_LIMIT_BYTES)  # no log writes such a line: cut it
+            if cut:
+                data, self._pending = data[:cut], data[cut:]
+                break
+        return strip_colours(data.decode("utf-8", "replace"))
+
+
+def _character_start(data: bytes, at: int) -> int:
+    """``at``, moved back to the first byte of a UTF-8 character."""
+    while at > 0 and 0x80 <= data[at] < 0xC0:
+        at -= 1
+    return at or len(data)
 
 
 def _open_key_block(block: str) -> int | None:
