@@ -110,7 +110,13 @@ _IPV4_HINT = re.compile(r"\.\d{1,3}\.\d{1,3}(?!\d)")
 _PATH_HINT = re.compile(
     r"/(?:lustre|gpfs|scratch|nfs|fsx|mnt|shared|projects?|proj|data|datasets|beegfs|cephfs|work|vast|weka)/"
 )
-_SLURM_WORDS = ("account", "partition", "qos", "cluster", "#sbatch")
+# What each Slurm pattern needs in the line (lower case): its flag, its KEY=, its JSON key, #SBATCH.
+_SLURM_WORDS = {
+    "account": ("--account", "account=", '"account"', "#sbatch"),
+    "partition": ("--partition", "partition=", '"partition"', "#sbatch"),
+    "qos": ("--qos", "qos=", '"qos"'),
+    "cluster": ("clustername=", "cluster_name=", '"cluster_name"'),
+}
 _HOST_WORDS = ("host", "node", "master_addr", "-w", "-x")
 _SECRET_KEY = r"[A-Za-z0-9_.-]*?(?:password|passwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credentials?)"
 _SECRET_ASSIGNMENT = re.compile(
@@ -474,8 +480,8 @@ class Sanitizer:
 
         if "@" in text:
             text = _USER_AT_HOST.sub(user_at_host, text)
-        if any(k in low for k in _SLURM_WORDS):
-            for kind, pattern in _SLURM_KEYS:
+        for kind, pattern in _SLURM_KEYS:
+            if any(k in low for k in _SLURM_WORDS[kind]):
                 text = pattern.sub(self._slurm_replacer(kind), text)
 
         def host_list(m: re.Match[str]) -> str:
