@@ -54,3 +54,13 @@ def test_heartbeat_says_what_runs_until_it_ends() -> None:
     assert "node build on node1: still running (" in text and "s): step 3/7" in text
     out.wrote.clear()
     assert not out.wrote.wait(timeout=0.2), "a heartbeat line after the block ended"
+
+
+def test_an_unchanged_status_is_repeated_as_a_heartbeat() -> None:
+    out = StringIO()
+    progress = Progress(out, heartbeat_s=0.0)  # every call past the first is "unchanged"
+    progress.status({"prefill": "RUNNING"}, set(), modes={"prefill": "prefill"})
+    progress.status({"prefill": "RUNNING"}, set(), modes={"prefill": "prefill"})
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2
+    assert "prefill: RUNNING | 0/1 P ready (unchanged for 0 s)" in lines[1]

@@ -29,11 +29,13 @@ def ready_summary(modes: Mapping[str, str], registered: set[str]) -> str:
 
 
 class Progress:
-    def __init__(self, stream: TextIO | None = None, enabled: bool = True) -> None:
+    def __init__(self, stream: TextIO | None = None, enabled: bool = True, heartbeat_s: float = 30.0) -> None:
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.started = time.monotonic()
+        self.heartbeat_s = heartbeat_s  # an unchanged status is repeated this often: the wait is alive
         self._last_status = ""
+        self._last_status_t = 0.0
         self._lock = threading.Lock()
 
     def line(self, message: str) -> None:
@@ -68,9 +70,12 @@ class Progress:
         if done is not None:
             parts.append(f"requests {done}/{total}")
         text = " | ".join(parts)
+        now = time.monotonic()
         if text != self._last_status:
-            self._last_status = text
+            self._last_status, self._last_status_t = text, now
             self.line(text)
+        elif now - self._last_status_t >= self.heartbeat_s:
+            self.line(f"{text} (unchanged for {now - self._last_status_t:.0f} s)")
 
     @contextmanager
     def heartbeat(self, what: str, interval_s: float = 15.0) -> Iterator[Heartbeat]:
