@@ -422,3 +422,20 @@ def test_aggregated_atom_run_needs_a_prefix_hit_and_no_kv_path(atom_run: Path) -
     )
     results = {r.id: r for r in _results(atom_run)}
     assert results["prefix_cache_hits"].reason == "prefix.hits is 0, expected > 0"
+
+
+def test_xpyd_role_names_are_read_by_mode(vllm_cpu_run: Path) -> None:
+    """An xPyD run numbers its workers (decode1, decode2): the KV and prefix counters are the decode roles',
+    summed. The real 1P1D data with its decode role renamed decode1 judges exactly as before."""
+    for path in sorted(vllm_cpu_run.rglob("decode.*")):
+        path.rename(path.with_name("decode1" + path.name[len("decode") :]))
+    for name in ("run.json", "timeline.jsonl"):
+        path = vllm_cpu_run / name
+        text = path.read_text(encoding="utf-8").replace('"role": "decode"', '"role": "decode1"')
+        path.write_text(text.replace('"decode": {', '"decode1": {'), encoding="utf-8")
+    signals = collect_signals(vllm_cpu_run)
+    assert signals.get("kv.transfers") == 9 and signals.get("kv.bytes") == 1900544
+    assert signals.get("prefix.decode_external_hits") == 2955
+    assert signals.get("run.worker_roles") == ["decode1", "prefill"]
+    results = evaluate(signals, REHEARSAL)
+    assert {r.id: r.verdict for r in results if r.verdict != "pass"} == {"dmabuf_failures": "n/a"}

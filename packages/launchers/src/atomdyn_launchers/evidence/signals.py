@@ -367,6 +367,11 @@ def _read_requests(signals: Signals) -> None:
         signals.absent("requests.latency_p50_s", "no successful request with a latency")
 
 
+def _mode(role: str) -> str:
+    """prefill2 -> prefill, decode3 -> decode: an xPyD run numbers the workers of one mode."""
+    return role.rstrip("0123456789") or role
+
+
 def _read_metrics(signals: Signals) -> None:
     files = sorted((signals.run_dir / "metrics").glob("*.prom"))
     sums: dict[str, float] = {}
@@ -384,7 +389,7 @@ def _read_metrics(signals: Signals) -> None:
                         sums[key] = sums.get(key, 0.0) + sample.value
                     group = "metrics.frontend"
                 elif sample.name in _KV_METRICS:
-                    if disagg and role != "decode":  # the decode worker reads the KV and counts it
+                    if disagg and _mode(role) != "decode":  # the decode workers read the KV and count it
                         continue
                     key = _KV_METRICS[sample.name]
                     sums[key] = sums.get(key, 0.0) + sample.value
@@ -414,8 +419,13 @@ def _read_metrics(signals: Signals) -> None:
             signals.set(key, int(value) if value.is_integer() and key != "kv.seconds" else value)
         else:
             signals.absent(key, where + (metric if files else ""))
-    # Disaggregated: the decode role's cache. Aggregated: the one worker role there is.
-    decode = prefix.get("decode")
+    # Disaggregated: the decode roles' caches, summed. Aggregated: the one worker role there is.
+    decode: dict[str, float] | None = None
+    for role, per_role in prefix.items():
+        if _mode(role) == "decode":
+            decode = decode if decode is not None else {}
+            for key, value in per_role.items():
+                decode[key] = decode.get(key, 0.0) + value
     if decode is None and signals.get("run.kind") not in DISAGG_KINDS and len(prefix) == 1:
         decode = next(iter(prefix.values()))
     for key in ("queries", "hits", "external_queries", "external_hits"):
@@ -440,7 +450,7 @@ def _worker_roles(signals: Signals) -> set[str]:
         str(j.get("role")) for j in signals.run.get("jobs") or [] if isinstance(j, dict) and j.get("role")
     }
     if signals.get("run.kind") in DISAGG_KINDS:
-        return {"prefill", "decode"}
+        return {r for r in roles if _mode(r) in ("prefill", "decode")} or {"prefill", "decode"}
     return roles - {"frontend", "etcd"}
 
 
