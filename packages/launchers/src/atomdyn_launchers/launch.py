@@ -993,6 +993,11 @@ class Stages:
                 "slurm_calls": ctx.slurm.call_counts(),
             },
         )
+        calls = ctx.slurm.call_counts()
+        ctx.progress.line(
+            f"slurm: {calls['total']} commands in {calls['seconds']} s ({calls['per_minute']} a minute), "
+            "run.json slurm_calls"
+        )
         self._event("done", detail="pass" if passed else f"fail: {state.failure}")
         ctx.progress.line(f"{'PASS' if passed else 'FAIL'}: {ctx.rundir.path}")
         return Outcome(
