@@ -36,7 +36,8 @@ def up(c: Context, state_dir: str = "", venv: str = "", docker: bool = False, no
 
 @task(help={"state_dir": _HELP["state_dir"]})
 def status(c: Context, state_dir: str = "") -> None:
-    """Each daemon with its pid and liveness, the nodes' Slurm state, etcd health; exit 1 if unhealthy."""
+    """Each daemon with its pid and liveness, the nodes' Slurm state, etcd health, orphaned runs (launcher gone);
+    exit 1 if unhealthy or a run is orphaned."""
     _run("status", state_dir)
 
 
