@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from atomdyn_launchers import direct_http
 from atomdyn_launchers.config import ClusterConfig
 from atomdyn_launchers.engines.vllm_cpu import LABEL, VENV_DIR
 from atomdyn_launchers.evidence import cli as evidence_cli
@@ -20,6 +23,37 @@ from atomdyn_launchers.launch import run
 
 pytestmark = pytest.mark.integration
 REQUESTS = 4
+# Asked once the run answers, at temperature 0: the P/D answer must equal the aggregated one token for token.
+FIXED_PROMPT = "Repeat after me: the decode worker reads its KV blocks from the prefill worker."
+
+
+class FixedAnswer:
+    """A launcher hook: at the first verified response, asks the fixed prompt and keeps the answer."""
+
+    def __init__(self) -> None:
+        self.answer: dict[str, Any] | None = None
+
+    def __call__(self, event: str, details: dict[str, object]) -> None:
+        if event != "first_good_response":
+            return
+        state = details["run"].state  # type: ignore[attr-defined]
+        body = {
+            "model": next(iter(state.plans.values())).served_model_name,
+            "messages": [{"role": "user", "content": FIXED_PROMPT}],
+            "max_tokens": 24,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "logprobs": True,
+        }
+        request = urllib.request.Request(
+            f"{state.base_url}/v1/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with direct_http.urlopen(request, timeout=120) as response:
+            choice = json.loads(response.read())["choices"][0]
+        content = (choice.get("logprobs") or {}).get("content") or []
+        self.answer = {"text": choice["message"]["content"], "tokens": [c["token"] for c in content]}
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +76,15 @@ def _gates(summary: dict[str, object]) -> dict[str, tuple[str, object]]:
 def test_real_prefill_and_decode_move_kv_over_tcp_between_the_nodes(
     config: ClusterConfig, tmp_path: Path
 ) -> None:
+    pd_answer = FixedAnswer()
     outcome = run(
-        "disagg", config, engine="vllm-cpu", requests=REQUESTS, concurrency=2, runs_root=tmp_path / "runs"
+        "disagg",
+        config,
+        engine="vllm-cpu",
+        requests=REQUESTS,
+        concurrency=2,
+        runs_root=tmp_path / "runs",
+        hook=pd_answer,
     )
     assert outcome.passed, outcome.failure
     run_json = json.loads((outcome.run_dir / "run.json").read_text())
@@ -61,3 +102,39 @@ def test_real_prefill_and_decode_move_kv_over_tcp_between_the_nodes(
         assert gates[gate][0] == "pass", (gate, gates[gate])
     assert gates["kv_transport_rows"][0] == "pass" and gates["kv_forbidden_transport_rows"] == ("pass", 0)
     assert summary["verdict"] == "pass" and summary["platform"] == LABEL
+
+    # KV correctness: one aggregated worker computes the same prompt itself; at temperature 0 its answer must
+    # equal the P/D answer, whose KV came over NIXL, token for token.
+    agg_answer = FixedAnswer()
+    agg = run(
+        "agg-single", config, engine="vllm-cpu", requests=2, runs_root=tmp_path / "runs", hook=agg_answer
+    )
+    assert agg.passed, agg.failure
+    assert pd_answer.answer is not None and agg_answer.answer is not None
+    assert pd_answer.answer["text"], "the P/D answer is empty"
+    assert pd_answer.answer == agg_answer.answer
+
+
+def test_kv_transfers_that_cannot_reach_the_prefill_fail_the_nixl_gate(
+    config: ClusterConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The side channel advertised on loopback (the jobs inherit the launcher's environment): the decode
+    # worker's NIXL handshake reaches its own node instead of the prefill's, as with a side-channel address
+    # the peer cannot use. Every P/D request then fails, and the decode worker counts the failed transfers.
+    monkeypatch.setenv("ATOMDYN_MGMT_ADDR", "127.0.0.1")
+    outcome = run(
+        "disagg",
+        config,
+        engine="vllm-cpu",
+        requests=2,
+        ready_timeout_s=360.0,
+        runs_root=tmp_path / "runs",
+    )
+    assert not outcome.passed
+    assert "verified response" in (outcome.failure or ""), outcome.failure
+    evidence = tmp_path / "evidence"
+    evidence_cli.collect(outcome.run_dir, evidence)  # non-zero: the run failed
+    summary = json.loads((evidence / outcome.run_dir.name / "summary.json").read_text())
+    verdict, failed = _gates(summary)["nixl_failed_transfers"]
+    assert verdict == "fail" and isinstance(failed, (int, float)) and failed >= 1, (verdict, failed)
+    assert summary["verdict"] == "fail"

@@ -559,6 +559,8 @@ class Stages:
                     self.benchmark()
                 except (LaunchFailure, readiness.ReadinessError, SlurmError, PreflightError) as exc:
                     self._fail(str(exc))
+                    # What the running workers counted is what explains a failure (e.g. failed KV transfers).
+                    self._scrape_metrics()
                 except KeyboardInterrupt:
                     self._fail("interrupted (Ctrl-C or SIGTERM): jobs stopped")
                 finally:
