@@ -13,26 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from clusterinfra import require_cluster_infrastructure
 
 from atomdyn_launchers.config import ClusterConfig
-from atomdyn_launchers.localcluster import LocalCluster, missing_tools, prune_orphans
-
-IN_CI = os.environ.get("CI") == "true"
-
-
-def require_cluster_infrastructure() -> None:
-    """Skip without root or the Debian packages; in CI (CI=true) fail instead: a skip would hide it."""
-    problems = []
-    if os.geteuid() != 0:
-        problems.append("not root")
-    missing = missing_tools()
-    if missing:
-        problems.append("missing " + ", ".join(missing))
-    if problems:
-        message = "local cluster unavailable: " + "; ".join(problems)
-        if IN_CI:
-            pytest.fail(message + " (.ci/run must provide them)")
-        pytest.skip(message)
+from atomdyn_launchers.localcluster import LocalCluster, prune_orphans
 
 
 @pytest.fixture(scope="session")

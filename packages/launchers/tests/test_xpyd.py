@@ -11,7 +11,7 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
-from conftest import require_cluster_infrastructure
+from clusterinfra import require_cluster_infrastructure
 
 from atomdyn_launchers.config import find_repo_root
 from atomdyn_launchers.launch import Launch, LaunchOptions
