@@ -113,6 +113,7 @@ def test_real_prefill_and_decode_move_kv_over_tcp_between_the_nodes(
     assert pd_answer.answer is not None and agg_answer.answer is not None
     assert pd_answer.answer["text"], "the P/D answer is empty"
     assert pd_answer.answer == agg_answer.answer
+    assert len(agg_answer.answer["tokens"]) == 24  # the frontend returned every token (max_tokens, no EOS)
 
 
 def test_kv_transfers_that_cannot_reach_the_prefill_fail_the_nixl_gate(
