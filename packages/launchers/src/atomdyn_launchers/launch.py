@@ -53,7 +53,7 @@ from atomdyn_launchers.nodes.prepare import shim_current
 from atomdyn_launchers.profiles.models import ModelProfile, get_model
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.recipes import Recipe, resource_problems
-from atomdyn_launchers.rundir import KINDS, JobRecord, RunDir, read_jsonl
+from atomdyn_launchers.rundir import KINDS, JobRecord, RunDir, format_exit_code, read_jsonl
 from atomdyn_launchers.sbatch import Arg, JobSpec, Shell, failure_file, pid_var, render
 from atomdyn_launchers.slurm import JobInfo, JobPoller, Slurm, SlurmError, preflight
 from atomdyn_launchers.smoke import (
@@ -214,10 +214,6 @@ def _lock_digest(path: Path | None, project_dir: Path) -> str | None:
         return load_lock(path or find_lock_path(project_dir)).digest
     except (OSError, ValueError, LookupError):  # no readable lock: the run records None
         return None
-
-
-def _fmt_exit(code: tuple[int, int] | None) -> str | None:
-    return None if code is None else f"{code[0]}:{code[1]}"
 
 
 @contextmanager
@@ -698,7 +694,7 @@ class Stages:
             if info.terminal and not self.state.stopping:
                 raise LaunchFailure(
                     f"job {record.job_id} ({role}) ended early: {info.state}, "
-                    f"exit {_fmt_exit(info.exit_code)}{self._role_failure(role)} (see logs/{role}.slurm.out)"
+                    f"exit {format_exit_code(info.exit_code)}{self._role_failure(role)} (see logs/{role}.slurm.out)"
                 )
 
     def _wait_until(self, what: str, done: Callable[[], str | None]) -> None:
@@ -935,8 +931,8 @@ class Stages:
             if info is not None:
                 record.state = info.state
                 record.node_ran = info.nodes
-                record.exit_code = _fmt_exit(info.exit_code)
-                record.derived_exit_code = _fmt_exit(info.derived_exit_code)
+                record.exit_code = format_exit_code(info.exit_code)
+                record.derived_exit_code = format_exit_code(info.derived_exit_code)
             reg = self.state.registrations.get(role)
             if record.node_ran != record.node_requested or reg is None or reg.node != record.node_requested:
                 verified = False

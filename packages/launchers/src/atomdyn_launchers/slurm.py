@@ -28,23 +28,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from atomdyn_launchers.config import ClusterConfig, PreflightError, check_etcd, check_model_path
+from atomdyn_launchers.rundir import TERMINAL_STATES, ExitCode, parse_exit_code
 
-# Base job states after which nothing more happens to the job.
-TERMINAL_STATES = frozenset(
-    {
-        "BOOT_FAIL",
-        "CANCELLED",
-        "COMPLETED",
-        "DEADLINE",
-        "FAILED",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "REVOKED",
-        "SPECIAL_EXIT",
-        "TIMEOUT",
-    }
-)
 _POLL_S = 0.1  # node states while waiting out a node's grace (sinfo; preflight only)
 # (seconds since the watch began, interval from then on): fast at first, then backing off.
 POLL_SCHEDULE = ((0.0, 0.5), (60.0, 2.0), (300.0, 10.0))
@@ -55,9 +40,6 @@ QUEUE_STATES = frozenset(
 
 class SlurmError(RuntimeError):
     """A Slurm command failed; the message carries the command and its stderr."""
-
-
-ExitCode = tuple[int, int]  # (exit status, signal), Slurm's "N:M"
 
 
 @dataclass(frozen=True)
@@ -83,13 +65,6 @@ class JobInfo:
             and self.exit_code == (0, 0)
             and self.derived_exit_code in (None, (0, 0))
         )
-
-
-def parse_exit_code(text: str | None) -> ExitCode | None:
-    if not text:
-        return None
-    match = re.fullmatch(r"(\d+):(\d+)", text.strip())
-    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def parse_scontrol_record(line: str) -> dict[str, str]:
