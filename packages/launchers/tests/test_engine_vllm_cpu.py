@@ -8,6 +8,7 @@ from pathlib import Path
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.engines.base import Ports, RoleContext
 from atomdyn_launchers.engines.runtime import VenvRuntime
+from atomdyn_launchers.launch_tasks import kv_transfer_figures
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.sbatch import render_arg
 
@@ -96,3 +97,15 @@ def test_platform_label_says_rehearsal_on_cpu() -> None:
     assert "not MI355X" in ENGINE.platform_label(
         {"accelerator": "nvidia", "nvidia": {"gpus": [{"name": "H200"}]}}
     )
+
+
+def test_bench_reads_the_kv_transfers_from_a_real_runs_metrics() -> None:
+    fixture = (
+        Path(__file__).parent
+        / "evidence"
+        / "fixtures"
+        / "vllm-cpu-disagg"
+        / "20261201T124322Z-disagg-vllm-cpu"
+    )
+    assert kv_transfer_figures(fixture) == "9 NIXL transfers, 206 KiB and 274.4 ms each on average"
+    assert kv_transfer_figures(Path(__file__).parent / "no-such-run") is None
