@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -43,35 +42,26 @@ def _run_json(outcome: Outcome) -> dict[str, object]:
     return loaded
 
 
-def test_two_runs_at_once_on_one_cluster_both_pass(config: ClusterConfig) -> None:
-    outcomes: list[Outcome] = []
-    errors: list[BaseException] = []
-
-    def one() -> None:
-        try:
-            outcomes.append(Launch(config, LaunchOptions(kind="disagg", requests=8)).run())
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=one) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=300)
-    assert not errors and len(outcomes) == 2, errors
-    for outcome in outcomes:
-        assert outcome.passed, outcome.failure
-    a, b = (json.loads((o.run_dir / "ports.json").read_text()) for o in outcomes)
-    assert a["block"] != b["block"]
-    for outcome in outcomes:
-        run = _run_json(outcome)
-        assert run["ports"] == json.loads((outcome.run_dir / "ports.json").read_text())["roles"]
+def test_two_launchers_at_once_on_one_cluster_both_pass(config: ClusterConfig, tmp_path: Path) -> None:
+    """Two launcher processes, as two users' `invoke disagg.run` would be, on the same two nodes at once."""
+    children = [ChildLaunch(config, tmp_path / f"cluster{i}.env", requests=8) for i in range(2)]
+    finished = [child.finish(timeout_s=300) for child in children]
+    run_dirs: list[Path] = []
+    for code, out, err in finished:
+        assert code == 0, err[-3000:]
+        result = next(line.split() for line in out.splitlines() if line.startswith("RESULT"))
+        assert result[1] == "True", err[-3000:]
+        run_dirs.append(Path(result[2]))
+    a, b = (json.loads((d / "ports.json").read_text()) for d in run_dirs)
+    assert a["block"] != b["block"] and a["launcher"]["pid"] != b["launcher"]["pid"]
+    for run_dir in run_dirs:
+        run = json.loads((run_dir / "run.json").read_text())
+        assert run["ports"] == json.loads((run_dir / "ports.json").read_text())["roles"]
         calls = run["slurm_calls"]
-        assert isinstance(calls, dict) and calls["calls"].get("squeue", 0) >= 1
-        assert calls["per_minute"] > 0
-    assert not {o.run_id for o in outcomes} & {lease.run_id for lease in ports.leases(config.shared_dir)}
-    for outcome in outcomes:
-        left = wait_clean(config, outcome.run_id)
+        assert calls["calls"].get("squeue", 0) >= 1 and calls["per_minute"] > 0
+    assert not {d.name for d in run_dirs} & {lease.run_id for lease in ports.leases(config.shared_dir)}
+    for run_dir in run_dirs:
+        left = wait_clean(config, run_dir.name)
         assert left.none(), left
 
 
