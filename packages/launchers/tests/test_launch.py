@@ -198,7 +198,7 @@ def test_agg_single_through_invoke_with_defaults(config: ClusterConfig, tmp_path
     outcome = Outcome(run_dir.name, run_dir, True, None)
     _assert_contract(outcome, "agg-single", 8, {"agg": ["frontend", "worker"]})
     # Live progress went to stderr while the run waited and worked.
-    assert "registered: agg" in done.stderr and "requests 8/8" in done.stderr
+    assert "1/1 A ready" in done.stderr and "requests 8/8" in done.stderr
     _assert_nothing_left(config, outcome)
 
 
