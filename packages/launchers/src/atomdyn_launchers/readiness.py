@@ -695,7 +695,9 @@ def register(args: _RegisterArgs) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    client = EtcdClient(args.etcd)
+    # 2 s per call: on SIGTERM a call in flight and the revoke fit the job script's 5 s stop grace, so the key
+    # goes at once instead of living out its TTL after a SIGKILL.
+    client = EtcdClient(args.etcd, timeout_s=2.0)
     started = time.monotonic()
     try:
         wait_until(
