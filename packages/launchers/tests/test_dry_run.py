@@ -77,6 +77,7 @@ def test_offline_dry_run_of_each_recipe_writes_scripts_and_submits_nothing(
         script = path / role["script"]
         text = script.read_text(encoding="utf-8")
         assert text.startswith("#!") and f"role {role['role']}" in text
+        assert f"#SBATCH --time={recipe.time_limit}\n" in text  # the recipe's Slurm time limit
         assert role["sbatch"][0] == "sbatch" and role["sbatch"][-1] == str(script)
         assert f"--nodelist={role['node']}" in role["sbatch"] or role["node"] in role["sbatch"]
         if shutil.which("shellcheck"):
