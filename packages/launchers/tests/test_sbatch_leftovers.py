@@ -17,12 +17,19 @@ from pathlib import Path
 
 from atomdyn_launchers.sbatch import JobSpec, ProcessSpec, render
 
-# Forks a child that only a signal stops, then exits at SIGTERM without stopping it.
+# Forks a child that only a signal stops, then exits at SIGTERM without stopping it. With "slow" the child
+# takes half a second to shut down at SIGTERM (an engine core draining), and records that it finished.
 LEAVES_A_CHILD = """
-import os, pathlib, signal, sys
+import os, pathlib, signal, sys, time
 d = pathlib.Path(sys.argv[1])
 child = os.fork()
 if child == 0:
+    def drain(*_):
+        time.sleep(0.5)
+        (d / "child.stopped").write_text("ok")
+        os._exit(0)
+    if sys.argv[2] == "slow":
+        signal.signal(signal.SIGTERM, drain)
     (d / "child.pid").write_text(str(os.getpid()))
     while True:
         signal.pause()
@@ -50,7 +57,8 @@ def _wait_for(what: str, condition: object, timeout_s: float = 15.0) -> None:
         time.sleep(0.02)
 
 
-def test_what_a_process_left_behind_is_stopped_with_the_job(tmp_path: Path) -> None:
+def _run_job(tmp_path: Path, child_stops: str) -> tuple[str, int]:
+    """Start the job, SIGTERM it once its worker's child runs, wait for it; (its output, the child's pid)."""
     job = JobSpec(
         role="prefill",
         job_name="atomdyn-prefill",
@@ -60,7 +68,7 @@ def test_what_a_process_left_behind_is_stopped_with_the_job(tmp_path: Path) -> N
         qos="normal",
         output=str(tmp_path / "logs" / "prefill.slurm.out"),
         log_dir=str(tmp_path / "logs"),
-        processes=[ProcessSpec("worker", [sys.executable, "-c", LEAVES_A_CHILD, str(tmp_path)])],
+        processes=[ProcessSpec("worker", [sys.executable, "-c", LEAVES_A_CHILD, str(tmp_path), child_stops])],
     )
     script = tmp_path / "prefill.sbatch"
     script.write_text(render(job))
@@ -79,10 +87,22 @@ def test_what_a_process_left_behind_is_stopped_with_the_job(tmp_path: Path) -> N
         os.kill(proc.pid, signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
         assert proc.returncode == 0, out
-        assert "processes left behind in the job's process group: " + str(child) in out
-        assert not _alive(child), "the worker's child outlived the job"
+        return out, child
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         if child and _alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+def test_what_a_process_left_behind_is_stopped_with_the_job(tmp_path: Path) -> None:
+    out, child = _run_job(tmp_path, "at-once")
+    assert "processes left behind in the job's process group: " + str(child) in out
+    assert not _alive(child), "the worker's child outlived the job"
+
+
+def test_what_was_left_behind_gets_its_grace_period_to_stop(tmp_path: Path) -> None:
+    out, child = _run_job(tmp_path, "slow")
+    assert (tmp_path / "child.stopped").exists(), f"the child was killed before it finished stopping:\n{out}"
+    assert "(SIGKILL)" not in out.split("left behind", 1)[1]
+    assert not _alive(child)

@@ -224,6 +224,7 @@ def render(job: JobSpec) -> str:
         "    set -- $info",
         '    [ "$#" -eq 2 ] && [ "$1" != "$$" ] && [ "${2#Z}" = "$2" ] && echo "$pid"',
         "  done",
+        "  return 0  # not the status of the last test: callers test the list, not the function",
         "}",
         "",
         "# Stop what the processes left behind: reparented away from this script, it would outlive the job and",
