@@ -274,22 +274,22 @@ def _replace_names(
             spans[start] = (end, sanitizer._bare_words(text[start:end]))
         return
     names = sanitizer._all_names()
+    size = len(low)
     for start in starts:
-        _, end = _line_bounds(text, start)
+        end = low.find("\n", start) + 1 or size
+        found: list[int] = []  # where a name starts (most such lines name one, once)
+        for name in names:
+            at = low.find(name, start, end)
+            while at >= 0:
+                found.append(at)
+                at = low.find(name, at + 1, end)
+        if len(found) > 1:
+            found = sorted(set(found))
         pos = start
-        for at in sorted({at for name in names for at in _occurrences(low, name, start, end)}):
+        for at in found:
             if at >= pos and (m := pattern.match(text, at)) is not None:
                 spans[at] = (m.end(), sanitizer._bare_replacement(m))
                 pos = m.end()
-
-
-def _occurrences(text: str, word: str, start: int, end: int) -> list[int]:
-    found = []
-    at = text.find(word, start, end)
-    while at >= 0:
-        found.append(at)
-        at = text.find(word, at + 1, end)
-    return found
 
 
 def _line_by_line(sanitizer: _s.Sanitizer, text: str) -> str:
