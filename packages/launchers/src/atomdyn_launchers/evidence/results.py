@@ -145,9 +145,10 @@ def glance_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, str, str, st
         rows[(capability, platform)] = (capability, f"{verdict}, {_requests(s)}", platform, s["_dir"])
         if s.get("kind") == "disagg":
             for gate_ids, name in (
-                (("pd_split_responses", "nixl_transfers"), "KV handoff prefill to decode"),
+                # A real engine's own count of KV moved comes first; the mocker has only the worker-id split.
+                (("nixl_transfers", "pd_split_responses"), "KV handoff prefill to decode"),
                 (
-                    ("repeat_kv_hit_rate_max", "decode_prefix_hits"),
+                    ("decode_external_prefix_hits", "repeat_kv_hit_rate_max", "decode_prefix_hits"),
                     "Prefix-cache hit on decode for a repeated prompt",
                 ),
             ):
