@@ -146,4 +146,5 @@ def test_orphaned_cluster_is_pruned_even_without_its_state_dir(tmp_path: Path) -
     assert procs_in_netns(inodes) == []
     assert not Path("/sys/class/net", layout.host_if).exists()
     assert not list(Path("/run/netns").glob(f"{layout.tag}-*"))
+    assert not layout.etcd_dir.exists()  # in memory (/dev/shm), outside the state directory
     assert str(cluster.state_dir) not in prune_orphans()

@@ -541,8 +541,9 @@ class LocalCluster:
 
     def _teardown_strays(self) -> None:
         """Namespaces and the host veth of an `up` that crashed before writing its record; the per-node docker
-        daemons' runtime state (its mounts lived in the nodes' mount namespaces, gone with them)."""
+        daemons' runtime state (its mounts lived in the nodes' mount namespaces, gone with them); etcd's data."""
         netns.destroy(self.tag, f"{self.tag}h")
+        shutil.rmtree(Path("/dev/shm") / f"atomdyn-{self.tag}-etcd", ignore_errors=True)
         shutil.rmtree(dockerd.exec_root(self.tag, "x").parent, ignore_errors=True)
 
     # -- record --------------------------------------------------------------------------------------------
@@ -609,6 +610,7 @@ def prune_orphans(log: Callable[[str], None] = lambda _m: None) -> list[str]:
             procs.stop([Proc.from_json(p) for p in raw["procs"]])
             procs.stop(procs.procs_in_netns(inodes))
             netns.destroy(layout.tag, layout.host_if)
+            shutil.rmtree(layout.etcd_dir, ignore_errors=True)
         entry.unlink(missing_ok=True)
         pruned.append(str(state_dir))
     return pruned
