@@ -118,6 +118,18 @@ _SLURM_WORDS = {
     "cluster": ("clustername=", "cluster_name=", '"cluster_name"'),
 }
 _HOST_WORDS = ("host", "node", "master_addr", "-w", "-x")
+
+
+def _any_of(words: Iterable[str]) -> re.Pattern[str]:
+    """Whether a text holds one of ``words``: one search, not one substring test per word."""
+    return re.compile("|".join(re.escape(w) for w in sorted(set(words), key=len, reverse=True)))
+
+
+_TOKEN_HINT = _any_of(_TOKEN_HINTS)
+_SECRET_WORD = _any_of(_SECRET_WORDS)
+_SLURM_WORD = {kind: _any_of(words) for kind, words in _SLURM_WORDS.items()}
+_ANY_SLURM_WORD = _any_of(w for words in _SLURM_WORDS.values() for w in words)
+_HOST_WORD = _any_of(_HOST_WORDS)
 _SECRET_KEY = r"[A-Za-z0-9_.-]*?(?:password|passwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credentials?)"
 _SECRET_ASSIGNMENT = re.compile(
     rf"(?i)(?P<k>(?<![\w-])(?P<q>[\"']?){_SECRET_KEY}(?P=q)\s*[=:]\s*)(?P<v>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;&]+)"
@@ -274,6 +286,8 @@ class Sanitizer:
         self._bare_re: re.Pattern[str] | None = None
         self._bare_dirty = True
         self._names: tuple[tuple[int, int], list[str]] | None = None  # known_names() for a known_count()
+        self._all: tuple[tuple[int, int], set[str]] | None = None  # _all_names() for a known_count()
+        self._path_res: list[tuple[str, re.Pattern[str]]] | None = None  # _path_patterns() (paths only grow)
         # The fast path's verdicts on line shapes for the names and paths known (see scan.py), and for which.
         self.shape_verdicts: dict[bytes, int] = {}
         self.shape_verdicts_for: tuple[str, ...] = ()
@@ -447,14 +461,14 @@ class Sanitizer:
                 lambda m: f"{m['scheme']}{self._user(m['user']) if m['user'] else ''}:{_redact('password')}@",
                 text,
             )
-        for kind, guards, pattern in _TOKENS if any(g in low for g in _TOKEN_HINTS) else ():
+        for kind, guards, pattern in _TOKENS if _TOKEN_HINT.search(low) else ():
             if not any(g in (low if g.islower() else text) for g in guards):
                 continue
             if "v" in pattern.groupindex:
                 text = pattern.sub(_after_key(_redact(kind)), text)
             else:
                 text = pattern.sub(_redact(kind), text)
-        if not any(k in low for k in _SECRET_WORDS):
+        if not _SECRET_WORD.search(low):
             return text
 
         def assignment(m: re.Match[str]) -> str:
@@ -470,9 +484,9 @@ class Sanitizer:
         )
 
     def _identities(self, text: str, low: str) -> str:
-        for original in sorted(self._paths, key=len, reverse=True):
+        for original, pattern in self._path_patterns():
             if original in text:
-                text = re.sub(re.escape(original) + r"(?![\w.-])", self._paths[original], text)
+                text = pattern.sub(self._paths[original], text)
         if "/home/" in text or "/Users/" in text:
             text = _HOME.sub(lambda m: m["k"] + self._user(m["v"]), text)
         if "user" in low or "logname" in low or "owner" in low:
@@ -485,8 +499,8 @@ class Sanitizer:
 
         if "@" in text:
             text = _USER_AT_HOST.sub(user_at_host, text)
-        for kind, pattern in _SLURM_KEYS:
-            if any(k in low for k in _SLURM_WORDS[kind]):
+        for kind, pattern in _SLURM_KEYS if _ANY_SLURM_WORD.search(low) else ():
+            if _SLURM_WORD[kind].search(low):
                 text = pattern.sub(self._slurm_replacer(kind), text)
 
         def host_list(m: re.Match[str]) -> str:
@@ -500,7 +514,7 @@ class Sanitizer:
 
         if "://" in text:
             text = _URL_HOST.sub(lambda m: m["k"] + self._host(m["v"], learn=True), text)
-        if any(k in low for k in _HOST_WORDS):
+        if _HOST_WORD.search(low):
             text = _HOST_KEY.sub(host_list, text)
         if "***" in text or "slurmstepd-" in text:
             text = _SLURM_ON_HOST.sub(host_list, text)
@@ -589,7 +603,19 @@ class Sanitizer:
         return "".join(out)
 
     def _all_names(self) -> set[str]:
-        return {*self._hosts, *(w.lower() for w in self._bare)}
+        count = self.known_count()
+        if self._all is None or self._all[0] != count:
+            self._all = (count, {*self._hosts, *(w.lower() for w in self._bare)})
+        return self._all[1]
+
+    def _path_patterns(self) -> list[tuple[str, re.Pattern[str]]]:
+        """The known paths, longest first, each with the pattern that replaces it where it ends a name."""
+        if self._path_res is None or len(self._path_res) != len(self._paths):
+            self._path_res = [
+                (p, re.compile(re.escape(p) + r"(?![\w.-])"))
+                for p in sorted(self._paths, key=len, reverse=True)
+            ]
+        return self._path_res
 
     def _bare_replacement(self, m: re.Match[str]) -> str:
         host = m["h"] if "h" in m.re.groupindex else None
