@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import json as _json
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +15,17 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from atomdyn_core.atomic import atomic_write_text
+from atomdyn_launchers.bench_figures import (
+    KvTransfers,
+    compile_cache,
+    kv_nodes,
+    kv_transfers,
+    local_cluster_state_dir,
+)
 from atomdyn_launchers.config import ClusterConfigError, PreflightError
 from atomdyn_launchers.launch import Outcome, dry_run, run
 from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ProfileError
+from atomdyn_launchers.rawcopy import RawCopy, RawCopyError, measure_in_local_cluster
 from atomdyn_launchers.readiness import ReadinessError
 from atomdyn_launchers.recipes import RecipeError, load_recipe, merge_flags
 from atomdyn_launchers.slurm import SlurmError
@@ -200,25 +211,59 @@ def timeline_figures(timeline: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-_KV_METRICS = (
-    "vllm:nixl_xfer_time_seconds_sum",
-    "vllm:nixl_xfer_time_seconds_count",
-    "vllm:nixl_bytes_transferred_sum",
-)
-
-
 def kv_transfer_figures(run_dir: Path) -> str | None:
     """The decode workers' NIXL transfers of a run (vLLM's metrics): count, mean bytes and time per transfer."""
-    sums = dict.fromkeys(_KV_METRICS, 0.0)
-    for prom in sorted((run_dir / "metrics").glob("decode.*.prom")):
-        for line in prom.read_text(errors="replace").splitlines():
-            name = line.partition("{")[0].partition(" ")[0]
-            if name in sums:
-                sums[name] += float(line.rsplit(" ", 1)[-1])
-    time_s, count, moved = (sums[m] for m in _KV_METRICS)
-    if not count:
-        return None
-    return f"{count:.0f} NIXL transfers, {moved / count / 1024:.0f} KiB and {time_s / count * 1e3:.1f} ms each on average"
+    transfers = kv_transfers(run_dir)
+    return transfers.describe() if transfers else None
+
+
+def _raw_copy_beside(run_dir: Path, transfers: KvTransfers, copies: int) -> RawCopy | str:
+    """A raw TCP copy of one mean KV transfer's bytes between the run's prefill and decode nodes (the local
+    cluster's namespaces, as they are right after the run); a string says why it was not measured."""
+    state_dir = local_cluster_state_dir(run_dir)
+    if state_dir is None:
+        return "not measured: the run's cluster is not the local cluster"
+    try:
+        source, reader = kv_nodes(run_dir)
+        return measure_in_local_cluster(state_dir, transfers.bytes_per_transfer, copies, source, reader)
+    except (RawCopyError, ValueError, OSError) as exc:
+        return f"not measured: {exc}"
+
+
+def _bench_one(outcome: Outcome, copies: int, title: str) -> dict[str, Any]:
+    """One run's figures, printed and returned for --json."""
+    figures = timeline_figures(outcome.timeline)
+    record: dict[str, Any] = {
+        "run_id": outcome.run_id,
+        "run_dir": str(outcome.run_dir),
+        "passed": outcome.passed,
+        "failure": outcome.failure,
+        "timeline_s": figures,
+    }
+    print(f"{title}: {outcome.run_id} {'PASS' if outcome.passed else 'FAIL ' + str(outcome.failure)}")
+    for name, seconds in figures.items():
+        print(f"  {name:<20} +{seconds:6.2f} s")
+    transfers = kv_transfers(outcome.run_dir)
+    if transfers:
+        # First, while the cluster is as the run left it.
+        raw = _raw_copy_beside(outcome.run_dir, transfers, copies)
+        record["kv_transfers"] = transfers.to_json()
+        print(f"  {transfers.describe()}")
+        if isinstance(raw, RawCopy):
+            ratio = transfers.seconds_per_transfer / raw.p50_s
+            record["raw_tcp_copy"] = raw.to_json()
+            record["kv_time_over_raw_p50"] = ratio
+            print(f"  {raw.describe()}")
+            print(f"  mean NIXL transfer / raw copy p50: {ratio:.0f}x")
+        else:
+            record["raw_tcp_copy"] = raw
+            print(f"  raw TCP copy: {raw}")
+    caches = compile_cache(outcome.run_dir)
+    if caches:
+        record["compile_cache"] = [c.to_json() for c in caches]
+        for cache in caches:
+            print(f"  compile cache, {cache.describe()}")
+    return record
 
 
 @task(
@@ -226,32 +271,70 @@ def kv_transfer_figures(run_dir: Path) -> str | None:
         "runs": "number of disaggregated runs (default 3)",
         "requests": "smoke requests per run (default 8)",
         "config": _HELP["config"],
-        "engine": "engine profile (default: the config's ENGINE_PROFILE); vllm-cpu also prints its KV transfers",
+        "engine": "engine profile (default: the config's ENGINE_PROFILE); vllm-cpu also prints its KV transfers "
+        "beside a raw TCP copy of the same bytes between the same nodes, and what its compile cache did",
+        "copies": "raw TCP copies timed after each run with KV transfers (default 200)",
+        "json": "print the figures as one JSON document on stdout (the per-run lines go to stderr)",
     }
 )
 def disagg_bench(
-    c: Context, runs: int = 3, requests: int = 8, config: str | None = None, engine: str | None = None
+    c: Context,
+    runs: int = 3,
+    requests: int = 8,
+    config: str | None = None,
+    engine: str | None = None,
+    copies: int = 200,
+    json: bool = False,
 ) -> None:
-    """Time `disagg.run` from submission to the first verified P/D response (target <= 10 s for the mocker)."""
+    """Time `disagg.run` from submission to the first verified P/D response (target <= 10 s for the mocker);
+    with a real engine, each run's KV transfers against a raw TCP copy of the same bytes."""
+    if runs < 1 or copies < 1:
+        raise Exit("error: --runs and --copies must be at least 1", code=2)
+    records: list[dict[str, Any]] = []
     firsts: list[float] = []
-    for i in range(runs):
-        outcome = _launch("disagg", config, requests=requests, engine=engine)
-        figures = timeline_figures(outcome.timeline)
-        verdict = "PASS" if outcome.passed else f"FAIL {outcome.failure}"
-        print(f"run {i + 1}/{runs}: {outcome.run_id} {verdict}")
-        for name, seconds in figures.items():
-            print(f"  {name:<20} +{seconds:6.2f} s")
-        transfers = kv_transfer_figures(outcome.run_dir)
-        if transfers:
-            print(f"  {transfers}")
-        if not outcome.passed or "first_good_response" not in figures:
-            raise Exit(f"FAIL: run {outcome.run_id} did not reach a verified response", code=1)
-        firsts.append(figures["first_good_response"])
-    print(
-        f"submission -> first verified P/D response: median {statistics.median(firsts):.2f} s "
-        f"(min {min(firsts):.2f}, max {max(firsts):.2f}, n={runs})"
-        + ("; target <= 10 s" if (engine or "mocker") == "mocker" else "")
-    )
+    failed: str | None = None
+    with contextlib.redirect_stdout(sys.stderr) if json else contextlib.nullcontext():
+        for i in range(runs):
+            outcome = _launch("disagg", config, requests=requests, engine=engine)
+            record = _bench_one(outcome, copies, f"run {i + 1}/{runs}")
+            records.append(record)
+            if not outcome.passed or "first_good_response" not in record["timeline_s"]:
+                failed = f"FAIL: run {outcome.run_id} did not reach a verified response"
+                break
+            firsts.append(record["timeline_s"]["first_good_response"])
+        else:
+            print(
+                f"submission -> first verified P/D response: median {statistics.median(firsts):.2f} s "
+                f"(min {min(firsts):.2f}, max {max(firsts):.2f}, n={runs})"
+                + ("; target <= 10 s" if (engine or "mocker") == "mocker" else "")
+            )
+    if json:
+        print(_json.dumps(_bench_document(engine, records, firsts), indent=1))
+    if failed:
+        raise Exit(failed, code=1)
+
+
+def _bench_document(engine: str | None, records: list[dict[str, Any]], firsts: list[float]) -> dict[str, Any]:
+    run_json: dict[str, Any] = {}
+    if records:
+        with contextlib.suppress(OSError, ValueError):
+            run_dir = Path(records[0]["run_dir"])
+            run_json = _json.loads((run_dir / "run.json").read_text())
+    return {
+        "bench": "disagg.bench",
+        "engine": engine or run_json.get("engine_profile"),
+        "platform": run_json.get("platform"),
+        "lock_digest": run_json.get("lock_digest"),
+        "runs": records,
+        "first_good_response_s": {
+            "median": statistics.median(firsts),
+            "min": min(firsts),
+            "max": max(firsts),
+            "n": len(firsts),
+        }
+        if firsts
+        else None,
+    }
 
 
 agg_ns = Collection("agg")

@@ -1,0 +1,137 @@
+"""What ``disagg.bench`` reads from a finished run's directory: the decode workers' NIXL transfers (vLLM's
+metrics), what the workers' compile cache did (vLLM's log lines), and the nodes the KV moved between."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+_KV_METRICS = (
+    "vllm:nixl_xfer_time_seconds_sum",
+    "vllm:nixl_xfer_time_seconds_count",
+    "vllm:nixl_bytes_transferred_sum",
+)
+
+
+@dataclass(frozen=True)
+class KvTransfers:
+    """The decode workers' NIXL transfers of one run, summed over decode workers."""
+
+    count: int
+    bytes_total: int
+    seconds_total: float
+
+    @property
+    def bytes_per_transfer(self) -> int:
+        return round(self.bytes_total / self.count)
+
+    @property
+    def seconds_per_transfer(self) -> float:
+        return self.seconds_total / self.count
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            **asdict(self),
+            "bytes_per_transfer": self.bytes_per_transfer,
+            "seconds_per_transfer": self.seconds_per_transfer,
+        }
+
+    def describe(self) -> str:
+        return (
+            f"{self.count} NIXL transfers, {self.bytes_total / self.count / 1024:.0f} KiB and "
+            f"{self.seconds_per_transfer * 1e3:.1f} ms each on average"
+        )
+
+
+def kv_transfers(run_dir: Path) -> KvTransfers | None:
+    """The NIXL transfers the run's decode workers counted (``metrics/decode*.prom``); None when none."""
+    sums = dict.fromkeys(_KV_METRICS, 0.0)
+    for prom in sorted((run_dir / "metrics").glob("decode*.prom")):
+        for line in prom.read_text(errors="replace").splitlines():
+            name = line.partition("{")[0].partition(" ")[0]
+            if name in sums:
+                sums[name] += float(line.rsplit(" ", 1)[-1])
+    time_s, count, moved = (sums[m] for m in _KV_METRICS)
+    if not count:
+        return None
+    return KvTransfers(round(count), round(moved), time_s)
+
+
+# vLLM 0.32's messages (vllm/compilation/decorators.py, vllm/v1/engine/core.py).
+_LOADED = re.compile(r"Directly load AOT compilation from path")
+_LOAD_FAILED = re.compile(r"Compiling model again due to a load failure from \S+, reason: (.*)")
+_SAVED = re.compile(r"saved AOT compiled function to")
+_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s")
+
+
+@dataclass(frozen=True)
+class CompileCache:
+    """What one worker's torch.compile cache did at start, from its log."""
+
+    worker: str  # the log's name: <role>.<process>
+    loaded: bool  # the compiled model came from the cache
+    load_failure: str | None  # the cache held a compiled model that failed to load (vLLM's reason)
+    saved: bool  # the worker compiled and wrote the cache
+    init_engine_s: float | None  # vLLM's own figure: profile, KV cache, warm-up (the compile in it)
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        if self.loaded:
+            what = "compiled model loaded from the cache"
+        elif self.load_failure is not None:
+            what = f"cached model failed to load ({self.load_failure}), compiled again"
+        else:
+            what = "no cached model, compiled"
+        if self.saved:
+            what += ", saved to the cache"
+        init = f"; init engine {self.init_engine_s:.1f} s" if self.init_engine_s is not None else ""
+        return f"{self.worker}: {what}{init}"
+
+
+def compile_cache(run_dir: Path) -> list[CompileCache]:
+    """One entry per worker log in the run that shows vLLM initialising its engine."""
+    found: list[CompileCache] = []
+    for log in sorted((run_dir / "logs").glob("*.log")):
+        text = log.read_text(errors="replace")
+        init = _INIT.search(text)
+        failure = _LOAD_FAILED.search(text)
+        loaded, saved = bool(_LOADED.search(text)), bool(_SAVED.search(text))
+        if not (init or failure or loaded or saved):
+            continue  # not a vLLM worker (frontend, register helper)
+        found.append(
+            CompileCache(
+                log.stem,
+                loaded,
+                failure.group(1).strip() if failure else None,
+                saved,
+                float(init.group(1)) if init else None,
+            )
+        )
+    return found
+
+
+def kv_nodes(run_dir: Path) -> tuple[str, str]:
+    """(prefill node, decode node) the run's first prefill and first decode jobs ran on (run.json)."""
+    jobs = json.loads((run_dir / "run.json").read_text())["jobs"]
+
+    def node_of(prefix: str) -> str:
+        for job in jobs:
+            if str(job["role"]).startswith(prefix) and job.get("node_ran"):
+                return str(job["node_ran"])
+        raise ValueError(f"run {run_dir.name} has no {prefix} job with a node in run.json")
+
+    return node_of("prefill"), node_of("decode")
+
+
+def local_cluster_state_dir(run_dir: Path) -> Path | None:
+    """The state directory of the local cluster the run ran on (its SLURM_CONF is ``<state>/etc/slurm.conf``);
+    None when the run's cluster is not a local one."""
+    slurm_conf = json.loads((run_dir / "run.json").read_text()).get("config", {}).get("SLURM_CONF")
+    if not slurm_conf:
+        return None
+    state_dir = Path(slurm_conf).parent.parent
+    return state_dir if (state_dir / "cluster.json").is_file() else None

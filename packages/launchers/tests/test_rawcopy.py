@@ -1,0 +1,84 @@
+"""The raw TCP copy between two nodes of the local cluster, and disagg.bench setting a run's KV transfers
+beside it (a real run's metrics and timeline, the copy measured on this session's local cluster; no vLLM)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from atomdyn_launchers.launch import Outcome
+from atomdyn_launchers.launch_tasks import _bench_one
+from atomdyn_launchers.localcluster import LocalCluster
+from atomdyn_launchers.rawcopy import WARMUP_COPIES, RawCopyError, measure, measure_in_local_cluster
+
+pytestmark = pytest.mark.integration
+
+REAL_RUN = (
+    Path(__file__).parent / "evidence" / "fixtures" / "vllm-cpu-disagg" / "20261201T124322Z-disagg-vllm-cpu"
+)
+
+
+def _eth0_rx_bytes(cluster: LocalCluster, node: str) -> int:
+    done = subprocess.run(
+        cluster.node_command(node, ["ip", "-s", "-j", "link", "show", "eth0"]),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(json.loads(done.stdout)[0]["stats64"]["rx"]["bytes"])
+
+
+def test_the_copy_crosses_the_link_from_node1_to_node2(local_cluster: LocalCluster) -> None:
+    nbytes, copies = 211_456, 30  # a real run's mean KV transfer
+    before = _eth0_rx_bytes(local_cluster, "node2")
+    result = measure_in_local_cluster(local_cluster.state_dir, nbytes, copies)
+    received = _eth0_rx_bytes(local_cluster, "node2") - before
+    assert (result.source, result.reader, result.nbytes, result.copies) == ("node1", "node2", nbytes, copies)
+    assert 0 < result.min_s <= result.p50_s
+    # Every copy, warm-up included, came in through node2's link from node1's address.
+    assert received >= (copies + WARMUP_COPIES) * nbytes
+    assert "node1 -> node2 of 211456 bytes: p50 " in result.describe()
+
+
+def test_a_server_that_cannot_listen_is_named(local_cluster: LocalCluster) -> None:
+    # node2's address does not exist in node1's namespace: the server there cannot bind it.
+    node2_addr = local_cluster.layout().node_addr("node2")
+    with pytest.raises(RawCopyError, match=r"raw-copy server on node1 exited: .*assign requested address"):
+        measure(local_cluster.node_command, "node1", node2_addr, "node2", 1024, 1, timeout_s=30)
+
+
+def test_bad_sizes_and_nodes_are_named(local_cluster: LocalCluster) -> None:
+    with pytest.raises(RawCopyError, match="bytes per copy must be between 1 and"):
+        measure_in_local_cluster(local_cluster.state_dir, 0)
+    with pytest.raises(RawCopyError, match="copies must be at least 1"):
+        measure_in_local_cluster(local_cluster.state_dir, 10, copies=0)
+    with pytest.raises(RawCopyError, match="no node 'node9' in the local cluster"):
+        measure_in_local_cluster(local_cluster.state_dir, 10, source="node9")
+
+
+def test_bench_sets_a_runs_kv_transfers_beside_the_raw_copy(
+    local_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / REAL_RUN.name
+    shutil.copytree(REAL_RUN, run_dir)
+    record = json.loads((run_dir / "run.json").read_text())
+    # The real run on this session's cluster: its Slurm config, its nodes.
+    record["config"]["SLURM_CONF"] = str(local_cluster.layout().slurm_conf)
+    for job, node in zip(record["jobs"], ("node1", "node2"), strict=True):
+        job["node_ran"] = node
+    (run_dir / "run.json").write_text(json.dumps(record))
+    timeline = [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines()]
+
+    figures = _bench_one(Outcome(run_dir.name, run_dir, True, None, timeline), 20, "run 1/1")
+
+    assert figures["kv_transfers"]["count"] == 9 and figures["kv_transfers"]["bytes_per_transfer"] == 211_172
+    raw = figures["raw_tcp_copy"]
+    assert (raw["source"], raw["reader"], raw["nbytes"], raw["copies"]) == ("node1", "node2", 211_172, 20)
+    assert figures["kv_time_over_raw_p50"] == pytest.approx(
+        figures["kv_transfers"]["seconds_per_transfer"] / raw["p50_s"]
+    )
+    assert figures["timeline_s"]["first_good_response"] > 0
