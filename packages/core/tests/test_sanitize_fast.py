@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from test_sanitize import BENIGN, CORPUS
 from test_sanitize_corpus import HIDE, KEEP
 
-from atomdyn_core.sanitize import Sanitizer, sanitize_file, sanitize_file_to
+from atomdyn_core.sanitize import Sanitizer, sanitize_file, sanitize_file_to, scan
 from atomdyn_core.sanitize.files import read_blocks
 from atomdyn_core.sanitize.loggen import KNOWN, generate_text
 from atomdyn_core.sanitize.scan import sanitize_block
@@ -370,3 +371,60 @@ def test_cli_bench_prints_its_figures() -> None:
     done = _cli("bench", "--size-mb", "1", "--slow-sample-mb", "1")
     assert done.returncode == 0, done.stderr
     assert "parse rate" in done.stdout and "whole-file sanitize" in done.stdout and "MB/s" in done.stdout
+
+
+# Lines that one scanner alone selects (in the corpus, another scanner selects each line these could).
+_ONE_SCANNER_LINES = [
+    "mail alice@buildbox now",
+    "run -w node17 now",
+    "*** JOB 42 ON node07 CANCELLED",
+    "#SBATCH -A projx",
+    "push with ghp_" + "a1B2" * 9,
+    "Authorization Bearer abcdefgh12345678",
+    "key AKIAABCDEFGHIJKLMNOP here",
+    "google AIza" + "x1Y2z" * 7,
+    "jwt eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.abcdefghijk",
+]
+
+
+def test_lines_one_scanner_selects() -> None:
+    _assert_same({}, "\n".join(_ONE_SCANNER_LINES) + "\n")
+
+
+def _differs_somewhere() -> bool:
+    """Whether the fast path's output differs from the line-by-line path's on the corpus (through the shapes
+    and, with its lines of other scripts, through the whole-block scan), on generated logs or on lines that
+    one scanner alone selects."""
+    ascii_lines = [line for line in CORPUS_LINES if line.isascii()]
+    texts = [
+        "\n".join(CORPUS_LINES) + "\n",
+        "\n".join(ascii_lines) + "\n",
+        generate_text(64 << 10, seed=0),
+        "\n".join(_ONE_SCANNER_LINES) + "\n",
+    ]
+    return any(
+        _fast(known, text)[0] != _line_by_line(known, text)[0] for text in texts for known in ({}, KNOWN)
+    )
+
+
+_NEVER = re.compile(r"(?!)")
+
+
+@pytest.mark.parametrize("twin", [False, True], ids=["scanner", "shape-twin"])
+@pytest.mark.parametrize("index", range(len(scan._SCANNERS)))
+def test_the_comparisons_catch_a_pre_filter_that_misses_lines(
+    index: int, twin: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each scanner (and each twin that judges shapes for it) is needed: with it made blind, the fast path
+    misses lines and the comparisons above see it. A pre-filter that misses lines cannot pass them."""
+    assert not _differs_somewhere()
+    name = "_SHAPE_SCANNERS" if twin else "_SCANNERS"
+    broken = tuple(_NEVER if k == index else p for k, p in enumerate(getattr(scan, name)))
+    monkeypatch.setattr(scan, name, broken)
+    monkeypatch.setattr(scan, "_SHAPE_VERDICTS", {})
+    assert _differs_somewhere()
+
+
+def test_the_comparisons_catch_known_names_left_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scan, "_replace_names", lambda *args: None)
+    assert _differs_somewhere()
