@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,32 @@ def test_bench_sets_a_runs_kv_transfers_beside_the_raw_copy(
         figures["kv_transfers"]["seconds_per_transfer"] / raw["p50_s"]
     )
     assert figures["timeline_s"]["first_good_response"] > 0
+
+
+def test_measure_by_hand_from_the_command_line(local_cluster: LocalCluster) -> None:
+    # Run as a script, the module's own name is __main__: the nodes' sides must be started by the real one.
+    argv = [
+        "measure",
+        "--bytes",
+        "4096",
+        "--copies",
+        "5",
+        "--state-dir",
+        str(local_cluster.state_dir),
+        "--json",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "atomdyn_launchers.rawcopy", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert (figures["source"], figures["reader"], figures["nbytes"], figures["copies"]) == (
+        "node1",
+        "node2",
+        4096,
+        5,
+    )

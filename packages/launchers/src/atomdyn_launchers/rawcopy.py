@@ -162,7 +162,7 @@ def measure(
     if copies < 1:
         raise RawCopyError(f"copies must be at least 1, not {copies}")
     deadline = time.monotonic() + timeout_s
-    module = [python, "-m", __name__]
+    module = [python, "-m", "atomdyn_launchers.rawcopy"]  # not __name__: "__main__" when run as one
     server = subprocess.Popen(
         node_command(source, [*module, "serve", source_addr, "--timeout", str(timeout_s)]),
         stdin=subprocess.DEVNULL,
