@@ -159,9 +159,7 @@ _PROSE_AFTER_SPACED_KEY = re.compile(r"[ \t]+[a-z]{2,}\b(?![\w.-]*\s*[=:])")
 _PLAIN_WORD = re.compile(r"[A-Z]?[a-z]+")
 _SPACED_KEY_END = re.compile(r"\s[=:]\s*\Z")
 _SLURM_ON_HOST = re.compile(r"(?P<k>\*\*\* (?:JOB|STEP) [\d.]+ ON |\bslurmstepd-)(?P<v>[\w.-]+?)(?=[\s:]|$)")
-# Terminal colours (Dynamo writes them even into files). Adjacent codes are removed as one match: fewer
-# matches, fewer pieces joined (the same text as removing them one by one).
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z](?:\x1b\[[0-9;]*[A-Za-z])*")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colours (Dynamo writes them even into files)
 # Labels after the top-level-domain word belong to the name too (login-02.cluster.acme), file extensions do not.
 _FQDN = re.compile(
     rf"(?<![\w.-])(?:[A-Za-z0-9](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.)+(?i:{_TLDS})"
