@@ -410,3 +410,15 @@ def test_shim_install_fails_without_a_gpu_runtime_only_where_one_is_required(
     else:
         install_shim(shim, "node1", actions)
         assert actions[-1] == REHEARSAL_SHIM_ACTION
+
+
+def test_nodes_check_task_says_it_is_alive_while_it_waits(docker_cluster: LocalCluster) -> None:
+    """Long node work prints a heartbeat line (stderr) so a terminal or a log shows the wait is alive."""
+    done = subprocess.run(
+        [str(Path(sys.prefix) / "bin" / "invoke"), "--search-root", str(REPO), "nodes.check",
+         "--config", str(docker_cluster.state_dir / "cluster.env"), "--engine", "mocker"],
+        env={**os.environ, "ATOMDYN_HEARTBEAT_S": "0.2"}, capture_output=True, text=True, timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nodes.check on node1, node2: still running (" in done.stderr, done.stderr

@@ -8,6 +8,7 @@ what is awaited and for how long, so a silent build or validation is visibly ali
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -78,8 +79,11 @@ class Progress:
             self.line(f"{text} (unchanged for {now - self._last_status_t:.0f} s)")
 
     @contextmanager
-    def heartbeat(self, what: str, interval_s: float = 15.0) -> Iterator[Heartbeat]:
-        """While the block runs, a line every ``interval_s`` saying what is awaited and for how long."""
+    def heartbeat(self, what: str, interval_s: float | None = None) -> Iterator[Heartbeat]:
+        """While the block runs, a line every ``interval_s`` (default $ATOMDYN_HEARTBEAT_S, else 15 s) saying
+        what is awaited and for how long."""
+        if interval_s is None:
+            interval_s = float(os.environ.get("ATOMDYN_HEARTBEAT_S") or 15.0)
         beat = Heartbeat(self, what, interval_s)
         beat.start()
         try:

@@ -32,6 +32,7 @@ from atomdyn_launchers.nodes.prepare import (
     prepare,
 )
 from atomdyn_launchers.profiles.models import ProfileError
+from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.slurm import SlurmError
 
 _HELP = {
@@ -104,7 +105,10 @@ def prepare_task(
     cfg = _config(config)
     spec = _spec(cfg, image or [], rehearsal, build_args, shim_wheel)
     try:
-        report = prepare(cfg, spec, strategy=strategy, nodes=_nodes(cfg, nodes), log=print)
+        targets = _nodes(cfg, nodes)
+        # Builds and archive loads take minutes: a line every 15 s says the wait is alive (stderr).
+        with Progress().heartbeat(f"nodes.prepare ({strategy}) on {', '.join(targets or ['every node'])}"):
+            report = prepare(cfg, spec, strategy=strategy, nodes=targets, log=print)
     except (PrepareError, SlurmError, jobs.NodeJobError) as exc:
         raise Exit(f"FAIL: {exc}", code=1) from exc
     print(report.table())
@@ -135,9 +139,11 @@ def check_task(
     """Per-node preflight: devices, RDMA ports and GIDs, advertised address, Docker, image, shared dir, model."""
     cfg = _config(config)
     try:
-        report = node_check.check_nodes(
-            cfg, _nodes(cfg, nodes), engine=engine or None, image_tags=image or None, kind=kind
-        )
+        targets = _nodes(cfg, nodes)
+        with Progress().heartbeat(f"nodes.check on {', '.join(targets)}"):
+            report = node_check.check_nodes(
+                cfg, targets, engine=engine or None, image_tags=image or None, kind=kind
+            )
     except ProfileError as exc:
         raise Exit(f"error: {exc}", code=2) from None
     except (SlurmError, jobs.NodeJobError) as exc:

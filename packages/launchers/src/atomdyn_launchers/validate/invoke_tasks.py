@@ -24,12 +24,18 @@ def gpu(
 ) -> None:
     """Run atomdyn-validate in the image as one Slurm job; print PASS/FAIL per check; exit 1 on any FAIL."""
     from atomdyn_launchers.config import ClusterConfigError, PreflightError, resolve_cluster_config
+    from atomdyn_launchers.progress import Progress
     from atomdyn_launchers.slurm import SlurmError
     from atomdyn_launchers.validate.gpu import run_gpu_validation
 
     try:
         cfg = resolve_cluster_config(Path(config) if config else None)
-        result = run_gpu_validation(cfg, image=image, node=node, docker_host=docker_host, timeout_s=timeout)
+        with Progress().heartbeat(
+            f"validate.gpu on {node or cfg.primary_node}"
+        ):  # a line every 15 s (stderr)
+            result = run_gpu_validation(
+                cfg, image=image, node=node, docker_host=docker_host, timeout_s=timeout
+            )
     except (ClusterConfigError, PreflightError, SlurmError, TimeoutError) as exc:
         raise Exit(f"error: {exc}", code=2) from exc
     print("\n".join(result.lines()))
