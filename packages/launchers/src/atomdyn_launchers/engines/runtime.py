@@ -129,10 +129,16 @@ class DockerRuntime:
     docker: str = "docker"
     python: str = "python3"
     name: str = "docker"
+    # Unlimited locked memory for RDMA registration. Engines without GPUs or RDMA (vendor "none") run with the
+    # node's own limit, as in the venv runtime: a daemon may refuse to raise it ("error setting rlimit type
+    # 8: operation not permitted", seen with the local cluster's per-node dockerd), and nothing is pinned.
+    lock_memory: bool = True
 
     def _base(self, name: str, devices: DeviceAccess) -> list[Arg]:
         args: list[Arg] = [self.docker, "run", "--rm", "--name", f"{self.container_prefix}-{name}"]
-        args += ["--network", "host", "--ipc", "host", "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1"]
+        args += ["--network", "host", "--ipc", "host"]
+        if self.lock_memory:
+            args += ["--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1"]
         args += devices.docker_args()
         for mount in self.mounts:
             args += ["-v", f"{mount}:{mount}"]
