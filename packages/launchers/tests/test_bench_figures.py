@@ -40,6 +40,33 @@ def test_kv_transfers_from_a_real_runs_metrics() -> None:
     assert round(transfers.seconds_per_transfer * 1e3, 1) == 274.4
 
 
+def _bucket_lines(worker: str, cumulative: dict[str, int]) -> str:
+    # vLLM's histogram lines as a decode worker's /metrics gave them in a real run.
+    labels = 'dynamo_component="backend",dynamo_endpoint="generate",engine="0",le="{le}",model="atomdyn/tiny-qwen3"'
+    return "".join(
+        f'vllm:nixl_xfer_time_seconds_bucket{{{labels.format(le=le)},worker_id="{worker}"}} {n}.0\n'
+        for le, n in cumulative.items()
+    )
+
+
+def test_the_median_transfer_from_the_histogram_summed_over_decode_workers(tmp_path: Path) -> None:
+    run_dir = _run_dir(tmp_path)  # 9 transfers in decode.decode.prom, its histogram trimmed away
+    metrics = run_dir / "metrics"
+    with (metrics / "decode.decode.prom").open("a") as prom:  # 5 of 9 within 25 ms, 1 within 10 ms
+        prom.write(_bucket_lines("a", {"0.005": 0, "0.01": 1, "0.025": 5, "1.0": 8, "5.0": 9, "+Inf": 9}))
+    transfers = kv_transfers(run_dir)
+    assert transfers is not None and transfers.median_bounds_s == (0.01, 0.025)
+    assert transfers.describe().endswith("274.4 ms each on average, median in (10, 25] ms")
+    assert transfers.to_json()["median_bounds_s"] == [0.01, 0.025]
+    # A second decode worker's counts add to the first's, bound by bound: 5 of 18 within 25 ms now.
+    (metrics / "decode2.decode.prom").write_text(
+        _bucket_lines("b", {"0.005": 0, "0.01": 0, "0.025": 0, "1.0": 9, "5.0": 9, "+Inf": 9})
+        + 'vllm:nixl_xfer_time_seconds_count{worker_id="b"} 9.0\n'
+    )
+    transfers = kv_transfers(run_dir)
+    assert transfers is not None and transfers.count == 18 and transfers.median_bounds_s == (0.025, 1.0)
+
+
 def test_compile_cache_per_worker(tmp_path: Path) -> None:
     run_dir = _run_dir(tmp_path)
     (run_dir / "logs" / "prefill.prefill.log").write_text(COLD)

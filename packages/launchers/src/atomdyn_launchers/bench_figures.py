@@ -13,6 +13,8 @@ _KV_METRICS = (
     "vllm:nixl_xfer_time_seconds_count",
     "vllm:nixl_bytes_transferred_sum",
 )
+_TIME_BUCKET = "vllm:nixl_xfer_time_seconds_bucket"
+_LE = re.compile(r'[{,]le="([^"]+)"')
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,19 @@ class KvTransfers:
     count: int
     bytes_total: int
     seconds_total: float
+    # vLLM's histogram of the transfer time (cumulative counts by upper bound, seconds): the mean alone hides
+    # that one slow transfer (a handshake, a busy peer) can outweigh all the others.
+    time_buckets: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def median_bounds_s(self) -> tuple[float, float] | None:
+        """(lower, upper] bucket bounds of the median transfer time; None without a histogram."""
+        lower = 0.0
+        for upper, cumulative in self.time_buckets:
+            if cumulative >= self.count / 2:
+                return lower, upper
+            lower = upper
+        return None
 
     @property
     def bytes_per_transfer(self) -> int:
@@ -32,31 +47,40 @@ class KvTransfers:
         return self.seconds_total / self.count
 
     def to_json(self) -> dict[str, object]:
+        bounds = self.median_bounds_s
         return {
             **asdict(self),
             "bytes_per_transfer": self.bytes_per_transfer,
             "seconds_per_transfer": self.seconds_per_transfer,
+            "median_bounds_s": list(bounds) if bounds else None,
         }
 
     def describe(self) -> str:
+        bounds = self.median_bounds_s
+        median = f", median in ({bounds[0] * 1e3:g}, {bounds[1] * 1e3:g}] ms" if bounds else ""
         return (
             f"{self.count} NIXL transfers, {self.bytes_total / self.count / 1024:.0f} KiB and "
-            f"{self.seconds_per_transfer * 1e3:.1f} ms each on average"
+            f"{self.seconds_per_transfer * 1e3:.1f} ms each on average{median}"
         )
 
 
 def kv_transfers(run_dir: Path) -> KvTransfers | None:
     """The NIXL transfers the run's decode workers counted (``metrics/decode*.prom``); None when none."""
     sums = dict.fromkeys(_KV_METRICS, 0.0)
+    buckets: dict[float, float] = {}
     for prom in sorted((run_dir / "metrics").glob("decode*.prom")):
         for line in prom.read_text(errors="replace").splitlines():
             name = line.partition("{")[0].partition(" ")[0]
+            value = line.rsplit(" ", 1)[-1]
             if name in sums:
-                sums[name] += float(line.rsplit(" ", 1)[-1])
+                sums[name] += float(value)
+            elif name == _TIME_BUCKET and (le := _LE.search(line)):
+                bound = float(le.group(1))  # "+Inf" parses as inf
+                buckets[bound] = buckets.get(bound, 0.0) + float(value)
     time_s, count, moved = (sums[m] for m in _KV_METRICS)
     if not count:
         return None
-    return KvTransfers(round(count), round(moved), time_s)
+    return KvTransfers(round(count), round(moved), time_s, tuple(sorted(buckets.items())))
 
 
 # vLLM 0.32's messages (vllm/compilation/decorators.py, vllm/v1/engine/core.py).

@@ -298,7 +298,10 @@ def disagg_bench(
             outcome = _launch("disagg", config, requests=requests, engine=engine)
             record = _bench_one(outcome, copies, f"run {i + 1}/{runs}")
             records.append(record)
-            if not outcome.passed or "first_good_response" not in record["timeline_s"]:
+            if not outcome.passed:
+                failed = f"FAIL: run {outcome.run_id}: {outcome.failure}"
+                break
+            if "first_good_response" not in record["timeline_s"]:
                 failed = f"FAIL: run {outcome.run_id} did not reach a verified response"
                 break
             firsts.append(record["timeline_s"]["first_good_response"])
