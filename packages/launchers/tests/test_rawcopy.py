@@ -112,3 +112,29 @@ def test_measure_by_hand_from_the_command_line(local_cluster: LocalCluster) -> N
         4096,
         5,
     )
+
+
+def test_bench_json_is_the_only_thing_on_stdout(local_cluster: LocalCluster, tmp_path: Path) -> None:
+    # The mock engine moves no KV: the document holds its timeline, no transfers and no copy.
+    (tmp_path / "tasks.py").write_text(
+        "from invoke import Collection\nfrom atomdyn_launchers.launch_tasks import disagg_ns\nns = Collection(disagg_ns)\n"
+    )
+    env_file = local_cluster.state_dir / "cluster.env"
+    argv = ["disagg.bench", "--runs", "1", "--requests", "2", "--json", "--config", str(env_file)]
+    done = subprocess.run(
+        [sys.executable, "-m", "invoke", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    document = json.loads(done.stdout)
+    assert document["bench"] == "disagg.bench" and document["engine"] == "mocker"
+    assert document["lock_digest"].startswith("sha256:") and document["platform"]
+    (run,) = document["runs"]
+    assert run["passed"] and run["timeline_s"]["first_good_response"] > 0
+    assert "kv_transfers" not in run and "raw_tcp_copy" not in run
+    assert document["first_good_response_s"]["n"] == 1
+    assert "run 1/1: " in done.stderr and "submission -> first verified P/D response" in done.stderr
