@@ -372,6 +372,11 @@ def parse_squeue(out: str) -> dict[int, JobInfo]:
     return found
 
 
+# A controller too busy to answer (slurmctld under load: "Unexpected missing socket error") is asked again at
+# the next poll, with the last answers standing in; only this long without an answer fails the run.
+TRANSIENT_S = 30.0
+
+
 class JobPoller:
     """The states of a set of jobs at a bounded rate (see the module docstring).
 
@@ -386,6 +391,7 @@ class JobPoller:
         self.started = clock()
         self._due = self.started
         self._known: dict[int, JobInfo] = {}
+        self._failing_since: float | None = None
 
     def next_due(self) -> float:
         return self._due
@@ -407,9 +413,17 @@ class JobPoller:
                 self.slurm.run(["squeue", "-h", f"--jobs={','.join(map(str, ids))}", "-o", "%i|%j|%T|%r|%N"])
             )
         except SlurmError as exc:
-            if "Invalid job id" not in str(exc):  # every job already left the controller
-                raise
-            queued = {}
+            if "Invalid job id" in str(exc):  # every job already left the controller
+                queued = {}
+            else:
+                now = self.clock()
+                self._failing_since = now if self._failing_since is None else self._failing_since
+                if now - self._failing_since >= TRANSIENT_S or any(j not in self._known for j in ids):
+                    raise SlurmError(
+                        f"{exc} (no answer for {now - self._failing_since:.0f} s; tried again every poll)"
+                    ) from exc
+                return  # the last answers stand until the controller answers again
+        self._failing_since = None
         for job_id in ids:
             info = queued.get(job_id)
             if info is None or info.state not in QUEUE_STATES:
