@@ -5,6 +5,9 @@ from __future__ import annotations
 import threading
 from io import StringIO
 
+import pytest
+
+import atomdyn_launchers.progress as progress_module
 from atomdyn_launchers.progress import Progress, ready_summary
 
 
@@ -64,3 +67,19 @@ def test_an_unchanged_status_is_repeated_as_a_heartbeat() -> None:
     lines = out.getvalue().splitlines()
     assert len(lines) == 2
     assert "prefill: RUNNING | 0/1 P ready (unchanged for 0 s)" in lines[1]
+
+
+def test_an_unchanged_status_is_repeated_once_per_heartbeat_not_at_every_poll(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Seen in a real run: past the first 30 s every 0.2 s poll printed an "unchanged for" line.
+    clock = [1000.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+    out = StringIO()
+    progress = Progress(out, heartbeat_s=30.0)
+    for _ in range(300):  # a minute of polls, one every 0.2 s
+        progress.status({"prefill": "RUNNING"}, set(), modes={"prefill": "prefill"})
+        clock[0] += 0.2
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2, lines  # the status, then one heartbeat at 30 s (the next is due at 60 s)
+    assert lines[1].endswith("(unchanged for 30 s)")

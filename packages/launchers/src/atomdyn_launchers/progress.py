@@ -36,7 +36,8 @@ class Progress:
         self.started = time.monotonic()
         self.heartbeat_s = heartbeat_s  # an unchanged status is repeated this often: the wait is alive
         self._last_status = ""
-        self._last_status_t = 0.0
+        self._last_status_t = 0.0  # when the status last changed (how long it has been unchanged)
+        self._last_line_t = 0.0  # when it was last printed (the next heartbeat is due heartbeat_s later)
         self._lock = threading.Lock()
 
     def line(self, message: str) -> None:
@@ -73,9 +74,10 @@ class Progress:
         text = " | ".join(parts)
         now = time.monotonic()
         if text != self._last_status:
-            self._last_status, self._last_status_t = text, now
+            self._last_status, self._last_status_t, self._last_line_t = text, now, now
             self.line(text)
-        elif now - self._last_status_t >= self.heartbeat_s:
+        elif now - self._last_line_t >= self.heartbeat_s:
+            self._last_line_t = now
             self.line(f"{text} (unchanged for {now - self._last_status_t:.0f} s)")
 
     @contextmanager
