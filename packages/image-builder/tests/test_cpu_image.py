@@ -147,3 +147,26 @@ def test_cpu_expectations_need_their_own_versions(tmp_path: Path) -> None:
     path.write_text(json.dumps({"platform": "tpu", "versions": {}}))
     with pytest.raises(validator.ExpectedError, match="'platform' is 'tpu'"):
         validator.load_expected(path)
+
+
+def test_build_without_inputs_names_the_command_that_makes_them(tmp_path: Path) -> None:
+    from atomdyn_images import cli
+    from atomdyn_images.engine import Docker
+
+    code = cli.main(
+        ["build", "--lock", str(REPO / "release-lock.json"), "--target", "cpu", "--cpu-inputs", str(tmp_path)]
+    )
+    assert code == 2
+    docker = Docker(host="unix:///nonexistent/docker.sock")  # never reached: the inputs are checked first
+    with pytest.raises(cpu_image.CpuImageError, match="run `atomdyn-images cpu-inputs"):
+        cpu_image.build_cpu(REPO, load_lock(REPO / "release-lock.json"), tmp_path, tmp_path, docker)
+
+
+def test_a_changed_rootfs_is_refused_before_docker_sees_it(tmp_path: Path) -> None:
+    from atomdyn_images.engine import Docker
+
+    rootfs = tmp_path / "rootfs.tar"
+    rootfs.write_bytes(b"not the recorded tar")
+    docker = Docker(host="unix:///nonexistent/docker.sock")  # never reached: the check comes first
+    with pytest.raises(cpu_image.CpuImageError, match=r"differs from rootfs\.json"):
+        cpu_image.import_base(docker, rootfs, {"sha256": "0" * 64})
