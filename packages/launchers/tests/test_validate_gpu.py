@@ -165,3 +165,18 @@ def test_invoke_task_reports_a_bad_cluster_config(tmp_path: Path) -> None:
     assert ns.name == "validate" and "gpu" in ns.task_names
     with pytest.raises(Exit, match=r"no-such\.env"):
         gpu(Context(), config=str(tmp_path / "no-such.env"))
+
+
+def test_job_script_for_a_cpu_engine_keeps_the_nodes_memlock_limit(tmp_path: Path) -> None:
+    """No GPU, nothing pinned for RDMA: a node's dockerd may refuse to raise the limit (the local cluster's does)."""
+    from atomdyn_launchers.config import load_cluster_config
+
+    env = tmp_path / "cluster.env"
+    env.write_text(
+        "SLURM_ACCOUNT=acct\nSLURM_PARTITION=cpu\nSLURM_QOS=normal\nPRIMARY_NODE=n1\nPREFILL_NODE=n1\n"
+        f"DECODE_NODE=n2\nSHARED_DIR={tmp_path}\nMODEL_PATH={tmp_path}\nENGINE_PROFILE=vllm-cpu\nRUNTIME=docker\n"
+        f"PROJECT_DIR={tmp_path}\nPYTHON_VENV={tmp_path}\nDYNAMO_ATOM_IMAGE=atomdyn-vllm-cpu:x\n"
+    )
+    script = job_script(load_cluster_config(env), "atomdyn-vllm-cpu:x", tmp_path, "/usr/bin/docker")
+    assert "memlock" not in script and "--device" not in script
+    assert "atomdyn-vllm-cpu:x atomdyn-validate --json" in script

@@ -20,7 +20,7 @@ from atomdyn_launchers.config import ClusterConfig, PreflightError
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.engines.runtime import DockerRuntime
 from atomdyn_launchers.nodes.images import docker_client
-from atomdyn_launchers.sbatch import Arg, Shell
+from atomdyn_launchers.sbatch import Shell
 from atomdyn_launchers.slurm import JobInfo, Slurm
 
 
@@ -47,30 +47,15 @@ class GpuValidation:
         return out
 
 
-def _without_memlock(argv: list[Arg]) -> list[Arg]:
-    """Without GPUs nothing is pinned for RDMA, and an unprivileged host may refuse to raise the limit."""
-    out: list[Arg] = []
-    skip = False
-    for index, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        following = argv[index + 1] if index + 1 < len(argv) else ""
-        if arg == "--ulimit" and isinstance(following, str) and following.startswith("memlock="):
-            skip = True
-            continue
-        out.append(arg)
-    return out
-
-
 def job_script(config: ClusterConfig, image: str, run_dir: Path, docker: str) -> str:
     engine = get_engine(config.engine_profile)
     devices = engine.container_devices()
-    runtime = DockerRuntime(image, f"atomdyn-validate-{run_dir.name}", [], docker=docker)
+    # Without GPUs nothing is pinned for RDMA, and an unprivileged node may refuse to raise the memlock limit.
+    runtime = DockerRuntime(
+        image, f"atomdyn-validate-{run_dir.name}", [], docker=docker, lock_memory=engine.vendor != "none"
+    )
     # The checks ask the GPU stack questions (ROCm torch, the active vLLM platform): the job gets the devices.
     argv = list(runtime.wrap("check", ["atomdyn-validate", "--json"], {}, devices).argv)
-    if engine.vendor == "none":
-        argv = _without_memlock(argv)
     command = " ".join(a.text if isinstance(a, Shell) else shlex.quote(a) for a in argv)
     report = shlex.quote(str(run_dir / "validate.json"))
     prelude = "".join(f"{line}\n" for line in runtime.prelude(devices))
