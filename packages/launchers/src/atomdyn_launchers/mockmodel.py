@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_json
+from atomdyn_launchers.modeldir import install_staged
 
 # Bump when the generated content changes so cached directories are regenerated.
 GENERATOR_VERSION = 1
@@ -139,17 +140,7 @@ def generate(path: Path, vocab_size: int = VOCAB_SIZE) -> Path:
             },
         )
         atomic_write_json(staging / "generation_config.json", {"eos_token_id": eos_id, "max_new_tokens": 256})
-        if path.exists() and not is_complete(path):
-            # An older or damaged copy: move it aside, put the new one in place, then delete the old one.
-            stale = Path(tempfile.mkdtemp(prefix=f".{path.name}.stale.", dir=path.parent))
-            path.rename(stale / path.name)
-            shutil.rmtree(stale, ignore_errors=True)
-        try:
-            staging.rename(path)
-        except OSError:
-            # Another process finished first; keep its copy if it is complete.
-            if not is_complete(path):
-                raise
+        install_staged(staging, path, is_complete)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json
 from atomdyn_launchers import mockmodel
+from atomdyn_launchers.modeldir import install_staged
 
 # Bump when the generated content changes; the profile's recorded digest must change with it.
 GENERATOR_VERSION = 1
@@ -199,15 +200,8 @@ def build(path: Path, expected_digest: str | None = None) -> str:
                 f"the tiny model built with digest {found}, the profile records {expected_digest} "
                 "(the generator or the tokenizers library changed: rebuild and record the new digest)"
             )
-        if path.exists():
-            stale = Path(tempfile.mkdtemp(prefix=f".{path.name}.stale.", dir=path.parent))
-            path.rename(stale / path.name)
-            shutil.rmtree(stale, ignore_errors=True)
-        try:
-            staging.rename(path)
-        except OSError:
-            if not is_built(path):  # another builder finished first: keep its copy if it is whole
-                raise
+        # A copy with another digest is replaced; one another builder just finished is kept.
+        install_staged(staging, path, lambda p: is_built(p) and digest(p) == found)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
