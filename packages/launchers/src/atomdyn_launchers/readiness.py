@@ -608,6 +608,7 @@ class _RegisterArgs:
     frontend_health: list[str] = field(default_factory=list)
     timeout_s: float = 600.0
     ttl_s: int = LEASE_TTL_S
+    etcd_lost_s: float = ETCD_LOST_S
     launcher_key: str | None = None
 
 
@@ -639,6 +640,9 @@ def register_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--frontend-health", action="append", default=[], help="URL of a frontend /health")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--ttl", type=int, default=LEASE_TTL_S)
+    parser.add_argument(
+        "--etcd-lost-s", type=float, default=ETCD_LOST_S, help="etcd silence that fails the role (< --ttl)"
+    )
     parser.add_argument("--launcher-key", help="stop (exit 6) when this key vanishes: the launcher is gone")
     ns = parser.parse_args(argv)
     access = EtcdAccess.parse(
@@ -662,6 +666,7 @@ def register_main(argv: Sequence[str] | None = None) -> int:
         timeout_s=ns.timeout,
         ttl_s=ns.ttl,
         launcher_key=ns.launcher_key,
+        etcd_lost_s=ns.etcd_lost_s,
     )
     return register(args)
 
@@ -734,7 +739,7 @@ def register(args: _RegisterArgs) -> int:
                 )
             except ReadinessError as exc:
                 silent = time.monotonic() - last_ok
-                if silent < ETCD_LOST_S:
+                if silent < args.etcd_lost_s:
                     continue  # a slow answer: the lease has time left, retry
                 print(
                     f"register: etcd lost: no answer from {client.endpoint.url} for {silent:.0f} s ({exc})",

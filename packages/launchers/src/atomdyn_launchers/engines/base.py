@@ -55,6 +55,9 @@ class Timeouts:
     ready_s: float
     settle_s: float
     time_limit: str
+    # How long a role's registration helper tolerates etcd not answering before it fails the role (its lease
+    # outlives that). Raised for engines whose own traffic can stall a small node's network for seconds.
+    etcd_grace_s: float = 5.0
 
 
 @dataclass(frozen=True)
