@@ -21,7 +21,7 @@ from atomdyn_launchers.engines.vllm_cpu import LABEL, VENV_DIR
 from atomdyn_launchers.evidence import cli as evidence_cli
 from atomdyn_launchers.launch import run
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.real_engine]
 REQUESTS = 4
 # Asked once the run answers, at temperature 0: the P/D answer must equal the aggregated one token for token.
 FIXED_PROMPT = "Repeat after me: the decode worker reads its KV blocks from the prefill worker."
