@@ -16,6 +16,7 @@ from mori_repro import __version__
 from mori_repro.exitcodes import ExitCode
 from mori_repro.native import BINARY_NAME, NativeError, UsageError, binary_path, run_loopback
 from mori_repro.report import write_bundle
+from mori_repro.shared import quiet_broken_pipe
 from mori_repro.system import collect
 
 EXIT_CODE_HELP = "\n".join(f"  {int(c):>2}  {c.verdict}" for c in ExitCode)
@@ -177,18 +178,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return int(ExitCode.INTERNAL_ERROR)
 
 
+@quiet_broken_pipe  # a reader gone away (`| head`): status 1, no traceback
 def main(argv: Sequence[str] | None = None) -> int:
-    """A reader gone away (`| head`) ends the command with status 1, no traceback (Python docs' recipe)."""
-    try:
-        try:
-            return _main(argv)
-        finally:
-            sys.stdout.flush()
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return 1
+    return _main(argv)
 
 
 if __name__ == "__main__":
