@@ -72,6 +72,30 @@ def test_env_check_fails_on_a_node_without_gpu_runtimes(programs: Programs, verb
     assert "libibverbs" not in last and "ibv_reg_dmabuf_mr" not in last
 
 
+def test_env_check_no_gpu_runtime_passes_a_gpu_less_node_and_says_what_it_lacks(
+    programs: Programs, verbs_only_dir: Path
+) -> None:
+    env = python_env(programs, preload=False)
+    env["LD_LIBRARY_PATH"] = str(verbs_only_dir)
+    result = cli("env", "--check", "--no-gpu-runtime", env=env)
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.splitlines()[-1].startswith(
+        "dmabuf-shim: check ok without a GPU runtime (--no-gpu-runtime): missing GPU runtime: neither"
+    )
+
+
+def test_env_check_no_gpu_runtime_still_fails_on_anything_else_missing(
+    programs: Programs, tmp_path: Path
+) -> None:
+    broken = tmp_path / "no-verbs"
+    broken.mkdir()
+    (broken / "libibverbs.so.1").write_bytes(b"")
+    env = python_env(programs, preload=False)
+    env.update(LD_LIBRARY_PATH=str(broken), DMABUF_SHIM_BACKEND="none")
+    last = failed_line(cli("env", "--check", "--no-gpu-runtime", env=env))
+    assert "missing libibverbs.so.1" in last and "GPU runtime" not in last
+
+
 def test_env_check_fails_on_an_rdma_core_without_dmabuf(programs: Programs) -> None:
     env = python_env(programs, preload=False)
     env["LD_LIBRARY_PATH"] = f"{programs.doubles['ibverbs_no_dmabuf'].parent}:{programs.doubles['lib_dir']}"

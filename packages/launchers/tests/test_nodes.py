@@ -132,6 +132,7 @@ def test_prepare_both_strategies_from_empty_caches_and_second_prepare_is_a_no_op
         # This machine has no GPU runtime: the rehearsal accepts that one missing piece and nothing else.
         assert REHEARSAL_SHIM_ACTION in result["actions"]
         assert any("interposes=1 ibverbs=1 reg_dmabuf=1" in line for line in result["shim"]["check"])
+        assert "check ok without a GPU runtime" in result["shim"]["check"][-1]
         assert all(_daemon(config, node).image_ids(spec.images).values())
     # The workers' path to the prepared helper: `current` names the install, and it answers `env`.
     current = shim_current(config)

@@ -30,7 +30,7 @@ from atomdyn_launchers.nodes.check import (
     rdma_ports,
 )
 from atomdyn_launchers.nodes.invoke_tasks import _spec
-from atomdyn_launchers.nodes.prepare import NODE, PYTHON, PrepareError, PrepareSpec, shim_check_problems
+from atomdyn_launchers.nodes.prepare import NODE, PYTHON, PrepareError, PrepareSpec
 
 BASE_ENV = """SLURM_ACCOUNT=a
 SLURM_PARTITION=p
@@ -275,23 +275,3 @@ def test_node_job_script_is_shellcheck_clean(tmp_path: Path) -> None:
     script.write_text(text)
     done = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout
-
-
-def test_shim_check_problems_reads_the_failed_line_of_env_check() -> None:
-    # Captured from `dmabuf-shim env --check` on this CPU machine (no HSA runtime, no CUDA driver).
-    output = (
-        "LD_PRELOAD=/v/lib/python3.11/site-packages/dmabuf_shim/libdmabuf_shim.so\n"
-        "dmabuf-shim: version=0.1.0 interposes=1 ibverbs=1 reg_dmabuf=1 backends=none hsa_export_v2=0 strip=0x0\n"
-        "dmabuf-shim: check FAILED: missing GPU runtime: neither the HSA runtime (libhsa-runtime64.so.1) "
-        "nor the CUDA driver (libcuda.so.1) loads here"
-    )
-    assert shim_check_problems(output) == [
-        "missing GPU runtime: neither the HSA runtime (libhsa-runtime64.so.1) nor the CUDA driver "
-        "(libcuda.so.1) loads here"
-    ]
-    two = "dmabuf-shim: check FAILED: missing libibverbs.so.1: not loadable here (install rdma-core); missing GPU runtime: x"
-    assert [p.split(":")[0] for p in shim_check_problems(two)] == [
-        "missing libibverbs.so.1",
-        "missing GPU runtime",
-    ]
-    assert shim_check_problems("dmabuf-shim: check ok") == []

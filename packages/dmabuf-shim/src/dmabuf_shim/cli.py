@@ -49,7 +49,7 @@ def parse_probe(text: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in text.split() if "=" in item)
 
 
-def cmd_env(check: bool) -> int:
+def cmd_env(check: bool, gpu_runtime_required: bool = True) -> int:
     library = str(_library())
     line = f"LD_PRELOAD={preload_value(library, os.environ.get('LD_PRELOAD'))}"
     if not check:
@@ -77,7 +77,9 @@ def cmd_env(check: bool) -> int:
         problems.append(
             f"loaded version {found.get('version')} differs from installed {dmabuf_shim.version()}"
         )
-    problems += missing_pieces(found, bool(report["libibverbs"]), env.get("DMABUF_SHIM_BACKEND", "auto"))
+    missing = missing_pieces(found, bool(report["libibverbs"]), env.get("DMABUF_SHIM_BACKEND", "auto"))
+    no_gpu = [p for p in missing if p.startswith(GPU_RUNTIME_MISSING)]
+    problems += missing if gpu_runtime_required else [p for p in missing if p not in no_gpu]
     print(f"dmabuf-shim: loaded {library}")
     print(
         "dmabuf-shim: version={version} interposes={interposes} ibverbs={ibverbs} reg_dmabuf={reg_dmabuf} "
@@ -86,8 +88,14 @@ def cmd_env(check: bool) -> int:
     if problems:
         print(f"dmabuf-shim: check FAILED: {'; '.join(problems)}")
         return 1
+    if no_gpu and not gpu_runtime_required:
+        print(f"dmabuf-shim: check ok without a GPU runtime (--no-gpu-runtime): {no_gpu[0]}")
+        return 0
     print("dmabuf-shim: check ok")
     return 0
+
+
+GPU_RUNTIME_MISSING = "missing GPU runtime"
 
 
 def missing_pieces(found: dict[str, str], libibverbs: bool, backend: str) -> list[str]:
@@ -99,10 +107,10 @@ def missing_pieces(found: dict[str, str], libibverbs: bool, backend: str) -> lis
         missing.append("missing ibv_reg_dmabuf_mr: this libibverbs lacks it (rdma-core >= 34 has it)")
     if found.get("backends") == "none":
         if backend == "none":
-            missing.append("missing GPU runtime: DMABUF_SHIM_BACKEND=none turns every backend off")
+            missing.append(f"{GPU_RUNTIME_MISSING}: DMABUF_SHIM_BACKEND=none turns every backend off")
         else:
             missing.append(
-                "missing GPU runtime: neither the HSA runtime (libhsa-runtime64.so.1) nor the CUDA driver "
+                f"{GPU_RUNTIME_MISSING}: neither the HSA runtime (libhsa-runtime64.so.1) nor the CUDA driver "
                 "(libcuda.so.1) loads here"
             )
     return missing
@@ -201,6 +209,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, metavar="{env,bench}")
     env = sub.add_parser("env", help="print the LD_PRELOAD=... line for the installed library")
     env.add_argument("--check", action="store_true", help="load the library in a child process and report")
+    env.add_argument(
+        "--no-gpu-runtime",
+        action="store_true",
+        help="with --check: a node without a GPU (a rehearsal node) passes without the HSA runtime or CUDA driver",
+    )
     bench = sub.add_parser("bench", help="ns per passthrough call added by the shim")
     bench.add_argument("--iterations", type=int, default=2_000_000)
     bench.add_argument("--rounds", type=int, default=5)
@@ -211,7 +224,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     child.add_argument("init_runtimes", type=int)
     args = parser.parse_args(argv)
     if args.command == "env":
-        return cmd_env(args.check)
+        return cmd_env(args.check, gpu_runtime_required=not args.no_gpu_runtime)
     if args.command == "bench":
         if args.iterations < 1 or args.rounds < 1:
             parser.error("--iterations and --rounds must be positive")
