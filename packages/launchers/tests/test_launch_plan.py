@@ -15,7 +15,6 @@ from atomdyn_launchers.launch import (
     LaunchOptions,
     Submission,
     plan_roles,
-    platform_of,
     required_instances,
     role_files,
     run_lock_digest,
@@ -228,11 +227,11 @@ def test_platform_comes_from_the_roles_fingerprints_not_the_engine_name(tmp_path
     mi355x = {"accelerator": "amd", "amd": {"gpus": ["AMD Instinct MI355X"] * 8}}
     h200 = {"accelerator": "nvidia", "nvidia": {"gpus": [{"name": "NVIDIA H200"}]}}
     cpu = {"accelerator": None}
-    assert platform_of(atom, {"prefill": mi355x, "decode": mi355x}) == "MI355X"
-    assert platform_of(atom, {"decode": h200}) == "H200 (NVIDIA), not MI355X"
-    assert platform_of(atom, {"decode": cpu}) == "CPU (no GPU seen), not MI355X"
-    assert platform_of(atom, {}) == "unknown (no fingerprint), not MI355X"
-    assert platform_of(get_engine("mocker"), {"decode": cpu}) == "rehearsal (CPU, mock engine)"
+    assert atom.platform_of({"prefill": mi355x, "decode": mi355x}) == "MI355X"
+    assert atom.platform_of({"decode": h200}) == "H200 (NVIDIA), not MI355X"
+    assert atom.platform_of({"decode": cpu}) == "CPU (no GPU seen), not MI355X"
+    assert atom.platform_of({}) == "unknown (no fingerprint), not MI355X"
+    assert get_engine("mocker").platform_of({"decode": cpu}) == "rehearsal (CPU, mock engine)"
     # role_files reads what the jobs wrote, skipping a file being written.
     (tmp_path / "fingerprints").mkdir()
     (tmp_path / "fingerprints" / "decode.json").write_text(json.dumps(h200))

@@ -975,7 +975,7 @@ class Stages:
             engine=ctx.engine.name,
             model=ctx.model.name,
             runtime=ctx.config.runtime,
-            platform=platform_of(ctx.engine, fingerprints),
+            platform=ctx.engine.platform_of(fingerprints),
             lock_digest=lock_digest,
             config=ctx.config.redacted(),
             jobs=list(state.jobs.values()),
@@ -1022,15 +1022,6 @@ def role_files(run_path: Path, sub: str) -> dict[str, dict[str, Any]]:
         if isinstance(loaded, dict):
             found[path.stem] = loaded
     return found
-
-
-def platform_of(engine: Engine, fingerprints: dict[str, dict[str, Any]]) -> str:
-    """The platform the jobs' fingerprints show, as the engine labels it; roles on different hardware are
-    all named."""
-    if not fingerprints:
-        return engine.platform_label(None)
-    labels = list(dict.fromkeys(engine.platform_label(fingerprints[role]) for role in sorted(fingerprints)))
-    return "; ".join(labels)
 
 
 def run_lock_digest(

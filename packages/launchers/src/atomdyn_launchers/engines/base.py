@@ -284,6 +284,15 @@ class Engine(ABC):
         """The platform the evidence names, from what the node reported (never from the engine's name)."""
         return hardware_label(fingerprint)
 
+    def platform_of(self, fingerprints: Mapping[str, Mapping[str, Any]]) -> str:
+        """The platform the jobs' fingerprints (role -> fingerprint) show; roles on different hardware are all
+        named."""
+        if not fingerprints:
+            return self.platform_label(None)
+        return "; ".join(
+            dict.fromkeys(self.platform_label(fingerprints[role]) for role in sorted(fingerprints))
+        )
+
 
 def gpu_names(fingerprint: Mapping[str, Any]) -> list[str]:
     amd = fingerprint.get("amd") or {}

@@ -40,12 +40,9 @@ def expectations_for(engine: object, config: object = None) -> GateExpectations 
 def platform_label(engine: object, fingerprints: Mapping[str, Any]) -> str | None:
     """The platform the jobs' fingerprints show, as the engine object labels it (from what the nodes
     reported, never from the engine's name); None when there is no engine or fingerprint to label."""
-    label = getattr(_engine(engine), "platform_label", None)
-    if label is None or not fingerprints:
+    found = _engine(engine)
+    usable = {role: fp for role, fp in fingerprints.items() if isinstance(fp, Mapping)}
+    if found is None or not usable:
         return None
-    labels: list[str] = []
-    for role in sorted(fingerprints):
-        found = label(fingerprints[role]) if isinstance(fingerprints[role], Mapping) else None
-        if isinstance(found, str) and found not in labels:
-            labels.append(found)
-    return "; ".join(labels) if labels else None
+    label = found.platform_of(usable)
+    return label if isinstance(label, str) and label else None
