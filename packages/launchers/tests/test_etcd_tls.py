@@ -14,9 +14,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 import secure_etcd
@@ -31,6 +33,7 @@ from atomdyn_launchers.readiness import (
     RoleEvent,
     RoleWatcher,
     http_json,
+    lease_ttl_for,
     run_prefix,
 )
 from atomdyn_launchers.smoke import SmokeClient, build_requests
@@ -79,7 +82,7 @@ def test_kv_leases_watch_and_presence_over_tls_with_a_user(etcd: secure_etcd.Sec
         assert (event.kind, event.role) == ("deregistered", "prefill")
     finally:
         watcher.stop()
-    presence = Presence(client, prefix + "launcher", ttl_s=3)
+    presence = Presence(client, prefix + "launcher", ttl_s=3, lost_after_s=2.0)
     presence.start()
     try:
         assert prefix + "launcher" in client.get_prefix(prefix)[0]
@@ -93,6 +96,59 @@ def test_kv_leases_watch_and_presence_over_tls_with_a_user(etcd: secure_etcd.Sec
     finally:
         presence.stop()
     assert client.get_prefix(prefix)[0] == {}
+
+
+def _poll(what: str, value: Callable[[], object], timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (found := value()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.1)
+    return found
+
+
+@contextmanager
+def _frozen(etcd: secure_etcd.SecureEtcd) -> Iterator[None]:
+    os.kill(etcd.proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(etcd.proc.pid, signal.SIGCONT)
+
+
+def test_the_launchers_presence_waits_out_its_grace_and_then_names_the_silent_etcd(
+    etcd: secure_etcd.SecureEtcd,
+) -> None:
+    # The vllm-cpu roles wait 30 s for etcd (a 2-core node stalls for 5-13 s under the engines): the
+    # launcher must wait as long as they do, not fail the run on the default 5 s rule. Scaled down here.
+    grace = 7.0
+    client = EtcdClient(etcd.access(), timeout_s=2.0)
+    presence = Presence(
+        client,
+        run_prefix(f"grace-{os.getpid()}") + "launcher",
+        ttl_s=lease_ttl_for(grace),
+        lost_after_s=grace,
+    )
+    assert presence.ttl_s > grace
+    presence.start()
+    try:
+        with _frozen(etcd):  # silent for longer than the default rule, shorter than the grace
+            until = time.monotonic() + 6.0
+            while time.monotonic() < until:
+                assert presence.lost() is None
+                time.sleep(0.2)  # sampling interval of the invariant
+        _poll("a refresh after etcd resumed", lambda: presence.silent_s < 1.5, 15)
+        assert presence.lost() is None
+        with _frozen(etcd):
+            frozen_at = time.monotonic()
+            why = _poll("the presence to name the silent etcd", presence.lost, grace + 10)
+            # Not before the grace: the last refresh came at most 1.5 s before the freeze (checked above).
+            assert time.monotonic() - frozen_at >= grace - 1.5
+        assert etcd.endpoint in why and "has not answered for" in why, why
+    finally:
+        presence.stop()
+    with pytest.raises(ValueError, match="must outlive the etcd grace"):
+        Presence(client, "k", ttl_s=10, lost_after_s=30.0)
 
 
 def test_endpoints_fail_over_to_the_one_that_answers(etcd: secure_etcd.SecureEtcd) -> None:

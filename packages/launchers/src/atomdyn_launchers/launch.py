@@ -530,7 +530,12 @@ class Launch:
             prefix=prefix,
             events=events,
             watcher=readiness.RoleWatcher(client, prefix, events),
-            presence=readiness.Presence(client, readiness.launcher_key(rundir.run_id)),
+            presence=readiness.Presence(
+                client,
+                readiness.launcher_key(rundir.run_id),
+                ttl_s=readiness.lease_ttl_for(self.engine.timeouts.etcd_grace_s),
+                lost_after_s=self.engine.timeouts.etcd_grace_s,
+            ),
         )
 
 
@@ -1138,7 +1143,7 @@ class Submission:
         args += ["--launcher-key", readiness.launcher_key(self.rundir.run_id)]
         grace = self.engine.timeouts.etcd_grace_s
         if grace != readiness.ETCD_LOST_S:  # the lease must outlive the grace
-            args += ["--etcd-lost-s", f"{grace:g}", "--ttl", str(max(readiness.LEASE_TTL_S, int(grace) + 10))]
+            args += ["--etcd-lost-s", f"{grace:g}", "--ttl", str(readiness.lease_ttl_for(grace))]
         for proc in plan.processes:
             args += ["--pid", Shell(f'{proc.name}="${pid_var(proc.name)}"')]
         if spec.with_frontend:

@@ -47,6 +47,41 @@ REFRESH_S = 1.0
 ETCD_LOST_S = 5.0
 
 
+def lease_ttl_for(etcd_lost_s: float) -> int:
+    """A lease TTL that outlives ``etcd_lost_s`` of etcd silence: keys must not expire before the loss is named."""
+    return LEASE_TTL_S if etcd_lost_s <= ETCD_LOST_S else int(etcd_lost_s) + LEASE_TTL_S
+
+
+class EtcdSilence:
+    """The one rule for "etcd is lost", kept by the role helpers and the launcher alike: no call succeeded for
+    ``lost_after_s`` and the latest one failed (timed out, refused, or found the lease gone). A call that merely
+    had no turn yet (a starved machine) is no loss."""
+
+    def __init__(self, lost_after_s: float = ETCD_LOST_S) -> None:
+        self.lost_after_s = lost_after_s
+        self._last_ok = time.monotonic()
+        self._last_error = ""  # the latest failure since the last success; "" when none failed
+
+    def answered(self) -> None:
+        self._last_ok = time.monotonic()
+        self._last_error = ""
+
+    def failed(self, why: str) -> None:
+        self._last_error = why
+
+    @property
+    def silent_s(self) -> float:
+        """Seconds since the last successful call."""
+        return time.monotonic() - self._last_ok
+
+    def lost(self, url: str) -> str | None:
+        """Why etcd counts as lost, naming ``url``, the silence and the last failure; None while it does not."""
+        silent = self.silent_s
+        if silent < self.lost_after_s or not self._last_error:
+            return None
+        return f"etcd at {url} has not answered for {silent:.0f} s ({self._last_error})"
+
+
 class ReadinessError(RuntimeError):
     """Something awaited did not happen; the message names what was awaited and what is missing."""
 
@@ -728,7 +763,7 @@ def register(args: _RegisterArgs) -> int:
     )
     client.put(args.key, registration.to_json(), lease)
     print(f"register: {args.key} -> {registration.to_json()} (lease {lease:x})", flush=True)
-    last_ok = time.monotonic()
+    silence = EtcdSilence(args.etcd_lost_s)
     try:
         # Event.wait returns at once on SIGTERM.
         while not stop.wait(min(REFRESH_S, args.ttl_s / 3)):
@@ -738,16 +773,12 @@ def register(args: _RegisterArgs) -> int:
                     not args.launcher_key or args.launcher_key in client.get_prefix(args.launcher_key)[0]
                 )
             except ReadinessError as exc:
-                silent = time.monotonic() - last_ok
-                if silent < args.etcd_lost_s:
+                silence.failed(str(exc))
+                if (why := silence.lost(client.endpoint.url)) is None:
                     continue  # a slow answer: the lease has time left, retry
-                print(
-                    f"register: etcd lost: no answer from {client.endpoint.url} for {silent:.0f} s ({exc})",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                print(f"register: etcd lost: {why}", file=sys.stderr, flush=True)
                 return 5
-            last_ok = time.monotonic()
+            silence.answered()
             if remaining <= 0:
                 print("register: etcd lease lost (expired on the server)", file=sys.stderr, flush=True)
                 return 4
@@ -774,23 +805,27 @@ def register(args: _RegisterArgs) -> int:
 
 class Presence:
     """The launcher's key under a lease kept alive by a thread. If the launcher dies hard, the lease expires,
-    the key vanishes and each role's helper stops its job: nothing outlives the launcher by more than ~15 s."""
+    the key vanishes and each role's helper stops its job: nothing outlives the launcher by more than its TTL
+    plus a few seconds (~15 s at the default). ``lost_after_s`` is the engine's etcd grace, as its helpers'."""
 
-    def __init__(self, client: EtcdClient, key: str, ttl_s: int = LEASE_TTL_S) -> None:
+    def __init__(
+        self, client: EtcdClient, key: str, ttl_s: int = LEASE_TTL_S, lost_after_s: float = ETCD_LOST_S
+    ) -> None:
+        if lost_after_s >= ttl_s:
+            raise ValueError(f"the lease TTL ({ttl_s} s) must outlive the etcd grace ({lost_after_s:g} s)")
         self.client = client
         self.key = key
         self.ttl_s = ttl_s
         self._stop = threading.Event()
         self._lease: int | None = None
         self._thread = threading.Thread(target=self._run, name="etcd-presence", daemon=True)
-        self._last_ok = time.monotonic()
-        self._last_error = ""  # the last failed refresh since the last good one; "" when none failed
+        self._silence = EtcdSilence(lost_after_s)
 
     def start(self) -> None:
         self._lease = self.client.grant(self.ttl_s)
         value = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
         self.client.put(self.key, json.dumps(value), self._lease)
-        self._last_ok = time.monotonic()
+        self._silence.answered()
         self._thread.start()
 
     def _run(self) -> None:
@@ -799,24 +834,24 @@ class Presence:
             try:
                 remaining = self.client.keepalive(self._lease)
             except ReadinessError as exc:  # a slow or failed answer: the next refresh retries; lost() judges
-                self._last_error = str(exc)
+                self._silence.failed(str(exc))
                 continue
             if remaining <= 0:
-                self._last_error = "the launcher's lease expired on the server"
+                self._silence.failed("the launcher's lease expired on the server")
                 continue
-            self._last_ok = time.monotonic()
-            self._last_error = ""
+            self._silence.answered()
+
+    @property
+    def silent_s(self) -> float:
+        """Seconds since the lease was last refreshed."""
+        return self._silence.silent_s
 
     def lost(self) -> str | None:
-        """Why etcd counts as lost (no refresh succeeded for ETCD_LOST_S and one failed, timed out or found the
-        lease gone), or None. A refresh that merely had no turn yet (a starved machine) is no loss."""
-        silent = time.monotonic() - self._last_ok
-        if self._lease is None or self._stop.is_set() or silent < ETCD_LOST_S or not self._last_error:
+        """Why etcd counts as lost (see :class:`EtcdSilence`), or None."""
+        if self._lease is None or self._stop.is_set():
             return None
-        return (
-            f"etcd at {self.client.endpoint.url} has not answered for {silent:.0f} s "
-            f"({self._last_error}): the run's registrations cannot be kept"
-        )
+        why = self._silence.lost(self.client.endpoint.url)
+        return None if why is None else f"{why}: the run's registrations cannot be kept"
 
     def stop(self) -> None:
         self._stop.set()
