@@ -124,3 +124,8 @@ def test_vllm_cpu_roles_tolerate_a_stalled_node_longer_than_their_lease_would() 
     words = register.split()
     assert words[words.index("--etcd-lost-s") + 1] == "30"
     assert int(words[words.index("--ttl") + 1]) > 30
+    # Dynamo's own lease (worker and frontend) outlives the stall too: with its default 10 s a stalled prefill
+    # worker lost its lease, shut itself down mid-run, and the frontend answered 503 (measured).
+    assert "export ETCD_LEASE_TTL=40" in golden.read_text().splitlines()
+    mocker = Path(__file__).parent / "golden" / "disagg-mocker-venv" / "decode.sbatch"
+    assert "ETCD_LEASE_TTL" not in mocker.read_text()  # production engines keep Dynamo's default

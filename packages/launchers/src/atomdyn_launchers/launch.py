@@ -1112,6 +1112,7 @@ class Submission:
             cache_dir=str(self.config.shared_dir / "cache"),
             node_python=tuple(self.node_python()),
             etcd_env=readiness.worker_etcd_env(self.config),
+            dynamo_lease_ttl_s=self.dynamo_lease_ttl_s(),
             ucx_net_devices=self.config.ucx_net_devices_for(spec.node),
             ucx_path=self.config.atom_ucx_path,
             rdma=RdmaMounts(
@@ -1131,6 +1132,11 @@ class Submission:
         if opts.kv_bytes_per_token is not None:
             args += ["--kv-bytes-per-token", str(opts.kv_bytes_per_token)]
         return args
+
+    def dynamo_lease_ttl_s(self) -> int:
+        """Dynamo's lease for an engine with a longer etcd grace (as the helpers' leases); 0: Dynamo's default."""
+        grace = self.engine.timeouts.etcd_grace_s
+        return readiness.lease_ttl_for(grace) if grace > readiness.ETCD_LOST_S else 0
 
     def register_command(self, spec: RoleSpec, plan: RolePlan, ports: Ports) -> list[Arg]:
         """The registration helper: runs on the node, outside any container, after every process started."""

@@ -115,6 +115,8 @@ class RoleContext:
     # Engine flags the run adds to the worker's command line (a recipe's engine settings, e.g. the mock
     # engine's KV transfer model).
     worker_args: tuple[str, ...] = ()
+    # Dynamo's own etcd lease (ETCD_LEASE_TTL, seconds) for the engine's etcd grace; 0: Dynamo's default (10 s).
+    dynamo_lease_ttl_s: int = 0
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,10 @@ def dynamo_env(ctx: RoleContext) -> dict[str, Arg]:
     # inherits from the submit host; its peers are cluster addresses, never behind a proxy. Dynamo 1.3
     # ignores NO_PROXY=*, so the proxy variables are emptied (an empty one counts as unset).
     env.update(dict.fromkeys(PROXY_VARIABLES, ""))
+    if ctx.dynamo_lease_ttl_s:
+        # Dynamo renews its lease at half the time left; a node stalled past the TTL loses the lease and the
+        # worker shuts itself down (the frontend then answers 503). Workers and frontend alike read this.
+        env["ETCD_LEASE_TTL"] = str(ctx.dynamo_lease_ttl_s)
     env.update({name: Shell(value) for name, value in ctx.etcd_env.items()})
     env.update(ctx.extra_env)
     return env
