@@ -771,6 +771,7 @@ class Stages:
         detail = f"after {attempts} probe(s): prefill {last.prefill_worker_id} decode {last.decode_worker_id}"
         self._event("first_good_response", detail=detail)
         self.ctx.progress.line(f"first verified response {detail}")
+        self._scrape_metrics(at_ready=True)
 
     def _requests(self) -> None:
         options, state = self.ctx.options, self.state
@@ -849,7 +850,7 @@ class Stages:
         if not result.passed:
             raise LaunchFailure(f"benchmark {result.verdict}")
 
-    def _scrape_metrics(self) -> None:
+    def _scrape_metrics(self, at_ready: bool = False) -> None:
         for role, reg in self.state.registrations.items():
             for process, port in reg.ports.items():
                 url = f"http://{reg.host}:{port}/metrics"
@@ -859,7 +860,7 @@ class Stages:
                 except (OSError, urllib.error.URLError) as exc:
                     self.ctx.progress.line(f"metrics from {role}.{process} ({url}) unavailable: {exc}")
                     continue
-                atomic_write_text(self.ctx.rundir.metrics(role, process), text)
+                atomic_write_text(self.ctx.rundir.metrics(role, process, at_ready), text)
 
     # -- stop --------------------------------------------------------------------------------------------
 

@@ -56,6 +56,10 @@ REQUEST_FIELDS = (
     "error",
 )
 
+# The workers' /metrics as they stood at the first verified response: what warming up cost (a NIXL handshake
+# that timed out while a worker compiled), told apart from the run's own requests.
+READY_METRICS_DIR = "metrics-ready"
+
 
 # Slurm base job states after which nothing more happens to a job, and those among them that mean it failed.
 TERMINAL_STATES = frozenset(
@@ -348,8 +352,9 @@ class RunDir:
     def process_log(self, role: str, process: str) -> Path:
         return self.path / "logs" / f"{role}.{process}.log"
 
-    def metrics(self, role: str, process: str) -> Path:
-        return self.path / "metrics" / f"{role}.{process}.prom"
+    def metrics(self, role: str, process: str, at_ready: bool = False) -> Path:
+        """A process's /metrics at the end of the run, or (``at_ready``) at its first verified response."""
+        return self.path / (READY_METRICS_DIR if at_ready else "metrics") / f"{role}.{process}.prom"
 
     @property
     def home(self) -> Path:

@@ -97,6 +97,39 @@ def test_real_run_without_its_nixl_metrics_fails(vllm_cpu_run: Path) -> None:
     assert set(failed) == {"nixl_transfers", "nixl_bytes", "nixl_failed_transfers"}
 
 
+def _failed_transfers(prom: Path, count: float) -> str:
+    return re.sub(
+        r"^(vllm:nixl_num_failed_transfers_total\{.*\}) \d+\.\d+$",
+        rf"\g<1> {count}",
+        prom.read_text(),
+        flags=re.M,
+    )
+
+
+def test_kv_failures_while_warming_up_are_counted_apart_from_the_runs(vllm_cpu_run: Path) -> None:
+    """vLLM 0.32 gives its NIXL handshake a fixed 5 s: a worker still compiling its first shapes can miss it,
+    and the launcher's probe retries. Failures before the first verified response (the snapshot in
+    metrics-ready/) are the warm-up's; the gate judges the ones after it."""
+    final = vllm_cpu_run / "metrics" / "decode.decode.prom"
+    ready = vllm_cpu_run / "metrics-ready" / "decode.decode.prom"
+    ready.parent.mkdir()
+    ready.write_text(_failed_transfers(final, 2.0))
+    final.write_text(_failed_transfers(final, 2.0))
+    signals = collect_signals(vllm_cpu_run)
+    assert (signals.get("kv.failed_transfers"), signals.get("kv.failed_transfers_warmup")) == (0, 2)
+    assert "nixl_failed_transfers" not in _failed(vllm_cpu_run, REHEARSAL)
+
+    final.write_text(_failed_transfers(final, 3.0))  # one more after the first verified response
+    assert _failed(vllm_cpu_run, REHEARSAL) == {
+        "nixl_failed_transfers": "kv.failed_transfers is 1, expected == 0"
+    }
+    ready.unlink()  # no verified response, no snapshot: every failure is the run's
+    assert (
+        _failed(vllm_cpu_run, REHEARSAL)["nixl_failed_transfers"] == "kv.failed_transfers is 3, expected == 0"
+    )
+    assert collect_signals(vllm_cpu_run).get("kv.failed_transfers_warmup") is None
+
+
 def test_gate_lines_read_as_the_check(mocker_run: Path) -> None:
     lines = {r.id: r.line() for r in _results(mocker_run)}
     assert lines["requests_failed"] == "requests_failed 0 == 0"

@@ -16,6 +16,7 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_bytes
 from atomdyn_launchers.evidence import logscan, signals
+from atomdyn_launchers.rundir import READY_METRICS_DIR
 
 DATA = "data"
 COLLECTOR_FINGERPRINT = "collector-fingerprint.json"  # the collector's, when the run saved no fingerprint
@@ -75,7 +76,7 @@ def reduce_run(run_dir: Path, out: Path, sanitize: Callable[[str], str]) -> list
     for name in ("timeline.jsonl", "requests.jsonl"):
         if (run_dir / name).is_file():
             put(name, _text_lines(_jsonl(run_dir / name), sanitize))
-    for sub, pick in (("metrics", _metrics), ("logs", logscan.matching_lines)):
+    for sub, pick in (("metrics", _metrics), (READY_METRICS_DIR, _metrics), ("logs", logscan.matching_lines)):
         for path in sorted((run_dir / sub).glob("*")):
             if path.is_file():
                 (out / sub).mkdir(exist_ok=True)

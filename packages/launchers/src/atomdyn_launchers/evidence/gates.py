@@ -92,7 +92,7 @@ GATES: tuple[Gate, ...] = (
          applies=lambda e: e.nixl_transfers),
     Gate("nixl_bytes", "KV bytes moved through NIXL (decode's vllm:nixl_bytes_transferred_sum)",
          DISAGG_KINDS, "kv.bytes", ">", 0, ("metrics.kv",), applies=lambda e: e.nixl_transfers),
-    Gate("nixl_failed_transfers", "no failed NIXL KV transfer", DISAGG_KINDS,
+    Gate("nixl_failed_transfers", "no failed NIXL KV transfer after the first verified response", DISAGG_KINDS,
          "kv.failed_transfers", "==", 0, ("metrics.kv",), applies=lambda e: e.nixl_transfers),
     Gate("nixl_err_records", "no NIXL_ERR record in the logs", DISAGG_KINDS,
          "logs.nixl_err", "==", 0, ("logs.nixl_err",), applies=lambda e: e.nixl_transfers),

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from atomdyn_launchers.evidence import logscan, prom
-from atomdyn_launchers.rundir import DISAGG_KINDS, KINDS, SCHEMA_VERSION, RunRecord, parse_requests_done
+from atomdyn_launchers.rundir import (
+    DISAGG_KINDS,
+    KINDS,
+    READY_METRICS_DIR,
+    SCHEMA_VERSION,
+    RunRecord,
+    parse_requests_done,
+)
 
 REAL_ENGINES = ("vllm", "atom")
 _RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(" + "|".join(map(re.escape, KINDS)) + r")-([A-Za-z0-9_-]+)$")
@@ -35,6 +42,7 @@ _KV_METRICS = {
     "vllm:nixl_num_failed_transfers_total": "kv.failed_transfers",
     "vllm:nixl_num_failed_transfers": "kv.failed_transfers",
 }
+_FAILED_TRANSFERS = ("vllm:nixl_num_failed_transfers_total", "vllm:nixl_num_failed_transfers")
 _PREFIX_METRICS = {
     "vllm:prefix_cache_queries_total": "queries",
     "vllm:prefix_cache_hits_total": "hits",
@@ -372,6 +380,33 @@ def _mode(role: str) -> str:
     return role.rstrip("0123456789") or role
 
 
+def _split_warmup_failures(signals: Signals, total: float, disagg: bool) -> None:
+    """The KV failures counted before the first verified response (warming up: vLLM 0.32's NIXL handshake
+    gives up after a fixed 5 s, which a worker compiling its first shapes can exceed) apart from the run's.
+    With no snapshot at the first verified response (the run never had one), every failure is the run's."""
+    snapshots = sorted((signals.run_dir / READY_METRICS_DIR).glob("*.prom"))
+    if not snapshots:
+        signals.absent(
+            "kv.failed_transfers_warmup",
+            f"no {READY_METRICS_DIR}/*.prom (no verified response, or an older run)",
+        )
+        return
+    warmup = 0.0
+    for path in snapshots:
+        if disagg and _mode(path.name.split(".", 1)[0]) != "decode":
+            continue
+        try:
+            for sample in prom.read_samples(path, frozenset(_FAILED_TRANSFERS)):
+                warmup += sample.value
+                signals.excerpt(
+                    "metrics.kv", f"{READY_METRICS_DIR}/{path.name}: {sample.line[: logscan.MAX_LINE]}"
+                )
+        except OSError as exc:
+            signals.problems.append(f"{READY_METRICS_DIR}/{path.name}: unreadable: {exc}")
+    signals.set("kv.failed_transfers_warmup", int(warmup))
+    signals.set("kv.failed_transfers", int(max(total - warmup, 0.0)))
+
+
 def _read_metrics(signals: Signals) -> None:
     files = sorted((signals.run_dir / "metrics").glob("*.prom"))
     sums: dict[str, float] = {}
@@ -419,6 +454,8 @@ def _read_metrics(signals: Signals) -> None:
             signals.set(key, int(value) if value.is_integer() and key != "kv.seconds" else value)
         else:
             signals.absent(key, where + (metric if files else ""))
+    if "kv.failed_transfers" in sums:
+        _split_warmup_failures(signals, sums["kv.failed_transfers"], disagg)
     # Disaggregated: the decode roles' caches, summed. Aggregated: the one worker role there is.
     decode: dict[str, float] | None = None
     for role, per_role in prefix.items():
