@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 import subprocess
@@ -428,3 +429,140 @@ def test_the_comparisons_catch_a_pre_filter_that_misses_lines(
 def test_the_comparisons_catch_known_names_left_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scan, "_replace_names", lambda *args: None)
     assert _differs_somewhere()
+
+
+# --- several processes -------------------------------------------------------------------------------------
+
+
+def _parallel_and_sequential(
+    tmp_path: Path, text: str | bytes, known: Known, block_bytes: int, jobs: int = 2
+) -> tuple[bytes, bytes]:
+    src = tmp_path / "raw.log"
+    src.write_bytes(text.encode() if isinstance(text, str) else text)
+    one, many = tmp_path / "one.log", tmp_path / "many.log"
+    sanitize_file_to(src, one, _known_sanitizer(known), block_bytes=block_bytes, jobs=1)
+    sanitize_file_to(src, many, _known_sanitizer(known), block_bytes=block_bytes, jobs=jobs)
+    return one.read_bytes(), many.read_bytes()
+
+
+@pytest.fixture
+def parallel_small_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    from atomdyn_core.sanitize import files
+
+    monkeypatch.setattr(files, "PARALLEL_MIN_BYTES", 0)
+
+
+def _learned_across_blocks() -> str:
+    """Names and values learned on one line and met again far below (in other blocks), with colours; a name
+    first seen alone before the line that teaches it (the second pass), values numbered in file order."""
+    rng = random.Random(5)
+    lines = ["started by jdoe on gpu-b7 and login-9x.acme.internal"]
+    for i in range(3000):
+        roll = rng.random()
+        if roll < 0.02:
+            lines.append(f"HOME=/home/u{rng.randint(0, 40)} node=gpu-b{rng.randint(0, 30)}")
+        elif roll < 0.05:
+            lines.append(
+                f"peer 10.1.{rng.randint(0, 3)}.{rng.randint(1, 200)} up fe80::{rng.randint(1, 999):x}:1%ib0"
+            )
+        elif roll < 0.10:
+            lines.append(f"\x1b[2mnow\x1b[0m gpu-b{rng.randint(0, 30)} and u{rng.randint(0, 40)} say {i}")
+        else:
+            lines.append(f"plain line {i} with nothing in it at all")
+    lines.append("HOME=/home/jdoe node=gpu-b7 ran as owner=zed99")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.usefixtures("parallel_small_files")
+@pytest.mark.parametrize("block_bytes", [512, 4096])
+def test_several_processes_give_the_same_bytes(tmp_path: Path, block_bytes: int) -> None:
+    """Small blocks force many ranges: what one range learns is replaced in others, sent out before."""
+    text = _learned_across_blocks()
+    one, many = _parallel_and_sequential(tmp_path, text, {}, block_bytes)
+    assert many == one
+    assert one.decode() == _file_reference(text, {})
+    assert "zed99" not in one.decode() and "gpu-b7" not in one.decode()
+
+
+@pytest.mark.usefixtures("parallel_small_files")
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("known", [{}, KNOWN], ids=["nothing-known", "run-config"])
+def test_several_processes_on_generated_logs(tmp_path: Path, seed: int, known: Known) -> None:
+    text = generate_text(300_000, seed=seed, colour=seed == 0)
+    one, many = _parallel_and_sequential(tmp_path, text, known, block_bytes=8192, jobs=3)
+    assert many == one
+    assert one.decode() == _file_reference(text, known)
+
+
+@pytest.mark.usefixtures("parallel_small_files")
+def test_several_processes_on_odd_files(tmp_path: Path) -> None:
+    """Characters of several bytes, CR line ends, undecodable bytes, random recombinations, a private key
+    block across ranges (the rest goes through one process), and a file whose lines are too long for ranges."""
+    rng = random.Random(11)
+    recombined = _random_text(rng, 3000)
+    body = "".join(f"MIIEowIBAAKCAQEAq8Lw2y7c3zV0xA9bX8s1kQline{i:04d}\n" for i in range(200))
+    key = f"-----BEGIN RSA PRIVATE KEY-----\n{body}-----END RSA PRIVATE KEY-----\n"
+    lines = [f"é{i} node=gpu-ä{i % 7} peer fe80::{i:x}%eth0 ✓ /home/jdöe\r\n" for i in range(300)]
+    texts: list[str | bytes] = [
+        recombined,
+        "".join(lines) + "\xff\xfe broken\n",
+        recombined[:20_000] + "\n" + key + recombined[20_000:],
+        (recombined[:9000].encode() + b"\xff\n" + "é✓".encode() * 3000 + b"\n" + recombined[9000:].encode()),
+    ]
+    for text in texts:
+        one, many = _parallel_and_sequential(tmp_path, text, {"hosts": ["gpu-a17"]}, block_bytes=1024)
+        assert many == one
+
+
+def test_ranges_are_whole_lines_and_stop_at_long_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from atomdyn_core.sanitize import files, parallel
+
+    src = tmp_path / "raw.log"
+    src.write_bytes(b"".join(b"line %d\n" % i for i in range(2000)))
+    ranges = list(parallel._ranges(src, 1000))
+    assert ranges[0][0] == 0 and ranges[-1][1] == src.stat().st_size
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    data = src.read_bytes()
+    assert all(data[end - 1 : end] == b"\n" for _, end in ranges)
+    monkeypatch.setattr(files, "LINE_LIMIT_BYTES", 3000)
+    src.write_bytes(b"short\n" * 1000 + b"x" * 5000 + b"\n" + b"short\n" * 1000)
+    ranges = list(parallel._ranges(src, 1000))
+    assert ranges[-1][1] is None  # from there on, the one-process reader (it cuts such lines)
+    assert max(end - start for start, end in ranges[:-1] if end is not None) <= 3000
+
+
+@pytest.mark.usefixtures("parallel_small_files")
+def test_several_processes_stop_on_a_fault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fault while finishing a block: no destination written, no temporary file, no worker left."""
+    import multiprocessing
+
+    from atomdyn_core.sanitize import files
+
+    src = tmp_path / "raw.log"
+    src.write_text(generate_text(200_000, seed=2))
+    dest = tmp_path / "clean.log"
+    dest.write_text("previous\n")
+    calls = []
+
+    def fail_on_the_third_block(sanitizer: Sanitizer, prepared: scan.Prepared) -> str:
+        calls.append(prepared)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # as Ctrl-C would, in the middle of the run
+        return scan.finish_block(sanitizer, prepared)
+
+    monkeypatch.setattr(files, "finish_block", fail_on_the_third_block)
+    with pytest.raises(KeyboardInterrupt):
+        sanitize_file_to(src, dest, block_bytes=4096, jobs=2)
+    assert dest.read_text() == "previous\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clean.log", "raw.log"]
+    assert multiprocessing.active_children() == []
+
+
+def test_cli_file_with_jobs(tmp_path: Path) -> None:
+    src = tmp_path / "raw.log"
+    src.write_text("peer fe80::1%eth0 at login-02.cluster.example.internal\n")
+    assert _cli("file", "--jobs", "2", str(src), str(tmp_path / "clean.log")).returncode == 0
+    assert (tmp_path / "clean.log").read_text() == "peer 2001:db8::1 at host-1\n"
+    assert _cli("file", "--jobs", "0", str(src)).returncode == 2

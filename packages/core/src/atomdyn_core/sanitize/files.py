@@ -9,6 +9,7 @@ a temporary file renamed into place, so a reader never sees half a file.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import tempfile
@@ -17,31 +18,45 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from atomdyn_core.sanitize.sanitizer import _PRIVATE_KEY, Sanitizer, strip_colours
-from atomdyn_core.sanitize.scan import sanitize_block
+from atomdyn_core.sanitize.scan import finish_block, sanitize_block
 
-__all__ = ["BLOCK_BYTES", "LINE_LIMIT_BYTES", "sanitize_file", "sanitize_file_to"]
+__all__ = ["BLOCK_BYTES", "LINE_LIMIT_BYTES", "PARALLEL_MIN_BYTES", "sanitize_file", "sanitize_file_to"]
 
 BLOCK_BYTES = 4 << 20  # read at a time; memory stays a small multiple of this whatever the file size
 LINE_LIMIT_BYTES = 16 << 20  # a longer line is sanitized in pieces of this size (no log writes such lines)
+# Smaller files are sanitized in this process alone: starting worker processes costs more than they save.
+PARALLEL_MIN_BYTES = 32 << 20
 _KEY_TAIL = 256  # more than the longest END line of a private key block
 
 
 def sanitize_file(
-    path: Path, out: TextIO, sanitizer: Sanitizer | None = None, block_bytes: int = BLOCK_BYTES
+    path: Path,
+    out: TextIO,
+    sanitizer: Sanitizer | None = None,
+    block_bytes: int = BLOCK_BYTES,
+    jobs: int | None = None,
 ) -> None:
     """Write the sanitized text of ``path`` to ``out``.
 
-    Undecodable bytes become U+FFFD rather than an error: logs of crashed processes end in garbage."""
+    Undecodable bytes become U+FFFD rather than an error: logs of crashed processes end in garbage.
+    ``jobs``: worker processes for a file of ``PARALLEL_MIN_BYTES`` or more (default: one per CPU; 1, none),
+    started by spawning (a script that calls this needs the ``if __name__ == "__main__"`` guard); the
+    output is the same whatever their number."""
     with tempfile.TemporaryFile("w+", encoding="utf-8", newline="") as staged:
-        _sanitize_into(Path(path), staged, sanitizer or Sanitizer(), block_bytes)
+        _sanitize_into(Path(path), staged, sanitizer or Sanitizer(), block_bytes, jobs)
         staged.seek(0)
         shutil.copyfileobj(staged, out, BLOCK_BYTES)
 
 
 def sanitize_file_to(
-    path: Path, dest: Path, sanitizer: Sanitizer | None = None, block_bytes: int = BLOCK_BYTES
+    path: Path,
+    dest: Path,
+    sanitizer: Sanitizer | None = None,
+    block_bytes: int = BLOCK_BYTES,
+    jobs: int | None = None,
 ) -> None:
-    """Write the sanitized text of ``path`` to ``dest`` (a temporary file beside it, renamed into place)."""
+    """Write the sanitized text of ``path`` to ``dest`` (a temporary file beside it, renamed into place);
+    ``jobs`` as for :func:`sanitize_file`."""
     path, dest = Path(path), Path(dest)
     if not path.is_file():
         raise FileNotFoundError(f"sanitize: {path} is not a file")
@@ -49,7 +64,7 @@ def sanitize_file_to(
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as staged:
-            _sanitize_into(path, staged, sanitizer or Sanitizer(), block_bytes)
+            _sanitize_into(path, staged, sanitizer or Sanitizer(), block_bytes, jobs)
             staged.flush()
             os.fsync(staged.fileno())
         os.chmod(tmp_name, 0o644)
@@ -59,25 +74,63 @@ def sanitize_file_to(
         raise
 
 
-def _sanitize_into(path: Path, out: TextIO, sanitizer: Sanitizer, block_bytes: int) -> None:
-    learned_late = False
-    for index, block in enumerate(read_blocks(path, block_bytes)):
-        known = sanitizer.known_count()
-        out.write(sanitize_block(sanitizer, block))
-        learned_late = learned_late or (index > 0 and sanitizer.known_count() != known)
-    if learned_late:
+def _sanitize_into(path: Path, out: TextIO, sanitizer: Sanitizer, block_bytes: int, jobs: int | None) -> None:
+    if _one_pass(path, out, sanitizer, block_bytes, jobs):
         out.seek(0)
         out.truncate()
-        for block in read_blocks(path, block_bytes):
+        _one_pass(path, out, sanitizer, block_bytes, jobs)
+
+
+def _one_pass(path: Path, out: TextIO, sanitizer: Sanitizer, block_bytes: int, jobs: int | None) -> bool:
+    """The file sanitized into ``out``; whether a block after the first taught a new name (which earlier
+    blocks may hold: a second pass is needed)."""
+    learned_late = False
+    blocks = 0
+    rest_at: int | None = 0
+    if _parallel(path, block_bytes, jobs):
+        from atomdyn_core.sanitize.parallel import default_jobs, prepared_blocks
+
+        names, paths = tuple(sanitizer.known_names()), tuple(sanitizer._paths)
+        rest_at = None
+        for start, prepared in prepared_blocks(path, block_bytes, jobs or default_jobs(), names, paths):
+            if prepared is None:
+                rest_at = start  # the last item: the rest goes through this process's reader
+                continue
+            known = sanitizer.known_count()
+            out.write(finish_block(sanitizer, prepared))
+            learned_late = learned_late or (blocks > 0 and sanitizer.known_count() != known)
+            blocks += 1
+    if rest_at is not None:
+        for block in read_blocks(path, block_bytes, start=rest_at):
+            known = sanitizer.known_count()
             out.write(sanitize_block(sanitizer, block))
+            learned_late = learned_late or (blocks > 0 and sanitizer.known_count() != known)
+            blocks += 1
+    return learned_late
 
 
-def read_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[str]:
-    """The file's text in blocks of whole lines, colour codes removed, no private key block cut in two.
+def _parallel(path: Path, block_bytes: int, jobs: int | None) -> bool:
+    if jobs is not None and jobs <= 1:
+        return False
+    if multiprocessing.current_process().daemon:
+        return False  # a pool's worker may start no processes
+    if jobs is None:
+        from atomdyn_core.sanitize.parallel import default_jobs
+
+        if default_jobs() <= 1:
+            return False
+    size = path.stat().st_size
+    return size >= PARALLEL_MIN_BYTES and size > 2 * block_bytes
+
+
+def read_blocks(path: Path, block_bytes: int = BLOCK_BYTES, start: int = 0) -> Iterator[str]:
+    """The file's text (from byte ``start``, a line's start) in blocks of whole lines, colour codes removed,
+    no private key block cut in two.
 
     A key block without its END line runs to the end of the file (as the pattern says); its body is dropped
     as it is read (it is redacted whole), so that memory stays bounded."""
     with open(path, "rb") as handle:
+        handle.seek(start)
         reader = _LineReader(handle, block_bytes)
         while block := reader.next_block():
             while (header_end := _open_key_block(block)) is not None:

@@ -286,9 +286,6 @@ class Sanitizer:
         self._names: tuple[tuple[int, int], list[str]] | None = None  # known_names() for a known_count()
         self._all: tuple[tuple[int, int], set[str]] | None = None  # _all_names() for a known_count()
         self._path_res: list[tuple[str, re.Pattern[str]]] | None = None  # _path_patterns() (paths only grow)
-        # The fast path's verdicts on line shapes for the names and paths known (see scan.py), and for which.
-        self.shape_verdicts: dict[bytes, int] = {}
-        self.shape_verdicts_for: tuple[str, ...] = ()
         self.add_known(hosts=hosts, users=users, paths=paths, accounts=accounts)
 
     def add_known(

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Iterable
+from dataclasses import dataclass
 from itertools import accumulate
 
 from atomdyn_core.sanitize import sanitizer as _s
 
-__all__ = ["sanitize_block"]
+__all__ = ["Prepared", "finish_block", "prepare_block", "sanitize_block"]
 
 _HEX_DIGITS = "0123456789abcdef"
 _SHAPE_BYTES = bytes.maketrans(_HEX_DIGITS.encode(), b"0" * 16)
@@ -168,6 +170,9 @@ _SHAPE_VERDICTS: dict[bytes, tuple[int, ...]] = {}  # a shape: the scanners whos
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 _DOTTED_I = "\u0130"  # the one character whose lower case is two characters
 _KNOWN_NAME, _KNOWN_PATH = 1, 2
+# Verdicts on shapes for known names and paths, per set of them (a few sanitizers may take turns).
+_KNOWN_VERDICTS: dict[tuple[str, ...], dict[bytes, int]] = {}
+_KNOWN_VERDICT_SETS = 4
 
 
 def _line_bounds(text: str, at: int) -> tuple[int, int]:
@@ -176,7 +181,7 @@ def _line_bounds(text: str, at: int) -> tuple[int, int]:
     return start, (len(text) if end < 0 else end + 1)
 
 
-def _hits_in_block(text: str, low: str, sanitizer: _s.Sanitizer) -> set[int]:
+def _hits_in_block(text: str, low: str, paths: tuple[str, ...]) -> set[int]:
     """Start offsets of the lines that some pattern may change, every scanner run over the whole block."""
     starts: set[int] = set()
     for scanner in _SCANNERS:
@@ -184,7 +189,7 @@ def _hits_in_block(text: str, low: str, sanitizer: _s.Sanitizer) -> set[int]:
         while (m := scanner.search(low, pos)) is not None:
             start, pos = _line_bounds(low, m.start())
             starts.add(start)
-    for path in sanitizer._paths:
+    for path in paths:
         pos = 0
         while (at := text.find(path, pos)) >= 0:
             start, pos = _line_bounds(text, at)
@@ -197,10 +202,10 @@ def _hits_in_block(text: str, low: str, sanitizer: _s.Sanitizer) -> set[int]:
     return starts
 
 
-def _names_in_block(low: str, sanitizer: _s.Sanitizer, skip: set[int]) -> list[int]:
-    """Start offsets of lines (not in ``skip``) that name a known host, user or account."""
+def _lines_naming(low: str, names: Iterable[str], skip: set[int]) -> list[int]:
+    """Start offsets of lines (not in ``skip``) that name one of ``names`` (lower case)."""
     starts: set[int] = set()
-    for name in sanitizer.known_names():
+    for name in names:
         pos = 0
         while (at := low.find(name, pos)) >= 0:
             start, pos = _line_bounds(low, at)
@@ -239,18 +244,17 @@ def _judge_new_shapes(shapes: set[bytes]) -> None:
         _SHAPE_VERDICTS[one] = tuple(scanners)
 
 
-def _known_verdicts(sanitizer: _s.Sanitizer, shapes: set[bytes]) -> dict[bytes, int]:
-    """For each shape: whether a line of it may name a known name or hold a known path (per sanitizer)."""
-    names = tuple(sanitizer.known_names())
-    paths = tuple(p.lower() for p in sanitizer._paths)
-    if sanitizer.shape_verdicts_for != (*names, "", *paths):
-        sanitizer.shape_verdicts.clear()
-        sanitizer.shape_verdicts_for = (*names, "", *paths)
-    verdicts = sanitizer.shape_verdicts
-    if len(verdicts) > _MAX_SHAPES:
-        verdicts.clear()
+def _known_verdicts(names: tuple[str, ...], paths: tuple[str, ...], shapes: set[bytes]) -> dict[bytes, int]:
+    """For each shape: whether a line of it may name one of ``names`` or hold one of ``paths``."""
+    key = (*names, "", *paths)
+    verdicts = _KNOWN_VERDICTS.pop(key, None)
+    if verdicts is None or len(verdicts) > _MAX_SHAPES:
+        verdicts = {}
+    _KNOWN_VERDICTS[key] = verdicts  # the most recently used last
+    while len(_KNOWN_VERDICTS) > _KNOWN_VERDICT_SETS:
+        del _KNOWN_VERDICTS[next(iter(_KNOWN_VERDICTS))]
     shaped_names = [shape(n).encode() for n in names]
-    shaped_paths = [shape(p).encode() for p in paths]
+    shaped_paths = [shape(p.lower()).encode() for p in paths]
     for one in shapes.difference(verdicts):
         verdicts[one] = (_KNOWN_PATH if any(p in one for p in shaped_paths) else 0) | (
             _KNOWN_NAME if any(n in one for n in shaped_names) else 0
@@ -297,25 +301,47 @@ def _line_by_line(sanitizer: _s.Sanitizer, text: str) -> str:
     return sanitizer.sanitize(text)
 
 
-def sanitize_block(sanitizer: _s.Sanitizer, text: str) -> str:
-    """``sanitizer.learn(text)`` then ``sanitizer.sanitize(text)``, found faster: the same output, the same
-    values learned and numbered."""
+_WHOLE, _SCANNED, _SHAPED = 0, 1, 2  # how a block was prepared (see Prepared.mode)
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A block made ready for :func:`finish_block`: what does not depend on the values learned so far.
+
+    ``mode``: ``_WHOLE``, the block goes through the line-by-line path (a private key block, or a lower case
+    of another length); ``_SCANNED``, its ``hits`` were found by the scanners run over the whole block (a
+    character outside ASCII) and the lines naming known names are found when finished; ``_SHAPED``, ``hits``
+    and ``names`` (the lines that may name one of ``names_for``, not hit lines) were found through the line
+    shapes. ``low``: the lower-cased text where kept (dropped before a block is sent to another process)."""
+
+    text: str
+    mode: int
+    hits: list[int]
+    names: list[int]
+    names_for: tuple[str, ...]
+    low: str | None = None
+
+
+def prepare_block(text: str, names: tuple[str, ...], paths: tuple[str, ...]) -> Prepared:
+    """The work on a block that depends only on its text, the known ``names`` (:meth:`Sanitizer.known_names
+    <atomdyn_core.sanitize.sanitizer.Sanitizer.known_names>`) and the known ``paths``: colour codes
+    removed, the lines some pattern may change found. Runs anywhere (another process: see ``parallel.py``)."""
     if "PRIVATE KEY" in text:
-        return _line_by_line(sanitizer, text)  # a key block spans lines: that path matches it whole
+        return Prepared(text, _WHOLE, [], [], names)  # a key block spans lines: that path matches it whole
     text = _s.strip_colours(text)
     if not text.isascii():
-        low = text.replace(_DOTTED_I, "?").lower()
+        low = _lower(text)
         if len(low) != len(text):
-            return _line_by_line(sanitizer, text)
-        return _sanitize_hits(sanitizer, text, sorted(_hits_in_block(text, low, sanitizer)), low=low)
+            return Prepared(text, _WHOLE, [], [], names)
+        return Prepared(text, _SCANNED, sorted(_hits_in_block(text, low, paths)), [], names, low)
     low = text.lower()
     shapes = low.encode("ascii").translate(_SHAPE_BYTES).split(b"\n")
     distinct = set(shapes)
     suspect = _suspect_shapes(distinct)
-    known = _known_verdicts(sanitizer, distinct)
+    known = _known_verdicts(names, paths, distinct)
     named = {one: verdict for one in distinct if (verdict := known[one])}
     hits: list[int] = []
-    names: list[int] = []
+    found: list[int] = []
     if suspect or named:
         ends = list(accumulate(map(len, shapes)))  # each line's end, less its newline, minus its index
         for i in [i for i, one in enumerate(shapes) if one in suspect or one in named]:
@@ -327,15 +353,48 @@ def sanitize_block(sanitizer: _s.Sanitizer, text: str) -> str:
             ):
                 hits.append(start)
             elif one in named:
-                names.append(start)
-    return _sanitize_hits(sanitizer, text, hits, low=low, names=names)
+                found.append(start)
+    return Prepared(text, _SHAPED, hits, found, names, low)
+
+
+def finish_block(sanitizer: _s.Sanitizer, prepared: Prepared) -> str:
+    """The sanitized block: its hit lines through the patterns, in order (learning and numbering), known
+    names replaced on the others. Where ``sanitizer`` knows names that the block was not prepared for
+    (learned on earlier blocks meanwhile), the lines naming those are looked for here."""
+    text = prepared.text
+    if prepared.mode == _WHOLE:
+        return _line_by_line(sanitizer, text)
+    low = prepared.low if prepared.low is not None else _lower(text)
+    if prepared.mode == _SCANNED:
+        return _sanitize_hits(sanitizer, text, prepared.hits, low=low)
+    names = prepared.names
+    current = sanitizer.known_names()
+    if tuple(current) != prepared.names_for:
+        # Names only grow: a line naming a current name names one prepared for or one learned since.
+        since = set(current).difference(prepared.names_for)
+        if since:
+            more = _lines_naming(low, since, set(prepared.hits))
+            names = sorted(set(names).union(more))
+    return _sanitize_hits(sanitizer, text, prepared.hits, low=low, names=names)
+
+
+def sanitize_block(sanitizer: _s.Sanitizer, text: str) -> str:
+    """``sanitizer.learn(text)`` then ``sanitizer.sanitize(text)``, found faster: the same output, the same
+    values learned and numbered."""
+    prepared = prepare_block(text, tuple(sanitizer.known_names()), tuple(sanitizer._paths))
+    return finish_block(sanitizer, prepared)
+
+
+def _lower(text: str) -> str:
+    """The lower case that the scanners read (outside ASCII, İ would become two characters: kept apart)."""
+    return text.lower() if text.isascii() else text.replace(_DOTTED_I, "?").lower()
 
 
 def _sanitize_hits(
     sanitizer: _s.Sanitizer,
     text: str,
     hits: list[int],
-    low: str | None = None,
+    low: str,
     names: list[int] | None = None,
 ) -> str:
     """The block with its hit lines sanitized line by line and known names replaced on the others.
@@ -354,8 +413,8 @@ def _sanitize_hits(
             lines[start] = (end, sanitizer._lines(text[start:end]))
         names = None  # the names learned may stand on other lines
     if names is None:
-        names = _names_in_block(low if low is not None else text.lower(), sanitizer, set(lines))
-    _replace_names(sanitizer, text, low if low is not None else text.lower(), names, lines)
+        names = _lines_naming(low, sanitizer.known_names(), set(lines))
+    _replace_names(sanitizer, text, low, names, lines)
     out: list[str] = []
     pos = 0
     for start in sorted(lines):

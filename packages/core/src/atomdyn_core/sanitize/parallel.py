@@ -1,0 +1,140 @@
+"""Whole files on several processes: the work that depends only on a block's text is done by workers, the
+numbering in this process, in file order, so the output is that of the one-process path, byte for byte.
+
+A file is cut into ranges of whole lines (each after a newline, about ``block_bytes`` long); each worker reads
+its own range from the file (the text is not piped to it), removes the colour codes and finds the lines that a
+pattern may change and those that may name a known name (:func:`~atomdyn_core.sanitize.scan.prepare_block`).
+This process takes the prepared blocks in file order and finishes them
+(:func:`~atomdyn_core.sanitize.scan.finish_block`): the hit lines go through the patterns, which learn and
+number values as the one-process path does; names learned since a block was sent out are looked for in it
+here. What a worker cannot decide alone goes back to the one-process reader from that range on: a private
+key block still open at the end of a range (it may end in a later one) and a line longer than
+``LINE_LIMIT_BYTES`` (that reader cuts it). At most two ranges per worker are in flight, so memory stays
+bounded whatever the file size. Workers ignore SIGINT and are terminated whenever this process stops early.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from collections import deque
+from collections.abc import Iterator
+from multiprocessing.pool import AsyncResult
+from pathlib import Path
+from typing import BinaryIO
+
+from atomdyn_core.sanitize import files as _files
+from atomdyn_core.sanitize.sanitizer import strip_colours
+from atomdyn_core.sanitize.scan import Prepared, prepare_block
+
+__all__ = ["default_jobs", "prepared_blocks"]
+
+_SEARCH_CHUNK = 64 << 10  # read at a time when looking for the newline after a range's nominal end
+_IN_FLIGHT_PER_JOB = 2
+
+
+def default_jobs() -> int:
+    """The CPUs this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def prepared_blocks(
+    path: Path, block_bytes: int, jobs: int, names: tuple[str, ...], paths: tuple[str, ...]
+) -> Iterator[tuple[int, Prepared | None]]:
+    """``(start, prepared)`` for the file's ranges in order, prepared by ``jobs`` worker processes; a last
+    ``(start, None)`` where the rest of the file, from byte ``start``, must go through the one-process
+    reader. Ranges are planned as they are sent out; the workers are gone when this returns or raises."""
+    context = multiprocessing.get_context("spawn")  # safe whatever threads this process runs
+    pool = context.Pool(jobs, initializer=_ignore_sigint)
+    try:
+        pending: deque[tuple[int, AsyncResult[tuple[Prepared, bool]] | None]] = deque()
+        ranges = _ranges(path, block_bytes)
+        rest_at: int | None = None
+        while True:
+            while rest_at is None and len(pending) < jobs * _IN_FLIGHT_PER_JOB:
+                planned = next(ranges, None)
+                if planned is None:
+                    break
+                start, end = planned
+                if end is None:
+                    rest_at = start
+                    pending.append((start, None))
+                    break
+                pending.append(
+                    (start, pool.apply_async(_prepare_range, (str(path), start, end, names, paths)))
+                )
+            if not pending:
+                break
+            start, result = pending.popleft()
+            if result is None:
+                yield start, None
+                break
+            prepared, open_key = result.get()
+            if open_key:  # the key block may end in a later range: the one-process reader joins them
+                yield start, None
+                break
+            yield start, prepared
+        pool.close()
+        pool.join()
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def _ranges(path: Path, block_bytes: int) -> Iterator[tuple[int, int | None]]:
+    """``(start, end)`` of ranges of whole lines; ``(start, None)`` from where they cannot be planned (a line
+    longer than the limit, a range without a newline after its nominal end)."""
+    size = path.stat().st_size
+    limit = _files.LINE_LIMIT_BYTES
+    with open(path, "rb") as handle:
+        start = 0
+        while start < size:
+            nominal = start + block_bytes
+            if nominal >= size:
+                end = size
+            else:
+                found = _newline_after(handle, nominal, start + limit)
+                if found is None:
+                    yield start, None
+                    return
+                end = found
+            if end - start > limit:  # a line in it may be longer than the limit: the reader cuts those
+                yield start, None
+                return
+            yield start, end
+            start = end
+
+
+def _newline_after(handle: BinaryIO, at: int, until: int) -> int | None:
+    """The offset just after the first newline at or after ``at`` and before ``until``, else None."""
+    handle.seek(at)
+    pos = at
+    while pos < until:
+        chunk = handle.read(min(_SEARCH_CHUNK, until - pos))
+        if not chunk:
+            return None
+        found = chunk.find(b"\n")
+        if found >= 0:
+            return pos + found + 1
+        pos += len(chunk)
+    return None
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is this process's to handle: it ends the workers
+
+
+def _prepare_range(
+    path: str, start: int, end: int, names: tuple[str, ...], paths: tuple[str, ...]
+) -> tuple[Prepared, bool]:
+    """In a worker: the range read, decoded and prepared; whether a private key block is open at its end."""
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        data = handle.read(end - start)
+    text = strip_colours(data.decode("utf-8", "replace"))
+    prepared = prepare_block(text, names, paths)
+    prepared.low = None  # rebuilt where needed: not worth sending
+    return prepared, _files._open_key_block(text) is not None
