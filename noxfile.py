@@ -70,14 +70,9 @@ def tests(session: nox.Session) -> None:
     for name, directory in suites:
         session.log(f"== {name}")
         junit = f"--junitxml={reports / name}.xml"
-        # The real-engine runs are their own session (real_engine): on this 2-core VM they meet multi-second
-        # stalls that fail them one run in two (docs/real-engine-rehearsal.md), which no suite may hide behind.
-        select = ["-m", "not real_engine"] if name == "launchers" else []
         with session.chdir(directory):
             try:
-                python(
-                    session, "-m", "pytest", junit, *select, *extra, *(["tests"] if directory == ROOT else [])
-                )
+                python(session, "-m", "pytest", junit, *extra, *(["tests"] if directory == ROOT else []))
             except CommandFailed:
                 failed.append(name)
     print(junit_totals(reports), flush=True)  # one closing line for all suites
@@ -88,8 +83,9 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def real_engine(session: nox.Session) -> None:
-    """The real-engine rehearsal tests: vLLM prefill and decode on CPU with KV over NIXL, P/D against aggregated
-    token for token, and a forced KV failure caught by the evidence; about 15 minutes, needs root."""
+    """Only the real-engine rehearsal tests (also part of `tests`): vLLM prefill and decode on CPU with KV over
+    NIXL, P/D against aggregated token for token, and a forced KV failure caught by the evidence; about 8
+    minutes on 2 cores, needs root."""
     with session.chdir(ROOT / "packages" / "launchers"):
         python(session, "-m", "pytest", "-v", "-m", "real_engine", "tests", *session.posargs)
 
