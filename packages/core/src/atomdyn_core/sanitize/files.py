@@ -90,9 +90,8 @@ def _one_pass(path: Path, out: TextIO, sanitizer: Sanitizer, block_bytes: int, j
     if _parallel(path, block_bytes, jobs):
         from atomdyn_core.sanitize.parallel import default_jobs, prepared_blocks
 
-        names, paths = tuple(sanitizer.known_names()), tuple(sanitizer._paths)
         rest_at = None
-        for start, prepared in prepared_blocks(path, block_bytes, jobs or default_jobs(), names, paths):
+        for start, prepared in prepared_blocks(path, block_bytes, jobs or default_jobs(), sanitizer):
             if prepared is None:
                 rest_at = start  # the last item: the rest goes through this process's reader
                 continue

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from atomdyn_core.sanitize import files as _files
-from atomdyn_core.sanitize.sanitizer import strip_colours
+from atomdyn_core.sanitize.sanitizer import Sanitizer, strip_colours
 from atomdyn_core.sanitize.scan import Prepared, prepare_block
 
 __all__ = ["default_jobs", "prepared_blocks"]
@@ -42,11 +42,13 @@ def default_jobs() -> int:
 
 
 def prepared_blocks(
-    path: Path, block_bytes: int, jobs: int, names: tuple[str, ...], paths: tuple[str, ...]
+    path: Path, block_bytes: int, jobs: int, sanitizer: Sanitizer
 ) -> Iterator[tuple[int, Prepared | None]]:
-    """``(start, prepared)`` for the file's ranges in order, prepared by ``jobs`` worker processes; a last
-    ``(start, None)`` where the rest of the file, from byte ``start``, must go through the one-process
-    reader. Ranges are planned as they are sent out; the workers are gone when this returns or raises."""
+    """``(start, prepared)`` for the file's ranges in order, prepared by ``jobs`` worker processes with the
+    names ``sanitizer`` knows when each range is sent out (it goes on learning as the caller finishes the
+    blocks); a last ``(start, None)`` where the rest of the file, from byte ``start``, must go through the
+    one-process reader. Ranges are planned as they are sent out; the workers are gone when this returns
+    or raises."""
     context = multiprocessing.get_context("spawn")  # safe whatever threads this process runs
     pool = context.Pool(jobs, initializer=_ignore_sigint)
     try:
@@ -63,9 +65,8 @@ def prepared_blocks(
                     rest_at = start
                     pending.append((start, None))
                     break
-                pending.append(
-                    (start, pool.apply_async(_prepare_range, (str(path), start, end, names, paths)))
-                )
+                known = (dict(sanitizer._hosts), dict(sanitizer._bare), tuple(sanitizer._paths))
+                pending.append((start, pool.apply_async(_prepare_range, (str(path), start, end, known))))
             if not pending:
                 break
             start, result = pending.popleft()
@@ -127,14 +128,29 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is this process's to handle: it ends the workers
 
 
-def _prepare_range(
-    path: str, start: int, end: int, names: tuple[str, ...], paths: tuple[str, ...]
-) -> tuple[Prepared, bool]:
+_Known = tuple[
+    dict[str, str], dict[str, str], tuple[str, ...]
+]  # hosts, bare words, paths: their placeholders
+_NAMER: list[tuple[_Known, Sanitizer]] = []  # the last one a worker built
+
+
+def _namer(known: _Known) -> Sanitizer:
+    """A sanitizer that knows what ``known`` names, as the one in the main process did (built once)."""
+    if not _NAMER or _NAMER[0][0] != known:
+        namer = Sanitizer()
+        namer._hosts, namer._bare = dict(known[0]), dict(known[1])
+        namer._bare_dirty = True
+        _NAMER[:] = [(known, namer)]
+    return _NAMER[0][1]
+
+
+def _prepare_range(path: str, start: int, end: int, known: _Known) -> tuple[Prepared, bool]:
     """In a worker: the range read, decoded and prepared; whether a private key block is open at its end."""
     with open(path, "rb") as handle:
         handle.seek(start)
         data = handle.read(end - start)
     text = strip_colours(data.decode("utf-8", "replace"))
-    prepared = prepare_block(text, names, paths)
+    namer = _namer(known)
+    prepared = prepare_block(text, tuple(namer.known_names()), known[2], namer)
     prepared.low = None  # rebuilt where needed: not worth sending
     return prepared, _files._open_key_block(text) is not None

@@ -312,7 +312,10 @@ class Prepared:
     of another length); ``_SCANNED``, its ``hits`` were found by the scanners run over the whole block (a
     character outside ASCII) and the lines naming known names are found when finished; ``_SHAPED``, ``hits``
     and ``names`` (the lines that may name one of ``names_for``, not hit lines) were found through the line
-    shapes. ``low``: the lower-cased text where kept (dropped before a block is sent to another process)."""
+    shapes. ``low``: the lower-cased text where kept (dropped before a block is sent to another process).
+    ``spans``: where prepared with a sanitizer's names and their placeholders (``spans_for``, its
+    :meth:`known_count <atomdyn_core.sanitize.sanitizer.Sanitizer.known_count>`), the names replaced on
+    the ``names`` lines, used as they are where the finishing sanitizer knows those names and no other."""
 
     text: str
     mode: int
@@ -320,12 +323,17 @@ class Prepared:
     names: list[int]
     names_for: tuple[str, ...]
     low: str | None = None
+    spans: dict[int, tuple[int, str]] | None = None
+    spans_for: tuple[int, int] = (0, 0)
 
 
-def prepare_block(text: str, names: tuple[str, ...], paths: tuple[str, ...]) -> Prepared:
+def prepare_block(
+    text: str, names: tuple[str, ...], paths: tuple[str, ...], namer: _s.Sanitizer | None = None
+) -> Prepared:
     """The work on a block that depends only on its text, the known ``names`` (:meth:`Sanitizer.known_names
     <atomdyn_core.sanitize.sanitizer.Sanitizer.known_names>`) and the known ``paths``: colour codes
-    removed, the lines some pattern may change found. Runs anywhere (another process: see ``parallel.py``)."""
+    removed, the lines some pattern may change found; with ``namer`` (a sanitizer that knows those names),
+    the names replaced on the lines that are no hits. Runs anywhere (another process: see ``parallel.py``)."""
     if "PRIVATE KEY" in text:
         return Prepared(text, _WHOLE, [], [], names)  # a key block spans lines: that path matches it whole
     text = _s.strip_colours(text)
@@ -354,7 +362,11 @@ def prepare_block(text: str, names: tuple[str, ...], paths: tuple[str, ...]) -> 
                 hits.append(start)
             elif one in named:
                 found.append(start)
-    return Prepared(text, _SHAPED, hits, found, names, low)
+    prepared = Prepared(text, _SHAPED, hits, found, names, low)
+    if namer is not None:
+        prepared.spans, prepared.spans_for = {}, namer.known_count()
+        _replace_names(namer, text, low, found, prepared.spans)
+    return prepared
 
 
 def finish_block(sanitizer: _s.Sanitizer, prepared: Prepared) -> str:
@@ -375,7 +387,7 @@ def finish_block(sanitizer: _s.Sanitizer, prepared: Prepared) -> str:
         if since:
             more = _lines_naming(low, since, set(prepared.hits))
             names = sorted(set(names).union(more))
-    return _sanitize_hits(sanitizer, text, prepared.hits, low=low, names=names)
+    return _sanitize_hits(sanitizer, text, prepared.hits, low, names, prepared.spans, prepared.spans_for)
 
 
 def sanitize_block(sanitizer: _s.Sanitizer, text: str) -> str:
@@ -396,11 +408,14 @@ def _sanitize_hits(
     hits: list[int],
     low: str,
     names: list[int] | None = None,
+    spans: dict[int, tuple[int, str]] | None = None,
+    spans_for: tuple[int, int] = (0, 0),
 ) -> str:
     """The block with its hit lines sanitized line by line and known names replaced on the others.
 
     ``names``: the lines that may name a known name (found anew in ``low`` when not given, after the hit
-    lines, which may teach names)."""
+    lines, which may teach names). ``spans``: the names on those lines already replaced, by a sanitizer
+    whose names and placeholders were ``spans_for`` (names only grow: the same count, the same names)."""
     known_before = sanitizer.known_count()
     lines: dict[int, tuple[int, str]] = {}
     for start in hits:
@@ -412,9 +427,12 @@ def _sanitize_hits(
         for start, (end, _) in lines.items():
             lines[start] = (end, sanitizer._lines(text[start:end]))
         names = None  # the names learned may stand on other lines
-    if names is None:
-        names = _lines_naming(low, sanitizer.known_names(), set(lines))
-    _replace_names(sanitizer, text, low, names, lines)
+    if names is not None and spans is not None and sanitizer.known_count() == spans_for:
+        lines.update(spans)
+    else:
+        if names is None:
+            names = _lines_naming(low, sanitizer.known_names(), set(lines))
+        _replace_names(sanitizer, text, low, names, lines)
     out: list[str] = []
     pos = 0
     for start in sorted(lines):
