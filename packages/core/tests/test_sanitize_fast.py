@@ -537,9 +537,13 @@ def test_ranges_are_whole_lines_and_stop_at_long_lines(
 def test_several_processes_stop_on_a_fault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fault while finishing a block: no destination written, no temporary file, no worker left."""
     import multiprocessing
+    import tempfile
 
     from atomdyn_core.sanitize import files
 
+    spools = tmp_path / "tmp"
+    spools.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spools))
     src = tmp_path / "raw.log"
     src.write_text(generate_text(200_000, seed=2))
     dest = tmp_path / "clean.log"
@@ -556,8 +560,9 @@ def test_several_processes_stop_on_a_fault(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(KeyboardInterrupt):
         sanitize_file_to(src, dest, block_bytes=4096, jobs=2)
     assert dest.read_text() == "previous\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["clean.log", "raw.log"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clean.log", "raw.log", "tmp"]
     assert multiprocessing.active_children() == []
+    assert list(spools.iterdir()) == []  # the workers' spool directory is gone too
 
 
 def test_cli_file_with_jobs(tmp_path: Path) -> None:

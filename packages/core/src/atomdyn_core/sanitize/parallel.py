@@ -2,8 +2,10 @@
 numbering in this process, in file order, so the output is that of the one-process path, byte for byte.
 
 A file is cut into ranges of whole lines (each after a newline, about ``block_bytes`` long); each worker reads
-its own range from the file (the text is not piped to it), removes the colour codes and finds the lines that a
-pattern may change and those that may name a known name (:func:`~atomdyn_core.sanitize.scan.prepare_block`).
+its own range from the file (the text is not piped to it), removes the colour codes, finds the lines that a
+pattern may change and replaces the known names on the others (:func:`~atomdyn_core.sanitize.scan.prepare_block`),
+and leaves the text in a file of a temporary spool directory for this process to read (reading a pipe cost it
+several times more).
 This process takes the prepared blocks in file order and finishes them
 (:func:`~atomdyn_core.sanitize.scan.finish_block`): the hit lines go through the patterns, which learn and
 number values as the one-process path does; names learned since a block was sent out are looked for in it
@@ -17,7 +19,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import signal
+import tempfile
 from collections import deque
 from collections.abc import Iterator
 from multiprocessing.pool import AsyncResult
@@ -50,6 +54,7 @@ def prepared_blocks(
     one-process reader. Ranges are planned as they are sent out; the workers are gone when this returns
     or raises."""
     context = multiprocessing.get_context("spawn")  # safe whatever threads this process runs
+    spool = tempfile.mkdtemp(prefix="atomdyn-sanitize-")
     pool = context.Pool(jobs, initializer=_ignore_sigint)
     try:
         pending: deque[tuple[int, AsyncResult[tuple[Prepared, bool]] | None]] = deque()
@@ -66,7 +71,8 @@ def prepared_blocks(
                     pending.append((start, None))
                     break
                 known = (dict(sanitizer._hosts), dict(sanitizer._bare), tuple(sanitizer._paths))
-                pending.append((start, pool.apply_async(_prepare_range, (str(path), start, end, known))))
+                task = (str(path), start, end, known, spool)
+                pending.append((start, pool.apply_async(_prepare_range, task)))
             if not pending:
                 break
             start, result = pending.popleft()
@@ -77,12 +83,16 @@ def prepared_blocks(
             if open_key:  # the key block may end in a later range: the one-process reader joins them
                 yield start, None
                 break
+            spooled = Path(spool, str(start))
+            prepared.text = spooled.read_bytes().decode("utf-8")
+            spooled.unlink()
             yield start, prepared
         pool.close()
         pool.join()
     finally:
         pool.terminate()
         pool.join()
+        shutil.rmtree(spool, ignore_errors=True)
 
 
 def _ranges(path: Path, block_bytes: int) -> Iterator[tuple[int, int | None]]:
@@ -144,8 +154,10 @@ def _namer(known: _Known) -> Sanitizer:
     return _NAMER[0][1]
 
 
-def _prepare_range(path: str, start: int, end: int, known: _Known) -> tuple[Prepared, bool]:
-    """In a worker: the range read, decoded and prepared; whether a private key block is open at its end."""
+def _prepare_range(path: str, start: int, end: int, known: _Known, spool: str) -> tuple[Prepared, bool]:
+    """In a worker: the range read, decoded and prepared; whether a private key block is open at its end.
+    The prepared text is written to a file in ``spool`` named by ``start`` (a pipe costs the main process
+    several times more to read)."""
     with open(path, "rb") as handle:
         handle.seek(start)
         data = handle.read(end - start)
@@ -153,4 +165,6 @@ def _prepare_range(path: str, start: int, end: int, known: _Known) -> tuple[Prep
     namer = _namer(known)
     prepared = prepare_block(text, tuple(namer.known_names()), known[2], namer)
     prepared.low = None  # rebuilt where needed: not worth sending
+    Path(spool, str(start)).write_bytes(prepared.text.encode("utf-8"))
+    prepared.text = ""
     return prepared, _files._open_key_block(text) is not None

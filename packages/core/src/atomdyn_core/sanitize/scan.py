@@ -376,15 +376,16 @@ def finish_block(sanitizer: _s.Sanitizer, prepared: Prepared) -> str:
     text = prepared.text
     if prepared.mode == _WHOLE:
         return _line_by_line(sanitizer, text)
-    low = prepared.low if prepared.low is not None else _lower(text)
+    low = prepared.low
     if prepared.mode == _SCANNED:
-        return _sanitize_hits(sanitizer, text, prepared.hits, low=low)
+        return _sanitize_hits(sanitizer, text, prepared.hits, low or _lower(text))
     names = prepared.names
     current = sanitizer.known_names()
     if tuple(current) != prepared.names_for:
         # Names only grow: a line naming a current name names one prepared for or one learned since.
         since = set(current).difference(prepared.names_for)
         if since:
+            low = low or _lower(text)
             more = _lines_naming(low, since, set(prepared.hits))
             names = sorted(set(names).union(more))
     return _sanitize_hits(sanitizer, text, prepared.hits, low, names, prepared.spans, prepared.spans_for)
@@ -406,15 +407,15 @@ def _sanitize_hits(
     sanitizer: _s.Sanitizer,
     text: str,
     hits: list[int],
-    low: str,
+    low: str | None,
     names: list[int] | None = None,
     spans: dict[int, tuple[int, str]] | None = None,
     spans_for: tuple[int, int] = (0, 0),
 ) -> str:
     """The block with its hit lines sanitized line by line and known names replaced on the others.
 
-    ``names``: the lines that may name a known name (found anew in ``low`` when not given, after the hit
-    lines, which may teach names). ``spans``: the names on those lines already replaced, by a sanitizer
+    ``names``: the lines that may name a known name (found anew in ``low``, the lower case, made here where
+    not given, when not given, after the hit lines, which may teach names). ``spans``: the names on those lines already replaced, by a sanitizer
     whose names and placeholders were ``spans_for`` (names only grow: the same count, the same names)."""
     known_before = sanitizer.known_count()
     lines: dict[int, tuple[int, str]] = {}
@@ -430,6 +431,7 @@ def _sanitize_hits(
     if names is not None and spans is not None and sanitizer.known_count() == spans_for:
         lines.update(spans)
     else:
+        low = low or _lower(text)
         if names is None:
             names = _lines_naming(low, sanitizer.known_names(), set(lines))
         _replace_names(sanitizer, text, low, names, lines)
