@@ -206,13 +206,20 @@ def demo(
     """The local rehearsal end to end: cluster up, disagg.run (real vLLM engines on CPU, or the mock engine),
     evidence collected and verified, cluster down."""
     from atomdyn_launchers.evidence import cli as evidence_cli
-    from atomdyn_launchers.launch import run
+    from atomdyn_launchers.launch import aggregated_reference_missing, run
     from atomdyn_launchers.localcluster.cluster import LocalCluster
 
     cluster = LocalCluster(None)
     started = not cluster.up(log=lambda m: print(m, file=sys.stderr)).already_up
     try:
         options: dict[str, Any] = {"engine": engine}
+        if aggregated_reference_missing(engine):
+            # The P/D answer is checked against an aggregated one of the same engine, model and build: the
+            # first demo on a cluster records it (about a minute more), later ones reuse it.
+            print(f"no aggregated answer for {engine} yet: one aggregated run first", file=sys.stderr)
+            reference = run("agg-single", engine=engine, requests=2)
+            if not reference.passed:
+                raise Exit(f"demo FAILED: the aggregated reference run: {reference.failure}", code=1)
         if requests is not None:
             options["requests"] = requests
         outcome = run("disagg", **options)

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from atomdyn_launchers import direct_http
+from atomdyn_launchers import answers
 from atomdyn_launchers.config import ClusterConfig
 from atomdyn_launchers.engines.vllm_cpu import LABEL, VENV_DIR
 from atomdyn_launchers.evidence import cli as evidence_cli
@@ -23,37 +21,6 @@ from atomdyn_launchers.launch import run
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_engine]
 REQUESTS = 4
-# Asked once the run answers, at temperature 0: the P/D answer must equal the aggregated one token for token.
-FIXED_PROMPT = "Repeat after me: the decode worker reads its KV blocks from the prefill worker."
-
-
-class FixedAnswer:
-    """A launcher hook: at the first verified response, asks the fixed prompt and keeps the answer."""
-
-    def __init__(self) -> None:
-        self.answer: dict[str, Any] | None = None
-
-    def __call__(self, event: str, details: dict[str, object]) -> None:
-        if event != "first_good_response":
-            return
-        state = details["run"].state  # type: ignore[attr-defined]
-        body = {
-            "model": next(iter(state.plans.values())).served_model_name,
-            "messages": [{"role": "user", "content": FIXED_PROMPT}],
-            "max_tokens": 24,
-            "temperature": 0.0,
-            "ignore_eos": True,
-            "logprobs": True,
-        }
-        request = urllib.request.Request(
-            f"{state.base_url}/v1/chat/completions",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with direct_http.urlopen(request, timeout=120) as response:
-            choice = json.loads(response.read())["choices"][0]
-        content = (choice.get("logprobs") or {}).get("content") or []
-        self.answer = {"text": choice["message"]["content"], "tokens": [c["token"] for c in content]}
 
 
 @pytest.fixture(scope="module")
@@ -73,23 +40,31 @@ def _gates(summary: dict[str, object]) -> dict[str, tuple[str, object]]:
     return {g["id"]: (g["verdict"], g["value"]) for g in gates}
 
 
+def _answer(run_dir: Path, name: str = answers.ANSWER_FILE) -> answers.Answer:
+    return answers.Answer.from_json((run_dir / answers.ANSWERS_DIR / name).read_text())
+
+
 def test_real_prefill_and_decode_move_kv_over_tcp_between_the_nodes(
     config: ClusterConfig, tmp_path: Path
 ) -> None:
-    pd_answer = FixedAnswer()
+    # One aggregated worker first: it computes the fixed prompt's KV itself, and its answer at temperature 0
+    # becomes the reference (SHARED_DIR/references) that the P/D run's answer must equal token for token.
+    agg = run("agg-single", config, engine="vllm-cpu", requests=2, runs_root=tmp_path / "runs")
+    assert agg.passed, agg.failure
+    reference = _answer(agg.run_dir)
+    assert len(reference.tokens) == answers.MAX_TOKENS and reference.text  # every token, no early stop
+
     outcome = run(
-        "disagg",
-        config,
-        engine="vllm-cpu",
-        requests=REQUESTS,
-        concurrency=2,
-        runs_root=tmp_path / "runs",
-        hook=pd_answer,
+        "disagg", config, engine="vllm-cpu", requests=REQUESTS, concurrency=2, runs_root=tmp_path / "runs"
     )
     assert outcome.passed, outcome.failure
     run_json = json.loads((outcome.run_dir / "run.json").read_text())
     assert run_json["platform"] == LABEL
     assert run_json["model_profile"] == "tiny-qwen3-bf16"
+    # KV correctness: the decode worker continued from KV it read over NIXL, and answered as the aggregated
+    # worker did from KV it computed.
+    assert _answer(outcome.run_dir, answers.REFERENCE_FILE) == reference
+    assert _answer(outcome.run_dir).tokens == reference.tokens
 
     evidence = tmp_path / "evidence"
     assert evidence_cli.collect(outcome.run_dir, evidence) == 0
@@ -97,23 +72,17 @@ def test_real_prefill_and_decode_move_kv_over_tcp_between_the_nodes(
     summary = json.loads((evidence / outcome.run_dir.name / "summary.json").read_text())
     gates = _gates(summary)
     # Only a real KV move passes these: the decode worker's own NIXL counters, cache hits it did not compute,
-    # and UCX's protocol tables naming tcp (inter-node, over eth0) for the KV reads.
-    for gate in ("nixl_transfers", "nixl_bytes", "nixl_failed_transfers", "decode_external_prefix_hits"):
+    # UCX's protocol tables naming tcp (inter-node, over eth0) for the KV reads, and the answer.
+    for gate in (
+        "nixl_transfers",
+        "nixl_bytes",
+        "nixl_failed_transfers",
+        "decode_external_prefix_hits",
+        "kv_answer_equals_aggregated",
+    ):
         assert gates[gate][0] == "pass", (gate, gates[gate])
     assert gates["kv_transport_rows"][0] == "pass" and gates["kv_forbidden_transport_rows"] == ("pass", 0)
     assert summary["verdict"] == "pass" and summary["platform"] == LABEL
-
-    # KV correctness: one aggregated worker computes the same prompt itself; at temperature 0 its answer must
-    # equal the P/D answer, whose KV came over NIXL, token for token.
-    agg_answer = FixedAnswer()
-    agg = run(
-        "agg-single", config, engine="vllm-cpu", requests=2, runs_root=tmp_path / "runs", hook=agg_answer
-    )
-    assert agg.passed, agg.failure
-    assert pd_answer.answer is not None and agg_answer.answer is not None
-    assert pd_answer.answer["text"], "the P/D answer is empty"
-    assert pd_answer.answer == agg_answer.answer
-    assert len(agg_answer.answer["tokens"]) == 24  # the frontend returned every token (max_tokens, no EOS)
 
 
 def test_kv_transfers_that_cannot_reach_the_prefill_fail_the_nixl_gate(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import queue
+import shutil
 import signal
 import threading
 import time
@@ -33,8 +34,8 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_core.lock import find_lock_path, load_lock
+from atomdyn_launchers import answers, direct_http, orphans, readiness, tinymodel
 from atomdyn_launchers import benchmark as serving_benchmark
-from atomdyn_launchers import direct_http, orphans, readiness, tinymodel
 from atomdyn_launchers import ports as port_leases
 from atomdyn_launchers.config import (
     ClusterConfig,
@@ -53,7 +54,7 @@ from atomdyn_launchers.nodes.prepare import shim_current
 from atomdyn_launchers.profiles.models import ModelProfile, get_model
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.recipes import Recipe, resource_problems
-from atomdyn_launchers.rundir import KINDS, JobRecord, RunDir, format_exit_code, read_jsonl
+from atomdyn_launchers.rundir import DISAGG_KINDS, KINDS, JobRecord, RunDir, format_exit_code, read_jsonl
 from atomdyn_launchers.sbatch import Arg, JobSpec, Shell, failure_file, pid_var, render
 from atomdyn_launchers.slurm import JobInfo, JobPoller, Slurm, SlurmError, preflight
 from atomdyn_launchers.smoke import (
@@ -751,8 +752,40 @@ class Stages:
 
     def smoke(self) -> None:
         self._first_good()
+        self._fixed_answer()
         self._requests()
         self._scrape_metrics()
+
+    def _fixed_answer(self) -> None:
+        """For engines whose P/D answers are checked against aggregated ones: ask the fixed prompt once; an
+        aggregated run records the reference, a P/D run takes the reference it finds (answers.py)."""
+        ctx = self.ctx
+        if not ctx.engine.expectations.aggregated_answer:
+            return
+        key, reference = answer_reference(ctx.config, ctx.engine, ctx.model, ctx.options.lock_path)
+        served = next(iter(self.state.plans.values())).served_model_name
+        try:
+            tokens, text = answers.ask(self.state.base_url, served, ctx.options.request_timeout_s)
+        except answers.AnswerError as exc:
+            raise LaunchFailure(str(exc)) from None
+        answer = answers.Answer(ctx.rundir.run_id, key, answers.FIXED_PROMPT, tokens, text)
+        out = ctx.rundir.path / answers.ANSWERS_DIR
+        answers.write(out / answers.ANSWER_FILE, answer)
+        if ctx.options.kind not in DISAGG_KINDS:
+            answers.write(reference, answer)
+            ctx.progress.line(
+                f"fixed prompt answered ({len(tokens)} tokens): the reference for P/D runs ({key})"
+            )
+        elif reference.is_file():
+            shutil.copyfile(reference, out / answers.REFERENCE_FILE)
+            ctx.progress.line(
+                f"fixed prompt answered ({len(tokens)} tokens); aggregated reference {key} taken"
+            )
+        else:
+            ctx.progress.line(
+                f"fixed prompt answered; no aggregated reference for {key} yet "
+                f"(an aggregated run of engine {ctx.engine.name} records it)"
+            )
 
     def _first_good(self) -> None:
         client = self._client()
@@ -995,6 +1028,12 @@ class Stages:
                 "lock_digest_source": lock_source,
                 "ports": {role: dataclasses.asdict(p) for role, p in ctx.ports.items()},
                 "slurm_calls": ctx.slurm.call_counts(),
+                # The KV correctness check was part of this run (answers.py); evidence of older runs lacks it.
+                **(
+                    {"fixed_prompt": answers.FIXED_PROMPT}
+                    if ctx.engine.expectations.aggregated_answer
+                    else {}
+                ),
             },
         )
         calls = ctx.slurm.call_counts()
@@ -1226,6 +1265,25 @@ def write_resolved_recipe(
     recipe = options.recipe.to_json() if options.recipe is not None else None
     text = json.dumps({"recipe": recipe, "resolved": resolved}, indent=2) + "\n"
     atomic_write_text(path / "recipe.json", text)
+
+
+def answer_reference(
+    config: ClusterConfig, engine: Engine, model: ModelProfile, lock_path: Path | None
+) -> tuple[str, Path]:
+    """The key and file of the fixed prompt's aggregated answer for this engine, model and build."""
+    lock = _lock_digest(lock_path, config.project_dir) or ""
+    key = answers.reference_key(engine.name, model.name, model.build_digest or "", lock)
+    return key, answers.reference_path(config.shared_dir, key)
+
+
+def aggregated_reference_missing(engine: str, config: ClusterConfig | None = None) -> bool:
+    """Whether a P/D run of ``engine`` would find no aggregated answer to compare with (``nox -s demo`` then
+    runs an aggregated one first)."""
+    cfg = config or resolve_cluster_config(None)
+    chosen = get_engine(engine)
+    if not chosen.expectations.aggregated_answer:
+        return False
+    return not answer_reference(cfg, chosen, get_model(chosen.default_model), None)[1].is_file()
 
 
 def run(

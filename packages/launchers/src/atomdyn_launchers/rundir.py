@@ -293,6 +293,9 @@ class GateExpectations:
     # ``doctor/<role>.json`` (nixl-compat doctor --json from inside each worker's container) must be present,
     # and its self-test must have passed.
     doctor_required: bool = False
+    # At temperature 0 the P/D answer to a fixed prompt equals, token for token, the one an aggregated run of the
+    # same engine, model and build recorded (``answers.py``): KV read over NIXL continues as KV computed in place.
+    aggregated_answer: bool = False
 
     def __post_init__(self) -> None:
         if self.kv_transport is not None and self.kv_transport in self.forbidden_kv_transports:

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from evidence_helpers import (
+    FIXTURES,
     H200_BENCH_LOG,
     OBSERVED,
     REGISTRATIONS,
@@ -128,6 +129,48 @@ def test_kv_failures_while_warming_up_are_counted_apart_from_the_runs(vllm_cpu_r
         _failed(vllm_cpu_run, REHEARSAL)["nixl_failed_transfers"] == "kv.failed_transfers is 3, expected == 0"
     )
     assert collect_signals(vllm_cpu_run).get("kv.failed_transfers_warmup") is None
+
+
+def test_the_pd_answer_is_judged_against_the_aggregated_one_token_for_token(vllm_cpu_run: Path) -> None:
+    """Answers captured from a real aggregated run and the P/D run after it (fixtures/answers)."""
+    expects = replace(REHEARSAL, aggregated_answer=True)
+    # The fixture's run predates the check: its run.json does not say it asked, and the gate does not apply.
+    assert {r.id: r.verdict for r in _results(vllm_cpu_run, expects)}["kv_answer_equals_aggregated"] == "n/a"
+    run_json = json.loads((vllm_cpu_run / "run.json").read_text())
+    run_json["fixed_prompt"] = (
+        "Repeat after me: the decode worker reads its KV blocks from the prefill worker."
+    )
+    (vllm_cpu_run / "run.json").write_text(json.dumps(run_json))
+    answers = vllm_cpu_run / "answers"
+    shutil.copytree(FIXTURES / "answers", answers)
+    signals = collect_signals(vllm_cpu_run)
+    assert signals.get("kv.answer_differing_tokens") == 0
+    assert "kv_answer_equals_aggregated" not in _failed(vllm_cpu_run, expects)
+
+    answer = json.loads((answers / "fixed-prompt.json").read_text())
+    answer["tokens"][5] += "x"  # one token the decode worker got wrong
+    (answers / "fixed-prompt.json").write_text(json.dumps(answer))
+    assert _failed(vllm_cpu_run, expects) == {
+        "kv_answer_equals_aggregated": "kv.answer_differing_tokens is 1, expected == 0"
+    }
+    answer["tokens"] = answer["tokens"][:20]  # a shorter answer: the missing tokens differ too
+    (answers / "fixed-prompt.json").write_text(json.dumps(answer))
+    assert collect_signals(vllm_cpu_run).get("kv.answer_differing_tokens") == 5
+
+    reference = json.loads((answers / "reference.json").read_text())
+    (answers / "reference.json").write_text(json.dumps({**reference, "key": "vllm-cpu-other-build"}))
+    assert _failed(vllm_cpu_run, expects)["kv_answer_equals_aggregated"].startswith(
+        "no data: the reference is for vllm-cpu-other-build"
+    )
+    (answers / "reference.json").unlink()
+    assert _failed(vllm_cpu_run, expects)["kv_answer_equals_aggregated"].startswith(
+        "no data: no aggregated reference for vllm-cpu-tiny-qwen3-bf16-"
+    )
+    shutil.rmtree(answers)  # a run that asked nothing fails the gate where the engine expects it
+    assert _failed(vllm_cpu_run, expects)["kv_answer_equals_aggregated"].startswith(
+        "no data: no answers/fixed-prompt.json"
+    )
+    assert "kv_answer_equals_aggregated" not in {r.id for r in _results(vllm_cpu_run, REHEARSAL)}
 
 
 def test_gate_lines_read_as_the_check(mocker_run: Path) -> None:

@@ -60,6 +60,10 @@ def _extra_env(ctx: RoleContext) -> dict[str, Arg]:
         "OMP_NUM_THREADS": "1",
         "VLLM_CACHE_ROOT": f"{cache}/vllm",
         "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
+        # vLLM 0.32 with torch >= 2.12 saves its compiled model as one "mega" artifact that it cannot load back
+        # ("'function' object has no attribute 'finalize_loading'": every start compiled again); the
+        # per-graph artifacts load.
+        "VLLM_USE_MEGA_AOT_ARTIFACT": "0",
         # The frontend gets the tokenizer from the worker, not from a model hub (there is none here).
         "DYN_SELF_HOST_METADATA": "1",
     }
@@ -81,6 +85,8 @@ class VllmCpuEngine(Engine):
         external_prefix_hits=True,
         kv_transport="tcp",
         forbidden_kv_transports=SAME_HOST_TRANSPORTS,
+        # The tiny model at temperature 0 on one vLLM build: the P/D answer must equal the aggregated one.
+        aggregated_answer=True,
     )
 
     def venv(self, python_venv: Path, project_dir: Path) -> Path:

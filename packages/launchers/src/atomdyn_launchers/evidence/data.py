@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_bytes
+from atomdyn_launchers.answers import ANSWERS_DIR
 from atomdyn_launchers.evidence import logscan, signals
 from atomdyn_launchers.rundir import READY_METRICS_DIR
 
 DATA = "data"
 COLLECTOR_FINGERPRINT = "collector-fingerprint.json"  # the collector's, when the run saved no fingerprint
-_JSON_DIRS = ("fingerprints", "doctor")
+_JSON_DIRS = ("fingerprints", "doctor", ANSWERS_DIR)
 
 
 def _text_lines(lines: Iterable[bytes], sanitize: Callable[[str], str]) -> bytes:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from atomdyn_launchers.answers import ANSWER_FILE, ANSWERS_DIR, REFERENCE_FILE, Answer, differing_tokens
 from atomdyn_launchers.evidence import logscan, prom
 from atomdyn_launchers.rundir import (
     DISAGG_KINDS,
@@ -173,6 +174,8 @@ def _read_run(signals: Signals) -> None:
     signals.set("run.lock_digest", record.lock_digest)
     source = record.extra.get("lock_digest_source")  # e.g. the running image's label, or the checkout's lock
     signals.set("run.lock_digest_source", source if isinstance(source, str) else None)
+    # The launcher asks the fixed prompt for engines that check KV correctness; runs before it did say nothing.
+    signals.set("run.fixed_prompt", bool(record.extra.get("fixed_prompt")))
     signals.set("run.failure", record.failure)
     # Evidence must say where it ran and from which pinned inputs (CONTRIBUTING: platform and lock digest).
     provenance = bool(record.platform and record.platform.strip() and record.lock_digest
@@ -585,6 +588,42 @@ def _read_logs(signals: Signals) -> None:
         signals.set("kv.log_transfers", sum(p.transfers for p in points))
 
 
+def _read_answer(signals: Signals, name: str) -> Answer | None:
+    path = signals.run_dir / ANSWERS_DIR / name
+    try:
+        return Answer.from_json(path.read_text(encoding="utf-8", errors="replace"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        signals.problems.append(f"{ANSWERS_DIR}/{name}: unreadable: {exc}")
+        return None
+
+
+def _read_answers(signals: Signals) -> None:
+    """``answers/``: the fixed prompt's answer at temperature 0 and, for P/D, the aggregated run's reference."""
+    name = "kv.answer_differing_tokens"
+    answer = _read_answer(signals, ANSWER_FILE)
+    if answer is None:
+        signals.absent(name, f"no {ANSWERS_DIR}/{ANSWER_FILE} (the run asked no fixed prompt)")
+        return
+    signals.excerpt("answers", f"{ANSWERS_DIR}/{ANSWER_FILE} ({answer.run_id}): {json.dumps(answer.tokens)}")
+    reference = _read_answer(signals, REFERENCE_FILE)
+    if reference is None:
+        signals.absent(
+            name,
+            f"no aggregated reference for {answer.key}: an aggregated run of the same engine, model and "
+            "build records it (e.g. invoke agg.run --engine vllm-cpu), P/D runs after it compare",
+        )
+        return
+    signals.excerpt(
+        "answers", f"{ANSWERS_DIR}/{REFERENCE_FILE} ({reference.run_id}): {json.dumps(reference.tokens)}"
+    )
+    if reference.key != answer.key or reference.prompt != answer.prompt:
+        signals.absent(name, f"the reference is for {reference.key}, the run is {answer.key}")
+        return
+    signals.set(name, differing_tokens(answer.tokens, reference.tokens))
+
+
 def _read_doctor(signals: Signals) -> None:
     """``doctor/<role>.json``: nixl-compat doctor's report from inside each worker's container: the NIXL
     backend the worker's ``rixl`` resolved to and whether that backend moved and verified bytes."""
@@ -636,4 +675,5 @@ def collect_signals(run_dir: Path, name: str | None = None) -> Signals:
     _read_metrics(signals)
     _read_logs(signals)
     _read_doctor(signals)
+    _read_answers(signals)
     return signals

@@ -110,6 +110,7 @@ def _figures(signals: Signals) -> dict[str, Any]:
         "kv_bytes": v("kv.bytes"),
         "kv_failed_transfers": v("kv.failed_transfers"),
         "kv_failed_transfers_warming_up": v("kv.failed_transfers_warmup"),
+        "kv_answer_differing_tokens": v("kv.answer_differing_tokens"),
         "kv_transport_rows": v("kv.transport_rows"),
         "prefix_decode_hit_rate": v("prefix.decode_hit_rate"),
         "nixl_err_records": v("logs.nixl_err"),
