@@ -37,14 +37,24 @@ def _fast(known: Known, text: str) -> tuple[str, tuple[Any, ...]]:
     return sanitize_block(s, text), _state(s)
 
 
+def _prepared_elsewhere(known: Known, text: str) -> tuple[str, tuple[Any, ...]]:
+    """As the workers do it: prepared with another sanitizer that knows the same names (names replaced,
+    hit lines judged), finished with this one."""
+    s = Sanitizer(**known)  # type: ignore[arg-type]
+    namer = Sanitizer(**known)  # type: ignore[arg-type]
+    names, paths = tuple(namer.known_names()), tuple(namer._paths)
+    prepared = scan.prepare_block(text, names, paths, namer, stages=True)
+    return scan.finish_block(s, prepared), _state(s)
+
+
 def _assert_same(known: Known, text: str) -> None:
     slow, slow_state = _line_by_line(known, text)
-    fast, fast_state = _fast(known, text)
-    if fast != slow:
-        for a, b in zip(fast.splitlines(), slow.splitlines(), strict=False):
-            assert a == b, "fast path and line-by-line path differ"
-    assert fast == slow
-    assert fast_state == slow_state  # the same values learned and numbered in the same order
+    for fast, fast_state in (_fast(known, text), _prepared_elsewhere(known, text)):
+        if fast != slow:
+            for a, b in zip(fast.splitlines(), slow.splitlines(), strict=False):
+                assert a == b, "fast path and line-by-line path differ"
+        assert fast == slow
+        assert fast_state == slow_state  # the same values learned and numbered in the same order
 
 
 # Without private key blocks: a block holding one goes down the line-by-line path whole (tested on its own).
@@ -480,6 +490,7 @@ def test_several_processes_give_the_same_bytes(tmp_path: Path, block_bytes: int)
     text = _learned_across_blocks()
     one, many = _parallel_and_sequential(tmp_path, text, {}, block_bytes)
     assert many == one
+    assert _parallel_and_sequential(tmp_path, text, {}, block_bytes, jobs=3)[1] == one  # hit lines judged
     assert one.decode() == _file_reference(text, {})
     assert "zed99" not in one.decode() and "gpu-b7" not in one.decode()
 
@@ -510,7 +521,7 @@ def test_several_processes_on_odd_files(tmp_path: Path) -> None:
         (recombined[:9000].encode() + b"\xff\n" + "é✓".encode() * 3000 + b"\n" + recombined[9000:].encode()),
     ]
     for text in texts:
-        one, many = _parallel_and_sequential(tmp_path, text, {"hosts": ["gpu-a17"]}, block_bytes=1024)
+        one, many = _parallel_and_sequential(tmp_path, text, {"hosts": ["gpu-a17"]}, block_bytes=1024, jobs=3)
         assert many == one
 
 

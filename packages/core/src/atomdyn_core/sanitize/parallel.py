@@ -36,6 +36,9 @@ __all__ = ["default_jobs", "prepared_blocks"]
 
 _SEARCH_CHUNK = 64 << 10  # read at a time when looking for the newline after a range's nominal end
 _IN_FLIGHT_PER_JOB = 2
+# From this many workers on, they also judge where each hit line may start (Sanitizer.first_change): it
+# costs them about what it saves this process, which pays only where the workers have CPUs to spare.
+_JUDGING_JOBS = 3
 
 
 def default_jobs() -> int:
@@ -71,7 +74,7 @@ def prepared_blocks(
                     pending.append((start, None))
                     break
                 known = (dict(sanitizer._hosts), dict(sanitizer._bare), tuple(sanitizer._paths))
-                task = (str(path), start, end, known, spool)
+                task = (str(path), start, end, known, spool, jobs >= _JUDGING_JOBS)
                 pending.append((start, pool.apply_async(_prepare_range, task)))
             if not pending:
                 break
@@ -154,7 +157,9 @@ def _namer(known: _Known) -> Sanitizer:
     return _NAMER[0][1]
 
 
-def _prepare_range(path: str, start: int, end: int, known: _Known, spool: str) -> tuple[Prepared, bool]:
+def _prepare_range(
+    path: str, start: int, end: int, known: _Known, spool: str, stages: bool
+) -> tuple[Prepared, bool]:
     """In a worker: the range read, decoded and prepared; whether a private key block is open at its end.
     The prepared text is written to a file in ``spool`` named by ``start`` (a pipe costs the main process
     several times more to read)."""
@@ -163,7 +168,7 @@ def _prepare_range(path: str, start: int, end: int, known: _Known, spool: str) -
         data = handle.read(end - start)
     text = strip_colours(data.decode("utf-8", "replace"))
     namer = _namer(known)
-    prepared = prepare_block(text, tuple(namer.known_names()), known[2], namer)
+    prepared = prepare_block(text, tuple(namer.known_names()), known[2], namer, stages)
     prepared.low = None  # rebuilt where needed: not worth sending
     Path(spool, str(start)).write_bytes(prepared.text.encode("utf-8"))
     prepared.text = ""

@@ -313,7 +313,8 @@ class Prepared:
     character outside ASCII) and the lines naming known names are found when finished; ``_SHAPED``, ``hits``
     and ``names`` (the lines that may name one of ``names_for``, not hit lines) were found through the line
     shapes. ``low``: the lower-cased text where kept (dropped before a block is sent to another process).
-    ``spans``: where prepared with a sanitizer's names and their placeholders (``spans_for``, its
+    ``stages``: where judged, for each hit line the first pass that changes it (those before change it in no
+    sanitizer). ``spans``: where prepared with a sanitizer's names and their placeholders (``spans_for``, its
     :meth:`known_count <atomdyn_core.sanitize.sanitizer.Sanitizer.known_count>`), the names replaced on
     the ``names`` lines, used as they are where the finishing sanitizer knows those names and no other."""
 
@@ -325,15 +326,21 @@ class Prepared:
     low: str | None = None
     spans: dict[int, tuple[int, str]] | None = None
     spans_for: tuple[int, int] = (0, 0)
+    stages: list[int] | None = None  # for each hit line, the pass it may start at (Sanitizer.first_change)
 
 
 def prepare_block(
-    text: str, names: tuple[str, ...], paths: tuple[str, ...], namer: _s.Sanitizer | None = None
+    text: str,
+    names: tuple[str, ...],
+    paths: tuple[str, ...],
+    namer: _s.Sanitizer | None = None,
+    stages: bool = False,
 ) -> Prepared:
     """The work on a block that depends only on its text, the known ``names`` (:meth:`Sanitizer.known_names
     <atomdyn_core.sanitize.sanitizer.Sanitizer.known_names>`) and the known ``paths``: colour codes
     removed, the lines some pattern may change found; with ``namer`` (a sanitizer that knows those names),
-    the names replaced on the lines that are no hits. Runs anywhere (another process: see ``parallel.py``)."""
+    the names replaced on the lines that are no hits; with ``stages``, the hit lines judged (where each may
+    start). Runs anywhere (another process: see ``parallel.py``)."""
     if "PRIVATE KEY" in text:
         return Prepared(text, _WHOLE, [], [], names)  # a key block spans lines: that path matches it whole
     text = _s.strip_colours(text)
@@ -366,6 +373,14 @@ def prepare_block(
     if namer is not None:
         prepared.spans, prepared.spans_for = {}, namer.known_count()
         _replace_names(namer, text, low, found, prepared.spans)
+    if stages:
+        judge = _s.Sanitizer(paths=paths)  # what it learns is dropped with it
+        prepared.stages = []
+        for start in hits:
+            _, end = _line_bounds(text, start)
+            line = text[start:end]
+            single = len(line.splitlines()) == 1  # a "\n" line may hold other line ends (\r, \x0b, ...)
+            prepared.stages.append(judge.first_change(line) if single else 0)  # 0: all passes, line by line
     return prepared
 
 
@@ -388,7 +403,9 @@ def finish_block(sanitizer: _s.Sanitizer, prepared: Prepared) -> str:
             low = low or _lower(text)
             more = _lines_naming(low, since, set(prepared.hits))
             names = sorted(set(names).union(more))
-    return _sanitize_hits(sanitizer, text, prepared.hits, low, names, prepared.spans, prepared.spans_for)
+    return _sanitize_hits(
+        sanitizer, text, prepared.hits, low, names, prepared.spans, prepared.spans_for, prepared.stages
+    )
 
 
 def sanitize_block(sanitizer: _s.Sanitizer, text: str) -> str:
@@ -411,22 +428,30 @@ def _sanitize_hits(
     names: list[int] | None = None,
     spans: dict[int, tuple[int, str]] | None = None,
     spans_for: tuple[int, int] = (0, 0),
+    stages: list[int] | None = None,
 ) -> str:
     """The block with its hit lines sanitized line by line and known names replaced on the others.
 
     ``names``: the lines that may name a known name (found anew in ``low``, the lower case, made here where
     not given, when not given, after the hit lines, which may teach names). ``spans``: the names on those lines already replaced, by a sanitizer
-    whose names and placeholders were ``spans_for`` (names only grow: the same count, the same names)."""
+    whose names and placeholders were ``spans_for`` (names only grow: the same count, the same names).
+    ``stages``: for each hit line, the pass it starts at (one line each; see ``Sanitizer.first_change``)."""
     known_before = sanitizer.known_count()
     lines: dict[int, tuple[int, str]] = {}
-    for start in hits:
+    for index, start in enumerate(hits):
         _, end = _line_bounds(text, start)
-        lines[start] = (end, sanitizer._lines(text[start:end]))
+        stage = stages[index] if stages is not None else 0
+        lines[start] = (
+            end,
+            sanitizer._line(text[start:end], stage) if stage else sanitizer._lines(text[start:end]),
+        )
     if sanitizer.known_count() != known_before:
         # A name learned on a later line is replaced on the earlier ones too (as the line-by-line path does
         # when it has learned the whole text first): sanitize the hit lines again, knowing every name.
-        for start, (end, _) in lines.items():
-            lines[start] = (end, sanitizer._lines(text[start:end]))
+        for index, (start, (end, _)) in enumerate(lines.items()):
+            stage = stages[index] if stages is not None else 0
+            line = text[start:end]
+            lines[start] = (end, sanitizer._line(line, stage) if stage else sanitizer._lines(line))
         names = None  # the names learned may stand on other lines
     if names is not None and spans is not None and sanitizer.known_count() == spans_for:
         lines.update(spans)
