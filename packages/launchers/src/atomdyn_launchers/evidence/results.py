@@ -126,7 +126,7 @@ def append_results(
     return added, rewritten
 
 
-_ORDER = (*_CAPABILITY.values(), "KV handoff", "Prefix-cache hit")
+_ORDER = (*_CAPABILITY.values(), "KV handoff", "KV correctness", "Prefix-cache hit")
 
 
 def _rank(capability: str) -> int:
@@ -148,11 +148,18 @@ def glance_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, str, str, st
                 # A real engine's own count of KV moved comes first; the mocker has only the worker-id split.
                 (("nixl_transfers", "pd_split_responses"), "KV handoff prefill to decode"),
                 (
+                    ("kv_answer_equals_aggregated",),
+                    "KV correctness: P/D answer equals aggregated at temperature 0",
+                ),
+                (
                     ("decode_external_prefix_hits", "repeat_kv_hit_rate_max", "decode_prefix_hits"),
                     "Prefix-cache hit on decode for a repeated prompt",
                 ),
             ):
-                gate = next((g for g in map(lambda i: _gate(s, i), gate_ids) if g is not None), None)
+                judged = (
+                    g for g in map(lambda i: _gate(s, i), gate_ids) if g is not None and g["verdict"] != "n/a"
+                )
+                gate = next(judged, None)
                 if gate is not None:
                     value = round(gate["value"], 3) if isinstance(gate["value"], float) else gate["value"]
                     result = f"{str(gate['verdict']).upper()} ({gate['signal']} = {value})"
