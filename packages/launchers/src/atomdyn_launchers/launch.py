@@ -532,7 +532,10 @@ class Launch:
             events=events,
             watcher=readiness.RoleWatcher(client, prefix, events),
             presence=readiness.Presence(
-                client,
+                readiness.EtcdClient(
+                    client.access,
+                    readiness.call_timeout_for(self.engine.timeouts.etcd_grace_s, client.timeout_s),
+                ),
                 readiness.launcher_key(rundir.run_id),
                 ttl_s=readiness.lease_ttl_for(self.engine.timeouts.etcd_grace_s),
                 lost_after_s=self.engine.timeouts.etcd_grace_s,

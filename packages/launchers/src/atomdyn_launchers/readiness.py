@@ -47,6 +47,12 @@ REFRESH_S = 1.0
 ETCD_LOST_S = 5.0
 
 
+def call_timeout_for(etcd_lost_s: float, default_s: float) -> float:
+    """An etcd call's timeout under ``etcd_lost_s`` of grace: the default, or longer for a longer grace (on a
+    starved 2-core node etcd answered in 4-5 s for a while: calls that gave up at 2 s made it look lost)."""
+    return default_s if etcd_lost_s <= ETCD_LOST_S else max(default_s, min(8.0, etcd_lost_s / 4))
+
+
 def lease_ttl_for(etcd_lost_s: float) -> int:
     """A lease TTL that outlives ``etcd_lost_s`` of etcd silence: keys must not expire before the loss is named."""
     return LEASE_TTL_S if etcd_lost_s <= ETCD_LOST_S else int(etcd_lost_s) + LEASE_TTL_S
@@ -736,8 +742,9 @@ def register(args: _RegisterArgs) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     # 2 s per call: on SIGTERM a call in flight and the revoke fit the job script's 5 s stop grace, so the key
-    # goes at once instead of living out its TTL after a SIGKILL.
-    client = EtcdClient(args.etcd, timeout_s=2.0)
+    # goes at once instead of living out its TTL after a SIGKILL. A longer grace (a starved rehearsal node) takes
+    # longer calls; a key left by a SIGKILL then goes with its lease or with the launcher's cleanup.
+    client = EtcdClient(args.etcd, timeout_s=call_timeout_for(args.etcd_lost_s, 2.0))
     started = time.monotonic()
     try:
         wait_until(
