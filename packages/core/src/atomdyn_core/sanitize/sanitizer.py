@@ -286,6 +286,15 @@ class Sanitizer:
         self._names: tuple[tuple[int, int], list[str]] | None = None  # known_names() for a known_count()
         self._all: tuple[tuple[int, int], set[str]] | None = None  # _all_names() for a known_count()
         self._path_res: list[tuple[str, re.Pattern[str]]] | None = None  # _path_patterns() (paths only grow)
+        # The passes of a line, in order: each takes the line as the passes before left it and the lower case
+        # of the line as it came; the known names are replaced after them (_bare_words).
+        self._passes: tuple[Callable[[str, str], str], ...] = (
+            self._secrets,
+            self._users,
+            self._hosts_and_paths,
+            self._hardware_addresses,
+            self._ipv4,
+        )
         self.add_known(hosts=hosts, users=users, paths=paths, accounts=accounts)
 
     def add_known(
@@ -446,29 +455,22 @@ class Sanitizer:
     def _line(self, line: str, stage: int = 0) -> str:
         """One line through the passes, from ``stage`` on (see :meth:`first_change`)."""
         low = line.lower()
-        if stage <= 0:
-            line = self._secrets(line, low)
-        if stage <= 1:
-            line = self._identities(line, low)
-        if stage <= 2:
-            line = self._addresses(line)
+        for one in self._passes[stage:]:
+            line = one(line, low)
         return self._bare_words(line)
 
     def first_change(self, line: str) -> int:
-        """The first pass (0 secrets, 1 identities, 2 addresses; 3 none) that changes ``line``, one line.
+        """The first of the passes that changes ``line`` (one line), their number where none does.
 
         Where a pass changes nothing here it changes nothing in any sanitizer with the same known paths:
         whether a pattern keeps a value depends on the value alone (a placeholder always differs from the
         value it replaces, and only a replacement learns), so another sanitizer may start that line at the
         pass returned (:meth:`_line`'s ``stage``). The known names, replaced last, are not judged here."""
         low = line.lower()
-        if self._secrets(line, low) != line:
-            return 0
-        if self._identities(line, low) != line:
-            return 1
-        if self._addresses(line) != line:
-            return 2
-        return 3
+        for number, one in enumerate(self._passes):
+            if one(line, low) != line:
+                return number
+        return len(self._passes)
 
     def _secrets(self, text: str, low: str) -> str:
         if "://" in text and "@" in text:
@@ -498,7 +500,8 @@ class Sanitizer:
             lambda m: m[0] if m["v"].startswith("<redacted:") else m["k"] + _redact("secret"), text
         )
 
-    def _identities(self, text: str, low: str) -> str:
+    def _users(self, text: str, low: str) -> str:
+        """Known paths, users (and the hosts after them), Slurm accounts, partitions, QOS, clusters."""
         for original, pattern in self._path_patterns():
             if original in text:
                 text = pattern.sub(self._paths[original], text)
@@ -517,6 +520,10 @@ class Sanitizer:
         for kind, pattern in _SLURM_KEYS if _ANY_SLURM_WORD.search(low) else ():
             if _SLURM_WORD[kind].search(low):
                 text = pattern.sub(self._slurm_replacer(kind), text)
+        return text
+
+    def _hosts_and_paths(self, text: str, low: str) -> str:
+        """Hosts (in URLs, after keys and flags, Slurm's messages, FQDNs) and cluster paths."""
 
         def host_list(m: re.Match[str]) -> str:
             if (
@@ -539,7 +546,7 @@ class Sanitizer:
             text = _CLUSTER_PATH.sub(lambda m: self._placeholder("path", m[0]), text)
         return text
 
-    def _addresses(self, text: str) -> str:
+    def _ipv4(self, text: str, _low: str) -> str:
         def v4(m: re.Match[str]) -> str:
             if _VERSION_BEFORE.search(m.string, max(0, m.start() - 24), m.start()):
                 return m[0]
@@ -553,6 +560,13 @@ class Sanitizer:
             if any(address in net for net in _KEEP_V4):
                 return m[0]
             return self._placeholder("ipv4", m[0])
+
+        if _IPV4_HINT.search(text):
+            text = _IPV4.sub(v4, text)
+        return text
+
+    def _hardware_addresses(self, text: str, _low: str) -> str:
+        """MAC and IPv6 addresses (IPv6 before IPv4: an IPv4-mapped address is one IPv6 address)."""
 
         def v6(m: re.Match[str]) -> str:
             raw = m[0]
@@ -574,8 +588,6 @@ class Sanitizer:
         # its groups (at least six colons, the last two groups may be an IPv4 address).
         if "::" in text or (colons >= 6 and _IPV6_FULL_HINT.search(text)):
             text = _IPV6.sub(v6, text)
-        if _IPV4_HINT.search(text):
-            text = _IPV4.sub(v4, text)
         return text
 
     def _ipv6(self, text: str) -> str | None:

@@ -327,6 +327,7 @@ class Prepared:
     spans: dict[int, tuple[int, str]] | None = None
     spans_for: tuple[int, int] = (0, 0)
     stages: list[int] | None = None  # for each hit line, the pass it may start at (Sanitizer.first_change)
+    spans_names: frozenset[str] = frozenset()  # every name known where spans were made (lower case)
 
 
 def prepare_block(
@@ -372,6 +373,7 @@ def prepare_block(
     prepared = Prepared(text, _SHAPED, hits, found, names, low)
     if namer is not None:
         prepared.spans, prepared.spans_for = {}, namer.known_count()
+        prepared.spans_names = frozenset(namer._all_names())
         _replace_names(namer, text, low, found, prepared.spans)
     if stages:
         judge = _s.Sanitizer(paths=paths)  # what it learns is dropped with it
@@ -403,9 +405,8 @@ def finish_block(sanitizer: _s.Sanitizer, prepared: Prepared) -> str:
             low = low or _lower(text)
             more = _lines_naming(low, since, set(prepared.hits))
             names = sorted(set(names).union(more))
-    return _sanitize_hits(
-        sanitizer, text, prepared.hits, low, names, prepared.spans, prepared.spans_for, prepared.stages
-    )
+    spans = (prepared.spans, prepared.spans_for, prepared.spans_names) if prepared.spans is not None else None
+    return _sanitize_hits(sanitizer, text, prepared.hits, low, names, spans, prepared.stages)
 
 
 def sanitize_block(sanitizer: _s.Sanitizer, text: str) -> str:
@@ -426,8 +427,7 @@ def _sanitize_hits(
     hits: list[int],
     low: str | None,
     names: list[int] | None = None,
-    spans: dict[int, tuple[int, str]] | None = None,
-    spans_for: tuple[int, int] = (0, 0),
+    spans: tuple[dict[int, tuple[int, str]], tuple[int, int], frozenset[str]] | None = None,
     stages: list[int] | None = None,
 ) -> str:
     """The block with its hit lines sanitized line by line and known names replaced on the others.
@@ -453,8 +453,17 @@ def _sanitize_hits(
             line = text[start:end]
             lines[start] = (end, sanitizer._line(line, stage) if stage else sanitizer._lines(line))
         names = None  # the names learned may stand on other lines
-    if names is not None and spans is not None and sanitizer.known_count() == spans_for:
-        lines.update(spans)
+    if names is not None and spans is not None:
+        ready, ready_for, ready_names = spans
+        if sanitizer.known_count() == ready_for:
+            lines.update(ready)
+        else:
+            # Where a line names none of the names learned since, the pattern of all names matches there as
+            # that of the names known then did (it is tried only where a name stands): keep those spans.
+            low = low or _lower(text)
+            again = set(_lines_naming(low, sanitizer._all_names().difference(ready_names), set(lines)))
+            lines.update((at, span) for at, span in ready.items() if text.rfind("\n", 0, at) + 1 not in again)
+            _replace_names(sanitizer, text, low, sorted(again), lines)
     else:
         low = low or _lower(text)
         if names is None:
