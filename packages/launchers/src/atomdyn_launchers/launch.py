@@ -537,7 +537,7 @@ class Launch:
                     readiness.call_timeout_for(self.engine.timeouts.etcd_grace_s, client.timeout_s),
                 ),
                 readiness.launcher_key(rundir.run_id),
-                ttl_s=readiness.lease_ttl_for(self.engine.timeouts.etcd_grace_s),
+                ttl_s=self.engine.timeouts.lease_s,
                 lost_after_s=self.engine.timeouts.etcd_grace_s,
             ),
         )
@@ -1178,8 +1178,8 @@ class Submission:
 
     def dynamo_lease_ttl_s(self) -> int:
         """Dynamo's lease for an engine with a longer etcd grace (as the helpers' leases); 0: Dynamo's default."""
-        grace = self.engine.timeouts.etcd_grace_s
-        return readiness.lease_ttl_for(grace) if grace > readiness.ETCD_LOST_S else 0
+        timeouts = self.engine.timeouts
+        return timeouts.lease_s if timeouts.lease_s != readiness.LEASE_TTL_S else 0
 
     def register_command(self, spec: RoleSpec, plan: RolePlan, ports: Ports) -> list[Arg]:
         """The registration helper: runs on the node, outside any container, after every process started."""
@@ -1192,7 +1192,7 @@ class Submission:
         args += ["--launcher-key", readiness.launcher_key(self.rundir.run_id)]
         grace = self.engine.timeouts.etcd_grace_s
         if grace != readiness.ETCD_LOST_S:  # the lease must outlive the grace
-            args += ["--etcd-lost-s", f"{grace:g}", "--ttl", str(readiness.lease_ttl_for(grace))]
+            args += ["--etcd-lost-s", f"{grace:g}", "--ttl", str(self.engine.timeouts.lease_s)]
         for proc in plan.processes:
             args += ["--pid", Shell(f'{proc.name}="${pid_var(proc.name)}"')]
         if spec.with_frontend:

@@ -58,6 +58,16 @@ class Timeouts:
     # How long a role's registration helper tolerates etcd not answering before it fails the role (its lease
     # outlives that). Raised for engines whose own traffic can stall a small node's network for seconds.
     etcd_grace_s: float = 5.0
+    # The TTL of the run's etcd leases (the helpers', the launcher's, Dynamo's own); None: just past the grace.
+    # A lease outlives a frozen machine only if its TTL is longer than the freeze: etcd expires it by its own
+    # clock, which jumps when the machine resumes.
+    etcd_lease_s: int | None = None
+
+    @property
+    def lease_s(self) -> int:
+        from atomdyn_launchers.readiness import lease_ttl_for
+
+        return self.etcd_lease_s if self.etcd_lease_s is not None else lease_ttl_for(self.etcd_grace_s)
 
 
 @dataclass(frozen=True)

@@ -60,10 +60,10 @@ def _extra_env(ctx: RoleContext) -> dict[str, Arg]:
         "OMP_NUM_THREADS": "1",
         "VLLM_CACHE_ROOT": f"{cache}/vllm",
         "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
-        # vLLM 0.32 with torch >= 2.12 saves its compiled model as one "mega" artifact that it cannot load back
-        # ("'function' object has no attribute 'finalize_loading'": every start compiled again); the
-        # per-graph artifacts load.
-        "VLLM_USE_MEGA_AOT_ARTIFACT": "0",
+        # vLLM 0.32's AOT-compiled model cannot be loaded back with torch 2.13 ("'function' object has no
+        # attribute 'finalize_loading'": every start compiled again, with or without the "mega" artifact);
+        # without AOT compilation vLLM caches its compiled graphs and Inductor's code per graph.
+        "VLLM_USE_AOT_COMPILE": "0",
         # The frontend gets the tokenizer from the worker, not from a model hub (there is none here).
         "DYN_SELF_HOST_METADATA": "1",
     }
@@ -76,10 +76,14 @@ class VllmCpuEngine(Engine):
     default_model = TINY_MODEL
     # Two cores: each worker compiles its model before it registers (67-160 s measured, longer when both
     # start at once); a cold compile cache is the slow case.
-    # Measured on 2 cores: the whole machine stalls for seconds at a time, etcd then answers in 4-5 s, and once
-    # a node's helper heard nothing for 38 s (docs/real-engine-rehearsal.md): 60 s of grace, so a real etcd
-    # loss takes up to a minute to be named on this engine.
-    timeouts = Timeouts(ready_s=900.0, settle_s=120.0, time_limit="01:00:00", etcd_grace_s=60.0)
+    # Measured on the 2-core VM under this engine's load: the whole machine froze for seconds at a time, once for
+    # 99 s (a process sleeping 10 ms woke 73 s late; leases of 70 s expired by etcd's jumped clock); etcd then
+    # answered in 4-5 s, and once a node's helper heard nothing for 38 s (docs/real-engine-rehearsal.md). So:
+    # 60 s of grace (a real etcd loss takes up to a minute to be named) and 300 s leases (a killed launcher's
+    # jobs stop themselves within about five minutes).
+    timeouts = Timeouts(
+        ready_s=900.0, settle_s=120.0, time_limit="01:00:00", etcd_grace_s=60.0, etcd_lease_s=300
+    )
     description = "dynamo.vllm on vLLM's CPU build, KV over NIXL/UCX TCP (rehearsal)"
     expectations = GateExpectations(
         nixl_transfers=True,
