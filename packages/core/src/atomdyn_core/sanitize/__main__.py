@@ -1,8 +1,9 @@
-"""``python -m atomdyn_core.sanitize file SRC [DEST] | bench [--size-mb N]``.
+"""``python -m atomdyn_core.sanitize file SRC [DEST] [--jobs N] | bench [--size-mb N] [--jobs N]``.
 
 ``file`` sanitizes one file (to DEST by temporary file and rename, or to standard output); ``bench`` measures
 the whole-file path on a generated log of realistic lines and prints its throughput beside the rate at which
-Python merely reads the same file line by line (the parse rate). A figure, not a test: nothing fails if slow.
+Python merely reads the same file line by line (the parse rate), in one process and, with more than one job,
+with worker processes (checking that both wrote the same bytes). A figure, not a test: nothing fails if slow.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from atomdyn_core.sanitize.parallel import default_jobs
 from atomdyn_core.sanitize.sanitizer import Sanitizer
 
 _GENERATED_BLOCK = 32 << 20
+_MIN_CPUS_FOR_WORKERS = 4
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         parser.error("--jobs must be at least 1")
-    jobs = args.jobs or default_jobs()
+    jobs = args.jobs or _default_jobs()
     if args.command == "file":
         return _file(args.src, args.dest, jobs)
     if args.size_mb < 1:
@@ -58,12 +60,20 @@ def main(argv: list[str] | None = None) -> int:
     return _bench(args.size_mb, args.seed, args.slow_sample_mb, colour=not args.no_colour, jobs=jobs)
 
 
+def _default_jobs() -> int:
+    """One worker per CPU where there are at least 4: with 2 (a shared VM), two workers and the process
+    that numbers were slower than one process alone."""
+    cpus = default_jobs()
+    return cpus if cpus >= _MIN_CPUS_FOR_WORKERS else 1
+
+
 def _jobs_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jobs",
         type=int,
         help=f"worker processes for a file of {PARALLEL_MIN_BYTES >> 20} MiB or more, 1 for none "
-        "(default: one per CPU); the output is the same whatever their number",
+        f"(default: one per CPU where there are {_MIN_CPUS_FOR_WORKERS} or more, else 1); the output is the same "
+        "whatever their number",
     )
 
 

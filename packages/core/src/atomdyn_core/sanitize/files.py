@@ -34,14 +34,14 @@ def sanitize_file(
     out: TextIO,
     sanitizer: Sanitizer | None = None,
     block_bytes: int = BLOCK_BYTES,
-    jobs: int | None = None,
+    jobs: int = 1,
 ) -> None:
     """Write the sanitized text of ``path`` to ``out``.
 
     Undecodable bytes become U+FFFD rather than an error: logs of crashed processes end in garbage.
-    ``jobs``: worker processes for a file of ``PARALLEL_MIN_BYTES`` or more (default: one per CPU; 1, none),
-    started by spawning (a script that calls this needs the ``if __name__ == "__main__"`` guard); the
-    output is the same whatever their number."""
+    ``jobs``: worker processes for a file of ``PARALLEL_MIN_BYTES`` or more (default 1: none), started by
+    spawning (a script that asks for them needs the ``if __name__ == "__main__"`` guard: each worker
+    imports the main module); the output is the same whatever their number."""
     with tempfile.TemporaryFile("w+", encoding="utf-8", newline="") as staged:
         _sanitize_into(Path(path), staged, sanitizer or Sanitizer(), block_bytes, jobs)
         staged.seek(0)
@@ -53,7 +53,7 @@ def sanitize_file_to(
     dest: Path,
     sanitizer: Sanitizer | None = None,
     block_bytes: int = BLOCK_BYTES,
-    jobs: int | None = None,
+    jobs: int = 1,
 ) -> None:
     """Write the sanitized text of ``path`` to ``dest`` (a temporary file beside it, renamed into place);
     ``jobs`` as for :func:`sanitize_file`."""
@@ -74,24 +74,24 @@ def sanitize_file_to(
         raise
 
 
-def _sanitize_into(path: Path, out: TextIO, sanitizer: Sanitizer, block_bytes: int, jobs: int | None) -> None:
+def _sanitize_into(path: Path, out: TextIO, sanitizer: Sanitizer, block_bytes: int, jobs: int) -> None:
     if _one_pass(path, out, sanitizer, block_bytes, jobs):
         out.seek(0)
         out.truncate()
         _one_pass(path, out, sanitizer, block_bytes, jobs)
 
 
-def _one_pass(path: Path, out: TextIO, sanitizer: Sanitizer, block_bytes: int, jobs: int | None) -> bool:
+def _one_pass(path: Path, out: TextIO, sanitizer: Sanitizer, block_bytes: int, jobs: int) -> bool:
     """The file sanitized into ``out``; whether a block after the first taught a new name (which earlier
     blocks may hold: a second pass is needed)."""
     learned_late = False
     blocks = 0
     rest_at: int | None = 0
     if _parallel(path, block_bytes, jobs):
-        from atomdyn_core.sanitize.parallel import default_jobs, prepared_blocks
+        from atomdyn_core.sanitize.parallel import prepared_blocks
 
         rest_at = None
-        for start, prepared in prepared_blocks(path, block_bytes, jobs or default_jobs(), sanitizer):
+        for start, prepared in prepared_blocks(path, block_bytes, jobs, sanitizer):
             if prepared is None:
                 rest_at = start  # the last item: the rest goes through this process's reader
                 continue
@@ -108,16 +108,9 @@ def _one_pass(path: Path, out: TextIO, sanitizer: Sanitizer, block_bytes: int, j
     return learned_late
 
 
-def _parallel(path: Path, block_bytes: int, jobs: int | None) -> bool:
-    if jobs is not None and jobs <= 1:
+def _parallel(path: Path, block_bytes: int, jobs: int) -> bool:
+    if jobs <= 1 or multiprocessing.current_process().daemon:  # a pool's worker may start no processes
         return False
-    if multiprocessing.current_process().daemon:
-        return False  # a pool's worker may start no processes
-    if jobs is None:
-        from atomdyn_core.sanitize.parallel import default_jobs
-
-        if default_jobs() <= 1:
-            return False
     size = path.stat().st_size
     return size >= PARALLEL_MIN_BYTES and size > 2 * block_bytes
 
