@@ -4,6 +4,7 @@
 - :mod:`.scan`: the whole-file fast path, which finds the few lines that can hold something to hide and gives
   only those to the line-by-line sanitizer (the output is the same, character for character);
 - :mod:`.files`: whole files, streamed in blocks of bounded size, written by temp file and rename;
+- :mod:`.parallel`: whole files on worker processes, numbered in file order by the calling one (same output);
 - :mod:`.loggen` and ``python -m atomdyn_core.sanitize bench``: realistic generated logs and the throughput figure.
 """
 

@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -91,14 +92,15 @@ def _one_pass(path: Path, out: TextIO, sanitizer: Sanitizer, block_bytes: int, j
         from atomdyn_core.sanitize.parallel import prepared_blocks
 
         rest_at = None
-        for start, prepared in prepared_blocks(path, block_bytes, jobs, sanitizer):
-            if prepared is None:
-                rest_at = start  # the last item: the rest goes through this process's reader
-                continue
-            known = sanitizer.known_count()
-            out.write(finish_block(sanitizer, prepared))
-            learned_late = learned_late or (blocks > 0 and sanitizer.known_count() != known)
-            blocks += 1
+        with closing(prepared_blocks(path, block_bytes, jobs, sanitizer)) as prepared_in_order:
+            for start, prepared in prepared_in_order:
+                if prepared is None:
+                    rest_at = start  # the last item: the rest goes through this process's reader
+                    continue
+                known = sanitizer.known_count()
+                out.write(finish_block(sanitizer, prepared))
+                learned_late = learned_late or (blocks > 0 and sanitizer.known_count() != known)
+                blocks += 1
     if rest_at is not None:
         for block in read_blocks(path, block_bytes, start=rest_at):
             known = sanitizer.known_count()

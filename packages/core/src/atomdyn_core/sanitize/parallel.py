@@ -23,8 +23,8 @@ import shutil
 import signal
 import tempfile
 from collections import deque
-from collections.abc import Iterator
-from multiprocessing.pool import AsyncResult
+from collections.abc import Generator, Iterator
+from multiprocessing.pool import AsyncResult, Pool
 from pathlib import Path
 from typing import BinaryIO
 
@@ -50,52 +50,60 @@ def default_jobs() -> int:
 
 def prepared_blocks(
     path: Path, block_bytes: int, jobs: int, sanitizer: Sanitizer
-) -> Iterator[tuple[int, Prepared | None]]:
+) -> Generator[tuple[int, Prepared | None], None, None]:
     """``(start, prepared)`` for the file's ranges in order, prepared by ``jobs`` worker processes with the
     names ``sanitizer`` knows when each range is sent out (it goes on learning as the caller finishes the
     blocks); a last ``(start, None)`` where the rest of the file, from byte ``start``, must go through the
-    one-process reader. Ranges are planned as they are sent out; the workers are gone when this returns
-    or raises."""
+    one-process reader. Ranges are planned as they are sent out; the workers and the spool are gone when
+    this returns, raises or is closed."""
     context = multiprocessing.get_context("spawn")  # safe whatever threads this process runs
     spool = tempfile.mkdtemp(prefix="atomdyn-sanitize-")
-    pool = context.Pool(jobs, initializer=_ignore_sigint)
     try:
-        pending: deque[tuple[int, AsyncResult[tuple[Prepared, bool]] | None]] = deque()
-        ranges = _ranges(path, block_bytes)
-        rest_at: int | None = None
-        while True:
-            while rest_at is None and len(pending) < jobs * _IN_FLIGHT_PER_JOB:
-                planned = next(ranges, None)
-                if planned is None:
-                    break
-                start, end = planned
-                if end is None:
-                    rest_at = start
-                    pending.append((start, None))
-                    break
-                known = (dict(sanitizer._hosts), dict(sanitizer._bare), tuple(sanitizer._paths))
-                task = (str(path), start, end, known, spool, jobs >= _JUDGING_JOBS)
-                pending.append((start, pool.apply_async(_prepare_range, task)))
-            if not pending:
-                break
-            start, result = pending.popleft()
-            if result is None:
-                yield start, None
-                break
-            prepared, open_key = result.get()
-            if open_key:  # the key block may end in a later range: the one-process reader joins them
-                yield start, None
-                break
-            spooled = Path(spool, str(start))
-            prepared.text = spooled.read_bytes().decode("utf-8")
-            spooled.unlink()
-            yield start, prepared
-        pool.close()
-        pool.join()
+        pool = context.Pool(jobs, initializer=_ignore_sigint)
+        try:
+            yield from _in_order(pool, path, block_bytes, jobs, sanitizer, spool)
+            pool.close()
+            pool.join()
+        finally:
+            pool.terminate()
+            pool.join()
     finally:
-        pool.terminate()
-        pool.join()
         shutil.rmtree(spool, ignore_errors=True)
+
+
+def _in_order(
+    pool: Pool, path: Path, block_bytes: int, jobs: int, sanitizer: Sanitizer, spool: str
+) -> Iterator[tuple[int, Prepared | None]]:
+    pending: deque[tuple[int, AsyncResult[tuple[Prepared, bool]] | None]] = deque()
+    ranges = _ranges(path, block_bytes)
+    rest_at: int | None = None
+    while True:
+        while rest_at is None and len(pending) < jobs * _IN_FLIGHT_PER_JOB:
+            planned = next(ranges, None)
+            if planned is None:
+                break
+            start, end = planned
+            if end is None:
+                rest_at = start
+                pending.append((start, None))
+                break
+            known = (dict(sanitizer._hosts), dict(sanitizer._bare), tuple(sanitizer._paths))
+            task = (str(path), start, end, known, spool, jobs >= _JUDGING_JOBS)
+            pending.append((start, pool.apply_async(_prepare_range, task)))
+        if not pending:
+            return
+        start, result = pending.popleft()
+        if result is None:
+            yield start, None
+            return
+        prepared, open_key = result.get()
+        if open_key:  # the key block may end in a later range: the one-process reader joins them
+            yield start, None
+            return
+        spooled = Path(spool, str(start))
+        prepared.text = spooled.read_bytes().decode("utf-8")
+        spooled.unlink()
+        yield start, prepared
 
 
 def _ranges(path: Path, block_bytes: int) -> Iterator[tuple[int, int | None]]:
