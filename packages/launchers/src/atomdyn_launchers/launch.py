@@ -336,6 +336,9 @@ class Launch:
             raise PreflightError(f"unknown run kind {self.options.kind!r}")
         if self.options.concurrency < 1 or self.options.resolved_requests() < 1:
             raise PreflightError("requests and concurrency must be at least 1")
+        if self.config.kv_cross_layer_blocks == "yes" and not self.engine.cross_layer_blocks:
+            why = self.engine.cross_layer_blocks_why
+            raise PreflightError(f"KV_CROSS_LAYER_BLOCKS=yes: engine {self.engine.name} cannot ({why})")
         if self.options.recipe is not None:
             problems = resource_problems(
                 self.options.recipe, self.engine.needs_gpus(), self.model.gpus_per_worker
@@ -1158,6 +1161,7 @@ class Submission:
             dynamo_lease_ttl_s=self.dynamo_lease_ttl_s(),
             ucx_net_devices=self.config.ucx_net_devices_for(spec.node),
             ucx_path=self.config.atom_ucx_path,
+            kv_cross_layer_blocks=self.config.kv_cross_layer_blocks == "yes",
             rdma=RdmaMounts(
                 str(self.config.rdma_verbs_config_dir),
                 tuple(str(p) for p in self.config.rdma_provider_libs),

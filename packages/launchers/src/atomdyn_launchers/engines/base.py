@@ -127,6 +127,8 @@ class RoleContext:
     worker_args: tuple[str, ...] = ()
     # Dynamo's own etcd lease (ETCD_LEASE_TTL, seconds) for the engine's etcd grace; 0: Dynamo's default (10 s).
     dynamo_lease_ttl_s: int = 0
+    # vLLM's cross-layer KV layout for the NixlConnector (KV_CROSS_LAYER_BLOCKS=yes).
+    kv_cross_layer_blocks: bool = False
 
 
 @dataclass(frozen=True)
@@ -256,6 +258,9 @@ class Engine(ABC):
     # Which evidence gates apply to a run of this engine (the evidence code reads it).
     expectations: GateExpectations
     description: str = ""
+    # Whether KV_CROSS_LAYER_BLOCKS=yes can take effect with this engine's vLLM, and why not where it cannot.
+    cross_layer_blocks: bool = True
+    cross_layer_blocks_why: str = ""
     # The model profile a run uses unless one is named.
     default_model: str = DEFAULT_MODEL
 

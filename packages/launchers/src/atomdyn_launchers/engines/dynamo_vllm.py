@@ -27,10 +27,12 @@ from atomdyn_launchers.engines.runtime import DeviceAccess, DockerRuntime, RdmaM
 from atomdyn_launchers.sbatch import Arg, Shell
 
 
-def kv_transfer_config(kv_buffer_device: str | None = None) -> str:
-    config: dict[str, str] = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+def kv_transfer_config(kv_buffer_device: str | None = None, cross_layer_blocks: bool = False) -> str:
+    config: dict[str, object] = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
     if kv_buffer_device is not None:
         config["kv_buffer_device"] = kv_buffer_device
+    if cross_layer_blocks:  # one contiguous range per block (KV_CROSS_LAYER_BLOCKS=yes)
+        config["kv_connector_extra_config"] = {"enable_cross_layers_blocks": "true"}
     return json.dumps(config, separators=(",", ":"))
 
 
@@ -187,7 +189,10 @@ def plan_vllm_role(ctx: RoleContext, platform: VllmPlatform) -> RolePlan:
     argv: list[Arg] = [ctx.runtime.python, "-m", "dynamo.vllm", "--model", ctx.model_path]
     argv += ["--served-model-name", model.served_model_name, Shell('"${DISAGG_ARGS[@]}"')]
     if ctx.mode != "agg":
-        argv += ["--kv-transfer-config", kv_transfer_config(platform.kv_buffer_device)]
+        argv += [
+            "--kv-transfer-config",
+            kv_transfer_config(platform.kv_buffer_device, ctx.kv_cross_layer_blocks),
+        ]
     argv += model.vllm_args()
     if platform.model_args:
         argv += list(model.atom_args)

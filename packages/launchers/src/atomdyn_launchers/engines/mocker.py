@@ -31,6 +31,8 @@ class MockerEngine(Engine):
     dynamo_module = "mocker"
     timeouts = Timeouts(ready_s=120.0, settle_s=60.0, time_limit="00:30:00")
     description = "Dynamo's CPU mock engine (rehearsal)"
+    cross_layer_blocks = False
+    cross_layer_blocks_why = "the mock engine allocates no KV cache and moves none"
     # The P/D handoff shows as different prefill and decode worker ids; cache hits in the router's kv_hit_rate.
     expectations = GateExpectations(pd_worker_split=True, router_prefix_hits=True)
 

@@ -85,6 +85,11 @@ class VllmCpuEngine(Engine):
         ready_s=900.0, settle_s=120.0, time_limit="01:00:00", etcd_grace_s=60.0, etcd_lease_s=300
     )
     description = "dynamo.vllm on vLLM's CPU build, KV over NIXL/UCX TCP (rehearsal)"
+    cross_layer_blocks = False
+    cross_layer_blocks_why = (
+        "vLLM 0.32's CPU attention declares only the layer-major LBHNC KV layout, and its NixlConnector reads "
+        "no enable_cross_layers_blocks"
+    )
     expectations = GateExpectations(
         nixl_transfers=True,
         external_prefix_hits=True,
