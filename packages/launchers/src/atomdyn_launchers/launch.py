@@ -1194,9 +1194,11 @@ class Submission:
         args += [*access.cli_args(), "--key", self.etcd_prefix + spec.role, "--role", spec.role]
         args += ["--job-id", Shell('"${SLURM_JOB_ID:-}"'), "--timeout", f"{self.ready_timeout_s:.0f}"]
         args += ["--launcher-key", readiness.launcher_key(self.rundir.run_id)]
-        grace = self.engine.timeouts.etcd_grace_s
-        if grace != readiness.ETCD_LOST_S:  # the lease must outlive the grace
-            args += ["--etcd-lost-s", f"{grace:g}", "--ttl", str(self.engine.timeouts.lease_s)]
+        timeouts = self.engine.timeouts
+        if timeouts.etcd_grace_s != readiness.ETCD_LOST_S:
+            args += ["--etcd-lost-s", f"{timeouts.etcd_grace_s:g}"]
+        if timeouts.lease_s != readiness.LEASE_TTL_S:  # outlives the grace (Timeouts.lease_s)
+            args += ["--ttl", str(timeouts.lease_s)]
         for proc in plan.processes:
             args += ["--pid", Shell(f'{proc.name}="${pid_var(proc.name)}"')]
         if spec.with_frontend:

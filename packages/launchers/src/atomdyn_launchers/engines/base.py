@@ -18,6 +18,7 @@ from typing import Any
 
 from atomdyn_launchers.engines.runtime import NO_DEVICES, DeviceAccess, DockerRuntime, RdmaMounts, Runtime
 from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ModelProfile, ProfileError
+from atomdyn_launchers.readiness import lease_ttl_for
 from atomdyn_launchers.rundir import GateExpectations
 from atomdyn_launchers.sbatch import Arg, ProcessSpec, Shell
 
@@ -55,8 +56,8 @@ class Timeouts:
     ready_s: float
     settle_s: float
     time_limit: str
-    # How long a role's registration helper tolerates etcd not answering before it fails the role (its lease
-    # outlives that). Raised for engines whose own traffic can stall a small node's network for seconds.
+    # How long the roles' registration helpers and the launcher tolerate etcd not answering before they fail
+    # the run (the leases outlive that). Raised for engines whose load can stall a small machine for seconds.
     etcd_grace_s: float = 5.0
     # The TTL of the run's etcd leases (the helpers', the launcher's, Dynamo's own); None: just past the grace.
     # A lease outlives a frozen machine only if its TTL is longer than the freeze: etcd expires it by its own
@@ -65,8 +66,6 @@ class Timeouts:
 
     @property
     def lease_s(self) -> int:
-        from atomdyn_launchers.readiness import lease_ttl_for
-
         return self.etcd_lease_s if self.etcd_lease_s is not None else lease_ttl_for(self.etcd_grace_s)
 
 

@@ -43,7 +43,7 @@ _KV_METRICS = {
     "vllm:nixl_num_failed_transfers_total": "kv.failed_transfers",
     "vllm:nixl_num_failed_transfers": "kv.failed_transfers",
 }
-_FAILED_TRANSFERS = ("vllm:nixl_num_failed_transfers_total", "vllm:nixl_num_failed_transfers")
+_FAILED_TRANSFERS = frozenset(name for name, key in _KV_METRICS.items() if key == "kv.failed_transfers")
 _PREFIX_METRICS = {
     "vllm:prefix_cache_queries_total": "queries",
     "vllm:prefix_cache_hits_total": "hits",
@@ -399,7 +399,7 @@ def _split_warmup_failures(signals: Signals, total: float, disagg: bool) -> None
         if disagg and _mode(path.name.split(".", 1)[0]) != "decode":
             continue
         try:
-            for sample in prom.read_samples(path, frozenset(_FAILED_TRANSFERS)):
+            for sample in prom.read_samples(path, _FAILED_TRANSFERS):
                 warmup += sample.value
                 signals.excerpt(
                     "metrics.kv", f"{READY_METRICS_DIR}/{path.name}: {sample.line[: logscan.MAX_LINE]}"
