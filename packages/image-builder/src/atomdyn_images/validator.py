@@ -88,16 +88,23 @@ def check_versions(name: str, projects: list[str], expected: dict[str, str]) -> 
     return Check(name, True, ", ".join(found))
 
 
-def check_torch_rocm() -> Check:
+def _torch_build(check: str) -> tuple[str, Any, Any] | Check:
+    """torch's version and the HIP and CUDA versions it was built for, or ``check`` failed when it does not
+    import."""
     try:
         torch = importlib.import_module("torch")
     except Exception as exc:
-        return Check("torch-rocm", False, f"torch does not import: {type(exc).__name__}: {exc}")
+        return Check(check, False, f"torch does not import: {type(exc).__name__}: {exc}")
     version = getattr(torch, "version", None)
-    hip = getattr(version, "hip", None)
-    torch_version = getattr(torch, "__version__", "?")
+    return getattr(torch, "__version__", "?"), getattr(version, "hip", None), getattr(version, "cuda", None)
+
+
+def check_torch_rocm() -> Check:
+    build = _torch_build("torch-rocm")
+    if isinstance(build, Check):
+        return build
+    torch_version, hip, cuda = build
     if not hip:
-        cuda = getattr(version, "cuda", None)
         return Check(
             "torch-rocm",
             False,
@@ -194,13 +201,10 @@ def check_dynamo_imports() -> Check:
 
 
 def check_torch_cpu() -> Check:
-    try:
-        torch = importlib.import_module("torch")
-    except Exception as exc:
-        return Check("torch-cpu", False, f"torch does not import: {type(exc).__name__}: {exc}")
-    version = getattr(torch, "version", None)
-    cuda, hip = getattr(version, "cuda", None), getattr(version, "hip", None)
-    torch_version = getattr(torch, "__version__", "?")
+    build = _torch_build("torch-cpu")
+    if isinstance(build, Check):
+        return build
+    torch_version, hip, cuda = build
     if cuda or hip:
         return Check("torch-cpu", False, f"torch {torch_version} is a GPU build (cuda={cuda!r}, hip={hip!r})")
     return Check("torch-cpu", True, f"torch {torch_version}, CPU build")
