@@ -139,18 +139,21 @@ def test_validate_gpu_submits_one_job_and_reports_each_check(
     assert lines[-1] == "RESULT FAIL"
 
 
-def test_job_script_for_an_atom_cluster_passes_the_gpu_devices(tmp_path: Path) -> None:
+def _docker_job_script(tmp_path: Path, partition: str, engine: str, image: str) -> str:
+    """The validator's job script for a docker-runtime cluster of ``engine`` running ``image``."""
     from atomdyn_launchers.config import load_cluster_config
 
     env = tmp_path / "cluster.env"
     env.write_text(
-        "SLURM_ACCOUNT=acct\nSLURM_PARTITION=gpu\nSLURM_QOS=normal\nPRIMARY_NODE=n1\nPREFILL_NODE=n1\n"
-        f"DECODE_NODE=n2\nSHARED_DIR={tmp_path}\nMODEL_PATH={tmp_path}\nENGINE_PROFILE=atom\nRUNTIME=docker\n"
-        f"PROJECT_DIR={tmp_path}\nPYTHON_VENV={tmp_path}\nDYNAMO_ATOM_IMAGE=dynamo-atom-mi355x:1.3.0-0.1.6rc0\n"
+        f"SLURM_ACCOUNT=acct\nSLURM_PARTITION={partition}\nSLURM_QOS=normal\nPRIMARY_NODE=n1\nPREFILL_NODE=n1\n"
+        f"DECODE_NODE=n2\nSHARED_DIR={tmp_path}\nMODEL_PATH={tmp_path}\nENGINE_PROFILE={engine}\nRUNTIME=docker\n"
+        f"PROJECT_DIR={tmp_path}\nPYTHON_VENV={tmp_path}\nDYNAMO_ATOM_IMAGE={image}\n"
     )
-    script = job_script(
-        load_cluster_config(env), "dynamo-atom-mi355x:1.3.0-0.1.6rc0", tmp_path, "/usr/bin/docker"
-    )
+    return job_script(load_cluster_config(env), image, tmp_path, "/usr/bin/docker")
+
+
+def test_job_script_for_an_atom_cluster_passes_the_gpu_devices(tmp_path: Path) -> None:
+    script = _docker_job_script(tmp_path, "gpu", "atom", "dynamo-atom-mi355x:1.3.0-0.1.6rc0")
     assert "--device /dev/kfd --device /dev/dri" in script
     assert "--ulimit memlock=-1" in script
     assert "dynamo-atom-mi355x:1.3.0-0.1.6rc0 atomdyn-validate --json" in script
@@ -169,14 +172,6 @@ def test_invoke_task_reports_a_bad_cluster_config(tmp_path: Path) -> None:
 
 def test_job_script_for_a_cpu_engine_keeps_the_nodes_memlock_limit(tmp_path: Path) -> None:
     """No GPU, nothing pinned for RDMA: a node's dockerd may refuse to raise the limit (the local cluster's does)."""
-    from atomdyn_launchers.config import load_cluster_config
-
-    env = tmp_path / "cluster.env"
-    env.write_text(
-        "SLURM_ACCOUNT=acct\nSLURM_PARTITION=cpu\nSLURM_QOS=normal\nPRIMARY_NODE=n1\nPREFILL_NODE=n1\n"
-        f"DECODE_NODE=n2\nSHARED_DIR={tmp_path}\nMODEL_PATH={tmp_path}\nENGINE_PROFILE=vllm-cpu\nRUNTIME=docker\n"
-        f"PROJECT_DIR={tmp_path}\nPYTHON_VENV={tmp_path}\nDYNAMO_ATOM_IMAGE=atomdyn-vllm-cpu:x\n"
-    )
-    script = job_script(load_cluster_config(env), "atomdyn-vllm-cpu:x", tmp_path, "/usr/bin/docker")
+    script = _docker_job_script(tmp_path, "cpu", "vllm-cpu", "atomdyn-vllm-cpu:x")
     assert "memlock" not in script and "--device" not in script
     assert "atomdyn-vllm-cpu:x atomdyn-validate --json" in script
