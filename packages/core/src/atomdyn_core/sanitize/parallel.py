@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from atomdyn_core.sanitize import files as _files
-from atomdyn_core.sanitize.sanitizer import Sanitizer, strip_colours
+from atomdyn_core.sanitize.sanitizer import NamesState, Sanitizer, strip_colours
 from atomdyn_core.sanitize.scan import Prepared, prepare_block
 
 __all__ = ["default_jobs", "prepared_blocks"]
@@ -87,7 +87,7 @@ def _in_order(
                 rest_at = start
                 pending.append((start, None))
                 break
-            known = (dict(sanitizer._hosts), dict(sanitizer._bare), tuple(sanitizer._paths))
+            known = sanitizer.names_state()
             task = (str(path), start, end, known, spool, jobs >= _JUDGING_JOBS)
             pending.append((start, pool.apply_async(_prepare_range, task)))
         if not pending:
@@ -149,24 +149,18 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is this process's to handle: it ends the workers
 
 
-_Known = tuple[
-    dict[str, str], dict[str, str], tuple[str, ...]
-]  # hosts, bare words, paths: their placeholders
-_NAMER: list[tuple[_Known, Sanitizer]] = []  # the last one a worker built
+_NAMER: list[tuple[NamesState, Sanitizer]] = []  # the last one a worker built
 
 
-def _namer(known: _Known) -> Sanitizer:
+def _namer(known: NamesState) -> Sanitizer:
     """A sanitizer that knows what ``known`` names, as the one in the main process did (built once)."""
     if not _NAMER or _NAMER[0][0] != known:
-        namer = Sanitizer()
-        namer._hosts, namer._bare = dict(known[0]), dict(known[1])
-        namer._bare_dirty = True
-        _NAMER[:] = [(known, namer)]
+        _NAMER[:] = [(known, Sanitizer.naming(known))]
     return _NAMER[0][1]
 
 
 def _prepare_range(
-    path: str, start: int, end: int, known: _Known, spool: str, stages: bool
+    path: str, start: int, end: int, known: NamesState, spool: str, stages: bool
 ) -> tuple[Prepared, bool]:
     """In a worker: the range read, decoded and prepared; whether a private key block is open at its end.
     The prepared text is written to a file in ``spool`` named by ``start`` (a pipe costs the main process

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["Sanitizer", "node_names", "sanitize", "strip_colours"]
+__all__ = ["NamesState", "Sanitizer", "node_names", "sanitize", "strip_colours"]
 
 # Names that identify nothing: never learned as users or hosts, never replaced as bare words.
 _SYSTEM_USERS = frozenset(
@@ -261,6 +261,10 @@ def _after_key(replacement: str) -> Callable[[re.Match[str]], str]:
     return replace
 
 
+# Hosts and bare words with their placeholders, and the known paths (Sanitizer.names_state).
+NamesState = tuple[dict[str, str], dict[str, str], tuple[str, ...]]
+
+
 class Sanitizer:
     """Maps identifying values to placeholders, consistently across every text it is given.
 
@@ -427,6 +431,20 @@ class Sanitizer:
         if "PRIVATE KEY" in text:
             text = _PRIVATE_KEY.sub(_redact("private-key"), text)
         return self._lines(text)
+
+    def names_state(self) -> NamesState:
+        """The names replaced wherever they stand alone, with their placeholders, and the known paths, as they
+        stand now: what a worker process needs to replace the known names as this sanitizer would (:meth:`naming`)."""
+        return dict(self._hosts), dict(self._bare), tuple(self._paths)
+
+    @classmethod
+    def naming(cls, state: NamesState) -> Sanitizer:
+        """A sanitizer that replaces the known names of ``state`` (:meth:`names_state`) as the one that gave it
+        did; the paths stay the caller's to look for."""
+        namer = cls()
+        namer._hosts, namer._bare = dict(state[0]), dict(state[1])
+        namer._bare_dirty = True
+        return namer
 
     def known_count(self) -> tuple[int, int]:
         """How many names are replaced wherever they stand alone (grows as names are learned)."""
