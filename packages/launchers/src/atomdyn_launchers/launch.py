@@ -68,6 +68,8 @@ from atomdyn_launchers.smoke import (
 
 DEFAULT_REQUESTS = {"agg-single": 8, "agg-two": 32, "disagg": 32}
 _POLL_S = 0.2  # how often job states are read while waiting on etcd events
+_SIGNAL_RETRY_S = 30.0  # how long a refused SIGTERM is retried before the job is cancelled hard
+_SIGNAL_RETRY_INTERVAL_S = 1.0
 
 
 def model_path(config: ClusterConfig, model: ModelProfile) -> Path:
@@ -245,6 +247,7 @@ class RunState:
     results: list[SmokeResult] = field(default_factory=list)
     failure: str | None = None
     stopping: bool = False
+    hard_cancelled: dict[str, str] = field(default_factory=dict)  # role -> why its SIGTERM was not delivered
     done_count: int = 0
     last_poll: float = 0.0
     base_url: str = ""
@@ -926,16 +929,45 @@ class Stages:
                 slurm.cancel([job_id])  # no script to signal yet
                 self._event("cancelled", role=role, job_id=job_id, detail="cancelled while pending")
                 continue
-            try:
-                # --batch: only the job script gets SIGTERM; it forwards it and waits for its processes.
-                slurm.run(["scancel", "--batch", "--signal=TERM", str(job_id)])
-            except SlurmError:
-                slurm.cancel([job_id])
-            self._event("cancelled", role=role, job_id=job_id, detail="SIGTERM to the job script")
+            self._signal_job_script(role, job_id)
         self.ctx.progress.line(f"stopping {', '.join(live) or 'nothing'}; waiting for Slurm to settle")
         if not self._settle(self.ctx.settle_timeout_s):
             self.ctx.progress.line("jobs did not stop within the settle timeout: cancelling them")
             self._cancel_hard()
+
+    def _signal_job_script(self, role: str, job_id: int) -> None:
+        """SIGTERM the job script only (it forwards it and waits for its processes). A refused scancel is
+        retried while the job still runs: under load slurmctld can time out, and cancelling then would end a
+        healthy job as CANCELLED. Cancelled hard only when the signal cannot be delivered for _SIGNAL_RETRY_S."""
+        slurm = self.ctx.slurm
+        deadline = time.monotonic() + _SIGNAL_RETRY_S
+        while True:
+            try:
+                slurm.signal_batch([job_id])
+            except SlurmError as exc:
+                error = str(exc)
+            else:
+                self._event("cancelled", role=role, job_id=job_id, detail="SIGTERM to the job script")
+                return
+            try:
+                info: JobInfo | None = slurm.job(job_id)
+            except SlurmError:
+                info = None
+            if info is not None and (info.terminal or info.state == "COMPLETING"):
+                detail = f"scancel failed ({error}); the job was already {info.state}"
+                self._event("cancelled", role=role, job_id=job_id, detail=detail)
+                return
+            if time.monotonic() >= deadline:
+                self.ctx.progress.line(
+                    f"{role}: SIGTERM could not be delivered ({error}): cancelling job {job_id}"
+                )
+                self.state.hard_cancelled[role] = error
+                with suppress(SlurmError):
+                    slurm.cancel([job_id])
+                self._event("cancelled", role=role, job_id=job_id, detail=f"SIGTERM not delivered ({error})")
+                return
+            self.ctx.progress.line(f"{role}: SIGTERM not delivered ({error}); retrying")
+            time.sleep(_SIGNAL_RETRY_INTERVAL_S)  # a retry interval: nothing to wait on but the controller
 
     def _settle(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -991,7 +1023,12 @@ class Stages:
         placement = self._final_jobs()
         if state.failure is None:
             unclean = [
-                f"{role} ({rec.state}, exit {rec.exit_code})"
+                f"{role} ({rec.state}, exit {rec.exit_code}"
+                + (
+                    f"; cancelled: SIGTERM not delivered: {state.hard_cancelled[role]})"
+                    if role in state.hard_cancelled
+                    else ")"
+                )
                 for role, rec in state.jobs.items()
                 if rec.state != "COMPLETED" or rec.exit_code != "0:0"
             ]

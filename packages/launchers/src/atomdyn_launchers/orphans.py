@@ -71,7 +71,7 @@ def clean(
         forced: list[int] = []
         if jobs:
             with suppress(SlurmError):
-                slurm.run(["scancel", "--batch", "--signal=TERM", *map(str, jobs)])
+                slurm.signal_batch(jobs)
             forced = _settle(slurm, jobs)
         keys = "not checked (no etcd)"
         if etcd is not None:

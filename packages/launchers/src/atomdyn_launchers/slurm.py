@@ -221,6 +221,13 @@ class Slurm:
         if ids:
             self.run(["scancel", *([f"--signal={signal}"] if signal else []), *ids])
 
+    def signal_batch(self, job_ids: Iterable[int], signal: str = "TERM") -> None:
+        """Send ``signal`` to the job scripts only (``scancel --batch``): a script that traps it stops its own
+        processes, and the job ends COMPLETED rather than CANCELLED."""
+        ids = [str(j) for j in job_ids]
+        if ids:
+            self.run(["scancel", "--batch", f"--signal={signal}", *ids])
+
     # -- job state ---------------------------------------------------------------------------------------
 
     def accounting_enabled(self) -> bool:

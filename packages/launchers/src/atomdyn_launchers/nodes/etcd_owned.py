@@ -225,7 +225,7 @@ class OwnedEtcd:
     def stop(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """SIGTERM the job, wait until Slurm has it ended and the endpoint stopped answering."""
         with contextlib.suppress(SlurmError):
-            self.slurm.run(["scancel", "--batch", "--signal=TERM", str(self.job_id)])
+            self.slurm.signal_batch([self.job_id])
         try:
             info = self.slurm.wait_terminal(self.job_id, timeout=timeout_s)
         except TimeoutError:
