@@ -51,12 +51,35 @@ def _prepared_elsewhere(known: Known, text: str, fewer: bool = False) -> tuple[s
     return scan.finish_block(s, prepared), _state(s)
 
 
+def _sanitized_ahead(known: Known, text: str, copy: Sanitizer) -> tuple[str, tuple[Any, ...]]:
+    """As the workers do it from 3 on: the hit lines sanitized ahead by ``copy`` (what it knew and had
+    numbered), checked and finished by a sanitizer that knows ``known``."""
+    s = Sanitizer(**known)  # type: ignore[arg-type]
+    names, paths = tuple(copy.known_names()), tuple(copy._paths)
+    ahead = (copy.names_state(), copy.numbering_state())
+    prepared = scan.prepare_block(text, names, paths, copy, ahead=ahead)
+    return scan.finish_block(s, prepared), _state(s)
+
+
+def _divergent_copy(known: Known) -> Sanitizer:
+    """A copy that numbered other values and learned other names first: every answer it gives on a value
+    numbered differently, and every name it replaces differently, must be caught."""
+    copy = Sanitizer(**known)  # type: ignore[arg-type]
+    copy.learn(
+        "peer 10.1.2.3 and fe80::1234%ib0 at 02:42:ac:11:00:02 via http://relay-7.example.internal/x\n"
+        "HOME=/home/zed node=gpu-b7,gpu-c8 ran as owner=zed99 ssh jdoe@gpu-a17 on login-02\n"
+    )
+    return copy
+
+
 def _assert_same(known: Known, text: str) -> None:
     slow, slow_state = _line_by_line(known, text)
     ways = (
         _fast(known, text),
         _prepared_elsewhere(known, text),
         _prepared_elsewhere(known, text, fewer=True),
+        _sanitized_ahead(known, text, Sanitizer(**known)),  # type: ignore[arg-type]
+        _sanitized_ahead(known, text, _divergent_copy(known)),
     )
     for fast, fast_state in ways:
         if fast != slow:
@@ -93,6 +116,20 @@ def test_a_text_with_a_private_key_block() -> None:
 @pytest.mark.parametrize("known", [{}, KNOWN], ids=["nothing-known", "run-config"])
 def test_generated_logs(seed: int, known: Known) -> None:
     _assert_same(known, generate_text(256 << 10, seed=seed))
+
+
+def test_names_a_worker_knew_otherwise_are_replaced_as_the_finishing_sanitizer_knows_them() -> None:
+    """Hit lines naming names the divergent copy learned (gpu-b7, zed99) and one it numbered otherwise."""
+    text = (
+        "peer 10.9.9.9 from gpu-b7 and zed99 at 10.1.2.3\n"
+        "node=gpu-x1 at 10.9.9.8 near login-02 and GPU-B7.acme.internal\n"
+        "HOME=/home/zed99 peer fe80::1234%ib0 relay-7\n"
+    )
+    # Nothing learned here by the finishing sanitizer, no value numbered: the names alone differ.
+    quiet = "password=hunter2hunter2 from gpu-b7 for zed99 on login-02\n"
+    for known in ({"hosts": ["login-02"]}, {}):
+        _assert_same(known, text)
+        _assert_same(known, quiet)
 
 
 # Pieces that make a pattern match or nearly match, to be recombined at random.

@@ -29,16 +29,16 @@ from pathlib import Path
 from typing import BinaryIO
 
 from atomdyn_core.sanitize import files as _files
-from atomdyn_core.sanitize.sanitizer import NamesState, Sanitizer, strip_colours
+from atomdyn_core.sanitize.sanitizer import NamesState, NumberingState, Sanitizer, strip_colours
 from atomdyn_core.sanitize.scan import Prepared, prepare_block
 
 __all__ = ["default_jobs", "prepared_blocks"]
 
 _SEARCH_CHUNK = 64 << 10  # read at a time when looking for the newline after a range's nominal end
 _IN_FLIGHT_PER_JOB = 2
-# From this many workers on, they also judge where each hit line may start (Sanitizer.first_change): it
-# costs them about what it saves this process, which pays only where the workers have CPUs to spare.
-_JUDGING_JOBS = 3
+# From this many workers on, they also sanitize the hit lines ahead, for this process to check (speculate.py):
+# it costs them about what it saves this process, which pays only where the workers have CPUs to spare.
+_AHEAD_JOBS = 3
 
 
 def default_jobs() -> int:
@@ -88,7 +88,8 @@ def _in_order(
                 pending.append((start, None))
                 break
             known = sanitizer.names_state()
-            task = (str(path), start, end, known, spool, jobs >= _JUDGING_JOBS)
+            numbering = sanitizer.numbering_state() if jobs >= _AHEAD_JOBS else None
+            task = (str(path), start, end, known, numbering, spool)
             pending.append((start, pool.apply_async(_prepare_range, task)))
         if not pending:
             return
@@ -160,7 +161,7 @@ def _namer(known: NamesState) -> Sanitizer:
 
 
 def _prepare_range(
-    path: str, start: int, end: int, known: NamesState, spool: str, stages: bool
+    path: str, start: int, end: int, known: NamesState, numbering: NumberingState | None, spool: str
 ) -> tuple[Prepared, bool]:
     """In a worker: the range read, decoded and prepared; whether a private key block is open at its end.
     The prepared text is written to a file in ``spool`` named by ``start`` (a pipe costs the main process
@@ -170,7 +171,8 @@ def _prepare_range(
         data = handle.read(end - start)
     text = strip_colours(data.decode("utf-8", "replace"))
     namer = _namer(known)
-    prepared = prepare_block(text, tuple(namer.known_names()), known[2], namer, stages)
+    ahead = None if numbering is None else (known, numbering)
+    prepared = prepare_block(text, tuple(namer.known_names()), known[2], namer, ahead=ahead)
     prepared.low = None  # rebuilt where needed: not worth sending
     Path(spool, str(start)).write_bytes(prepared.text.encode("utf-8"))
     prepared.text = ""

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["NamesState", "Sanitizer", "node_names", "sanitize", "strip_colours"]
+__all__ = ["NamesState", "NumberingState", "Sanitizer", "node_names", "sanitize", "strip_colours"]
 
 # Names that identify nothing: never learned as users or hosts, never replaced as bare words.
 _SYSTEM_USERS = frozenset(
@@ -263,6 +263,8 @@ def _after_key(replacement: str) -> Callable[[re.Match[str]], str]:
 
 # Hosts and bare words with their placeholders, and the known paths (Sanitizer.names_state).
 NamesState = tuple[dict[str, str], dict[str, str], tuple[str, ...]]
+# Values numbered per kind, and the known paths with their placeholders (Sanitizer.numbering_state).
+NumberingState = tuple[dict[str, dict[str, str]], dict[str, str]]
 
 
 class Sanitizer:
@@ -353,6 +355,11 @@ class Sanitizer:
                 found = f"{kind}-{n}"
             table[value] = found
         return found
+
+    def _known(self, kind: str, value: str) -> str | None:
+        """The placeholder ``value`` already has, None where it has none yet (numbers nothing)."""
+        table = self._maps.get(kind)
+        return None if table is None else table.get(value)
 
     def _host(self, value: str, learn: bool) -> str:
         if value.lower() in _KEEP_HOSTS or _PLACEHOLDER.match(value) or _INTERFACE.match(value):
@@ -445,6 +452,11 @@ class Sanitizer:
         namer._hosts, namer._bare = dict(state[0]), dict(state[1])
         namer._bare_dirty = True
         return namer
+
+    def numbering_state(self) -> NumberingState:
+        """Every value numbered so far, per kind, and the known paths with their placeholders: with
+        :meth:`names_state`, all a copy needs to go on as this sanitizer would (see ``speculate.py``)."""
+        return {kind: dict(table) for kind, table in self._maps.items()}, dict(self._paths)
 
     def known_count(self) -> tuple[int, int]:
         """How many names are replaced wherever they stand alone (grows as names are learned)."""
@@ -568,7 +580,7 @@ class Sanitizer:
         def v4(m: re.Match[str]) -> str:
             if _VERSION_BEFORE.search(m.string, max(0, m.start() - 24), m.start()):
                 return m[0]
-            known = self._maps.get("ipv4", {}).get(m[0])
+            known = self._known("ipv4", m[0])
             if known is not None:
                 return known  # seen before: no need to parse it again
             try:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from atomdyn_core.sanitize import sanitizer as _s
+from atomdyn_core.sanitize.speculate import Follower, Speculated, accept, speculate
 
 __all__ = ["Prepared", "finish_block", "prepare_block", "sanitize_block"]
 
@@ -328,6 +329,10 @@ class Prepared:
     spans_for: tuple[int, int] = (0, 0)
     stages: list[int] | None = None  # for each hit line, the pass it may start at (Sanitizer.first_change)
     spans_names: frozenset[str] = frozenset()  # every name known where spans were made (lower case)
+    # Where sanitized ahead (speculate.py): each hit line as a copy of the sanitizer did it, and the names
+    # that copy knew when it began.
+    speculated: list[Speculated | None] | None = None
+    speculated_from: _s.NamesState | None = None
 
 
 def prepare_block(
@@ -336,12 +341,14 @@ def prepare_block(
     paths: tuple[str, ...],
     namer: _s.Sanitizer | None = None,
     stages: bool = False,
+    ahead: tuple[_s.NamesState, _s.NumberingState] | None = None,
 ) -> Prepared:
     """The work on a block that depends only on its text, the known ``names`` (:meth:`Sanitizer.known_names
     <atomdyn_core.sanitize.sanitizer.Sanitizer.known_names>`) and the known ``paths``: colour codes
     removed, the lines some pattern may change found; with ``namer`` (a sanitizer that knows those names),
     the names replaced on the lines that are no hits; with ``stages``, the hit lines judged (where each may
-    start). Runs anywhere (another process: see ``parallel.py``)."""
+    start); with ``ahead`` (what a sanitizer knew and had numbered), the hit lines sanitized ahead by a copy
+    of it (speculate.py), judged on the way. Runs anywhere (another process: see ``parallel.py``)."""
     if "PRIVATE KEY" in text:
         return Prepared(text, _WHOLE, [], [], names)  # a key block spans lines: that path matches it whole
     text = _s.strip_colours(text)
@@ -375,7 +382,11 @@ def prepare_block(
         prepared.spans, prepared.spans_for = {}, namer.known_count()
         prepared.spans_names = frozenset(namer._all_names())
         _replace_names(namer, text, low, found, prepared.spans)
-    if stages:
+    if ahead is not None:
+        prepared.speculated = speculate(text, hits, *ahead)
+        prepared.speculated_from = ahead[0]
+        prepared.stages = [0 if one is None else one.stage for one in prepared.speculated]
+    elif stages:
         judge = _s.Sanitizer(paths=paths)  # what it learns is dropped with it
         prepared.stages = []
         for start in hits:
@@ -406,7 +417,10 @@ def finish_block(sanitizer: _s.Sanitizer, prepared: Prepared) -> str:
             more = _lines_naming(low, since, set(prepared.hits))
             names = sorted(set(names).union(more))
     spans = (prepared.spans, prepared.spans_for, prepared.spans_names) if prepared.spans is not None else None
-    return _sanitize_hits(sanitizer, text, prepared.hits, low, names, spans, prepared.stages)
+    ahead = None
+    if prepared.speculated is not None and prepared.speculated_from is not None:
+        ahead = (prepared.speculated, Follower(prepared.speculated_from))
+    return _sanitize_hits(sanitizer, text, prepared.hits, low, names, spans, prepared.stages, ahead)
 
 
 def sanitize_block(sanitizer: _s.Sanitizer, text: str) -> str:
@@ -429,22 +443,27 @@ def _sanitize_hits(
     names: list[int] | None = None,
     spans: tuple[dict[int, tuple[int, str]], tuple[int, int], frozenset[str]] | None = None,
     stages: list[int] | None = None,
+    ahead: tuple[list[Speculated | None], Follower] | None = None,
 ) -> str:
     """The block with its hit lines sanitized line by line and known names replaced on the others.
 
     ``names``: the lines that may name a known name (found anew in ``low``, the lower case, made here where
     not given, when not given, after the hit lines, which may teach names). ``spans``: the names on those lines already replaced, by a sanitizer
     whose names and placeholders were ``spans_for`` (names only grow: the same count, the same names).
-    ``stages``: for each hit line, the pass it starts at (one line each; see ``Sanitizer.first_change``)."""
+    ``stages``: for each hit line, the pass it starts at (one line each; see ``Sanitizer.first_change``).
+    ``ahead``: the hit lines as a worker sanitized them, taken where :func:`~atomdyn_core.sanitize.speculate.accept`
+    finds them right."""
     known_before = sanitizer.known_count()
     lines: dict[int, tuple[int, str]] = {}
     for index, start in enumerate(hits):
         _, end = _line_bounds(text, start)
-        stage = stages[index] if stages is not None else 0
-        lines[start] = (
-            end,
-            sanitizer._line(text[start:end], stage) if stage else sanitizer._lines(text[start:end]),
-        )
+        done: str | None = None
+        if ahead is not None and (one := ahead[0][index]) is not None:
+            done = accept(sanitizer, one, ahead[1])
+        if done is None:
+            stage = stages[index] if stages is not None else 0
+            done = sanitizer._line(text[start:end], stage) if stage else sanitizer._lines(text[start:end])
+        lines[start] = (end, done)
     if sanitizer.known_count() != known_before:
         # A name learned on a later line is replaced on the earlier ones too (as the line-by-line path does
         # when it has learned the whole text first): sanitize the hit lines again, knowing every name.
