@@ -14,7 +14,7 @@ import pytest
 from test_sanitize import BENIGN, CORPUS
 from test_sanitize_corpus import HIDE, KEEP
 
-from atomdyn_core.sanitize import Sanitizer, sanitize_file, sanitize_file_to, scan
+from atomdyn_core.sanitize import Sanitizer, sanitize_file, sanitize_file_to, scan, speculate
 from atomdyn_core.sanitize.files import read_blocks
 from atomdyn_core.sanitize.loggen import KNOWN, generate_text
 from atomdyn_core.sanitize.scan import sanitize_block
@@ -57,19 +57,31 @@ def _sanitized_ahead(known: Known, text: str, copy: Sanitizer) -> tuple[str, tup
     s = Sanitizer(**known)  # type: ignore[arg-type]
     names, paths = tuple(copy.known_names()), tuple(copy._paths)
     ahead = (copy.names_state(), copy.numbering_state())
-    prepared = scan.prepare_block(text, names, paths, copy, ahead=ahead)
-    return scan.finish_block(s, prepared), _state(s)
+    prepared = scan.prepare_block(text, names, paths, Sanitizer.naming(copy.names_state()), ahead=ahead)
+    kept = prepared.text
+    if prepared.output is not None:
+        prepared.text = ""  # dropped, as a worker drops it: read again only where needed
+
+    def read_again() -> str:
+        return kept
+
+    return scan.finish_prepared(s, prepared, read_again), _state(s)
 
 
-def _divergent_copy(known: Known) -> Sanitizer:
-    """A copy that numbered other values and learned other names first: every answer it gives on a value
-    numbered differently, and every name it replaces differently, must be caught."""
+def _copy_numbering_otherwise(known: Known) -> Sanitizer:
+    """A copy that knows the same names but numbered other values first: each answer it gives on a value
+    numbered differently must be caught, and that line sanitized again."""
     copy = Sanitizer(**known)  # type: ignore[arg-type]
-    copy.learn(
-        "peer 10.1.2.3 and fe80::1234%ib0 at 02:42:ac:11:00:02 via http://relay-7.example.internal/x\n"
-        "HOME=/home/zed node=gpu-b7,gpu-c8 ran as owner=zed99 ssh jdoe@gpu-a17 on login-02\n"
-    )
+    copy.learn("peer 10.1.2.3 and 10.42.0.7 at fe80::1234%ib0 and 02:42:ac:11:00:02 /scratch/x/y\n")
+    assert copy.known_count() == Sanitizer(**known).known_count()  # type: ignore[arg-type]
     return copy
+
+
+def _copy_from_before(known: Known) -> Sanitizer:
+    """A copy as the finishing sanitizer stood before it learned its last names (the first known host only)
+    and with other values numbered: its block must not stand where the names differ."""
+    fewer = {**known, "hosts": known.get("hosts", [])[:1]}
+    return _copy_numbering_otherwise(fewer)
 
 
 def _assert_same(known: Known, text: str) -> None:
@@ -79,7 +91,8 @@ def _assert_same(known: Known, text: str) -> None:
         _prepared_elsewhere(known, text),
         _prepared_elsewhere(known, text, fewer=True),
         _sanitized_ahead(known, text, Sanitizer(**known)),  # type: ignore[arg-type]
-        _sanitized_ahead(known, text, _divergent_copy(known)),
+        _sanitized_ahead(known, text, _copy_numbering_otherwise(known)),
+        _sanitized_ahead(known, text, _copy_from_before(known)),
     )
     for fast, fast_state in ways:
         if fast != slow:
@@ -118,18 +131,27 @@ def test_generated_logs(seed: int, known: Known) -> None:
     _assert_same(known, generate_text(256 << 10, seed=seed))
 
 
-def test_names_a_worker_knew_otherwise_are_replaced_as_the_finishing_sanitizer_knows_them() -> None:
-    """Hit lines naming names the divergent copy learned (gpu-b7, zed99) and one it numbered otherwise."""
-    text = (
-        "peer 10.9.9.9 from gpu-b7 and zed99 at 10.1.2.3\n"
-        "node=gpu-x1 at 10.9.9.8 near login-02 and GPU-B7.acme.internal\n"
-        "HOME=/home/zed99 peer fe80::1234%ib0 relay-7\n"
+def test_names_learned_since_a_block_was_sent_out_are_replaced_in_it() -> None:
+    """The copy knew login-02 only; this process knows gpu-a17 too: on hit lines, on lines naming it alone,
+    and in a block with no hit line at all."""
+    known = {"hosts": ["login-02", "gpu-a17"], "users": ["jdoe"]}
+    texts = (
+        "peer 10.9.9.9 from gpu-a17 and jdoe at 10.1.2.3\nlater GPU-A17.acme.internal said hi\n",
+        "password=hunter2hunter2 from gpu-a17 for jdoe on login-02\n",  # no value numbered on it
+        "just gpu-a17 and jdoe here\n",  # no hit line
     )
-    # Nothing learned here by the finishing sanitizer, no value numbered: the names alone differ.
-    quiet = "password=hunter2hunter2 from gpu-b7 for zed99 on login-02\n"
-    for known in ({"hosts": ["login-02"]}, {}):
+    for text in texts:
         _assert_same(known, text)
-        _assert_same(known, quiet)
+
+
+def test_a_block_whose_check_teaches_a_name_is_left_to_the_ordinary_way() -> None:
+    """A line run again here (an answer differs) that teaches a name: the name may stand on any line of the
+    block, so its hit lines must all be run again; finish_ahead hands the block back."""
+    line = "ssh ops1@gpu-q9 now\n"
+    worker = speculate.Speculated(((speculate._USER, "zz", False, "user-7"),), line, 0, 0, len(line))
+    here = Sanitizer()
+    assert speculate.finish_ahead(here, [worker], line, here.known_count()) is None
+    assert here.known_count() != (0, 0)  # it learned gpu-q9 and ops1 on the way
 
 
 # Pieces that make a pattern match or nearly match, to be recombined at random.
@@ -607,13 +629,13 @@ def test_several_processes_stop_on_a_fault(tmp_path: Path, monkeypatch: pytest.M
     dest.write_text("previous\n")
     calls = []
 
-    def fail_on_the_third_block(sanitizer: Sanitizer, prepared: scan.Prepared) -> str:
+    def fail_on_the_third_block(sanitizer: Sanitizer, prepared: scan.Prepared, text: Any) -> str:
         calls.append(prepared)
         if len(calls) == 3:
             raise KeyboardInterrupt  # as Ctrl-C would, in the middle of the run
-        return scan.finish_block(sanitizer, prepared)
+        return scan.finish_prepared(sanitizer, prepared, text)
 
-    monkeypatch.setattr(files, "finish_block", fail_on_the_third_block)
+    monkeypatch.setattr(files, "finish_prepared", fail_on_the_third_block)
     with pytest.raises(KeyboardInterrupt):
         sanitize_file_to(src, dest, block_bytes=4096, jobs=2)
     assert dest.read_text() == "previous\n"

@@ -15,11 +15,12 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import closing
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from atomdyn_core.sanitize.sanitizer import _PRIVATE_KEY, Sanitizer, strip_colours
-from atomdyn_core.sanitize.scan import finish_block, sanitize_block
+from atomdyn_core.sanitize.scan import finish_prepared, sanitize_block
 
 __all__ = ["BLOCK_BYTES", "LINE_LIMIT_BYTES", "PARALLEL_MIN_BYTES", "sanitize_file", "sanitize_file_to"]
 
@@ -89,16 +90,16 @@ def _one_pass(path: Path, out: TextIO, sanitizer: Sanitizer, block_bytes: int, j
     blocks = 0
     rest_at: int | None = 0
     if _parallel(path, block_bytes, jobs):
-        from atomdyn_core.sanitize.parallel import prepared_blocks
+        from atomdyn_core.sanitize.parallel import prepared_blocks, range_text
 
         rest_at = None
         with closing(prepared_blocks(path, block_bytes, jobs, sanitizer)) as prepared_in_order:
-            for start, prepared in prepared_in_order:
+            for start, end, prepared in prepared_in_order:
                 if prepared is None:
                     rest_at = start  # the last item: the rest goes through this process's reader
                     continue
                 known = sanitizer.known_count()
-                out.write(finish_block(sanitizer, prepared))
+                out.write(finish_prepared(sanitizer, prepared, partial(range_text, path, start, end)))
                 learned_late = learned_late or (blocks > 0 and sanitizer.known_count() != known)
                 blocks += 1
     if rest_at is not None:

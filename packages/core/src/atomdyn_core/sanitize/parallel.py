@@ -32,7 +32,7 @@ from atomdyn_core.sanitize import files as _files
 from atomdyn_core.sanitize.sanitizer import NamesState, NumberingState, Sanitizer, strip_colours
 from atomdyn_core.sanitize.scan import Prepared, prepare_block
 
-__all__ = ["default_jobs", "prepared_blocks"]
+__all__ = ["default_jobs", "prepared_blocks", "range_text"]
 
 _SEARCH_CHUNK = 64 << 10  # read at a time when looking for the newline after a range's nominal end
 _IN_FLIGHT_PER_JOB = 2
@@ -50,11 +50,12 @@ def default_jobs() -> int:
 
 def prepared_blocks(
     path: Path, block_bytes: int, jobs: int, sanitizer: Sanitizer
-) -> Generator[tuple[int, Prepared | None], None, None]:
-    """``(start, prepared)`` for the file's ranges in order, prepared by ``jobs`` worker processes with the
-    names ``sanitizer`` knows when each range is sent out (it goes on learning as the caller finishes the
-    blocks); a last ``(start, None)`` where the rest of the file, from byte ``start``, must go through the
-    one-process reader. Ranges are planned as they are sent out; the workers and the spool are gone when
+) -> Generator[tuple[int, int, Prepared | None], None, None]:
+    """``(start, end, prepared)`` for the file's ranges in order, prepared by ``jobs`` worker processes with
+    what ``sanitizer`` knows when each range is sent out (it goes on learning as the caller finishes the
+    blocks; from ``_AHEAD_JOBS`` workers on, the blocks are sanitized ahead: speculate.py, their text
+    dropped, read again with :func:`range_text` where needed); a last ``(start, start, None)`` where the rest
+    of the file, from byte ``start``, must go through the one-process reader. Ranges are planned as they are sent out; the workers and the spool are gone when
     this returns, raises or is closed."""
     context = multiprocessing.get_context("spawn")  # safe whatever threads this process runs
     spool = tempfile.mkdtemp(prefix="atomdyn-sanitize-")
@@ -73,8 +74,8 @@ def prepared_blocks(
 
 def _in_order(
     pool: Pool, path: Path, block_bytes: int, jobs: int, sanitizer: Sanitizer, spool: str
-) -> Iterator[tuple[int, Prepared | None]]:
-    pending: deque[tuple[int, AsyncResult[tuple[Prepared, bool]] | None]] = deque()
+) -> Iterator[tuple[int, int, Prepared | None]]:
+    pending: deque[tuple[int, int, AsyncResult[tuple[Prepared, bool]] | None]] = deque()
     ranges = _ranges(path, block_bytes)
     rest_at: int | None = None
     while True:
@@ -85,26 +86,30 @@ def _in_order(
             start, end = planned
             if end is None:
                 rest_at = start
-                pending.append((start, None))
+                pending.append((start, start, None))
                 break
             known = sanitizer.names_state()
             numbering = sanitizer.numbering_state() if jobs >= _AHEAD_JOBS else None
             task = (str(path), start, end, known, numbering, spool)
-            pending.append((start, pool.apply_async(_prepare_range, task)))
+            pending.append((start, end, pool.apply_async(_prepare_range, task)))
         if not pending:
             return
-        start, result = pending.popleft()
+        start, end, result = pending.popleft()
         if result is None:
-            yield start, None
+            yield start, start, None
             return
         prepared, open_key = result.get()
         if open_key:  # the key block may end in a later range: the one-process reader joins them
-            yield start, None
+            yield start, start, None
             return
         spooled = Path(spool, str(start))
-        prepared.text = spooled.read_bytes().decode("utf-8")
+        text = spooled.read_bytes().decode("utf-8")
+        if prepared.output is not None:
+            prepared.output = text  # the block sanitized ahead; its own text is read again where needed
+        else:
+            prepared.text = text
         spooled.unlink()
-        yield start, prepared
+        yield start, end, prepared
 
 
 def _ranges(path: Path, block_bytes: int) -> Iterator[tuple[int, int | None]]:
@@ -160,20 +165,29 @@ def _namer(known: NamesState) -> Sanitizer:
     return _NAMER[0][1]
 
 
+def range_text(path: Path | str, start: int, end: int) -> str:
+    """The text of bytes ``start`` to ``end`` of ``path``, as a block is prepared from it (decoded, colour
+    codes removed)."""
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        data = handle.read(end - start)
+    return strip_colours(data.decode("utf-8", "replace"))
+
+
 def _prepare_range(
     path: str, start: int, end: int, known: NamesState, numbering: NumberingState | None, spool: str
 ) -> tuple[Prepared, bool]:
     """In a worker: the range read, decoded and prepared; whether a private key block is open at its end.
-    The prepared text is written to a file in ``spool`` named by ``start`` (a pipe costs the main process
-    several times more to read)."""
-    with open(path, "rb") as handle:
-        handle.seek(start)
-        data = handle.read(end - start)
-    text = strip_colours(data.decode("utf-8", "replace"))
+    The prepared text, or the block sanitized ahead, is written to a file in ``spool`` named by ``start``
+    (a pipe costs the main process several times more to read)."""
+    text = range_text(path, start, end)
     namer = _namer(known)
     ahead = None if numbering is None else (known, numbering)
     prepared = prepare_block(text, tuple(namer.known_names()), known[2], namer, ahead=ahead)
     prepared.low = None  # rebuilt where needed: not worth sending
-    Path(spool, str(start)).write_bytes(prepared.text.encode("utf-8"))
+    spooled = prepared.text if prepared.output is None else prepared.output
+    Path(spool, str(start)).write_bytes(spooled.encode("utf-8"))
     prepared.text = ""
+    if prepared.output is not None:
+        prepared.output = ""
     return prepared, _files._open_key_block(text) is not None

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import accumulate
 
 from atomdyn_core.sanitize import sanitizer as _s
-from atomdyn_core.sanitize.speculate import Follower, Speculated, accept, speculate
+from atomdyn_core.sanitize.speculate import Speculated, finish_ahead, sanitize_ahead
 
-__all__ = ["Prepared", "finish_block", "prepare_block", "sanitize_block"]
+__all__ = ["Prepared", "finish_block", "finish_prepared", "prepare_block", "sanitize_block"]
 
 _HEX_DIGITS = "0123456789abcdef"
 _SHAPE_BYTES = bytes.maketrans(_HEX_DIGITS.encode(), b"0" * 16)
@@ -329,10 +329,10 @@ class Prepared:
     spans_for: tuple[int, int] = (0, 0)
     stages: list[int] | None = None  # for each hit line, the pass it may start at (Sanitizer.first_change)
     spans_names: frozenset[str] = frozenset()  # every name known where spans were made (lower case)
-    # Where sanitized ahead (speculate.py): each hit line as a copy of the sanitizer did it, and the names
-    # that copy knew when it began.
-    speculated: list[Speculated | None] | None = None
-    speculated_from: _s.NamesState | None = None
+    # Where sanitized ahead by a copy of a sanitizer (speculate.py): its hit lines, and the block as it
+    # finished it (``text`` may then be dropped: read again where the block is finished the ordinary way).
+    speculated: list[Speculated] | None = None
+    output: str | None = None
 
 
 def prepare_block(
@@ -347,8 +347,8 @@ def prepare_block(
     <atomdyn_core.sanitize.sanitizer.Sanitizer.known_names>`) and the known ``paths``: colour codes
     removed, the lines some pattern may change found; with ``namer`` (a sanitizer that knows those names),
     the names replaced on the lines that are no hits; with ``stages``, the hit lines judged (where each may
-    start); with ``ahead`` (what a sanitizer knew and had numbered), the hit lines sanitized ahead by a copy
-    of it (speculate.py), judged on the way. Runs anywhere (another process: see ``parallel.py``)."""
+    start); with ``ahead`` (what a sanitizer knew and had numbered), the block sanitized ahead by a copy of
+    it (speculate.py), the hit lines judged on the way. Runs anywhere (another process: see ``parallel.py``)."""
     if "PRIVATE KEY" in text:
         return Prepared(text, _WHOLE, [], [], names)  # a key block spans lines: that path matches it whole
     text = _s.strip_colours(text)
@@ -378,15 +378,19 @@ def prepare_block(
             elif one in named:
                 found.append(start)
     prepared = Prepared(text, _SHAPED, hits, found, names, low)
+    if ahead is not None and namer is None:
+        namer = _s.Sanitizer.naming(ahead[0])
     if namer is not None:
         prepared.spans, prepared.spans_for = {}, namer.known_count()
         prepared.spans_names = frozenset(namer._all_names())
         _replace_names(namer, text, low, found, prepared.spans)
     if ahead is not None:
-        prepared.speculated = speculate(text, hits, *ahead)
-        prepared.speculated_from = ahead[0]
-        prepared.stages = [0 if one is None else one.stage for one in prepared.speculated]
-    elif stages:
+        done = sanitize_ahead(text, hits, prepared.spans or {}, *ahead)
+        if done is not None:
+            prepared.speculated, prepared.output = done
+            prepared.stages = [one.stage for one in prepared.speculated]
+            return prepared
+    if stages or ahead is not None:
         judge = _s.Sanitizer(paths=paths)  # what it learns is dropped with it
         prepared.stages = []
         for start in hits:
@@ -397,10 +401,28 @@ def prepare_block(
     return prepared
 
 
-def finish_block(sanitizer: _s.Sanitizer, prepared: Prepared) -> str:
+def finish_prepared(sanitizer: _s.Sanitizer, prepared: Prepared, text: Callable[[], str]) -> str:
+    """The sanitized block: the worker's, checked (speculate.py), where it was sanitized ahead, else or where
+    that cannot stand finished here (:func:`finish_block`; ``text`` gives the block's text where it was
+    dropped)."""
+    known = sanitizer.known_count()
+    if prepared.speculated is not None and prepared.output is not None:
+        done = finish_ahead(sanitizer, prepared.speculated, prepared.output, prepared.spans_for)
+        if done is not None:
+            return done
+        if not prepared.text:
+            prepared.text = text()
+    return finish_block(sanitizer, prepared, known)
+
+
+def finish_block(
+    sanitizer: _s.Sanitizer, prepared: Prepared, known_before: tuple[int, int] | None = None
+) -> str:
     """The sanitized block: its hit lines through the patterns, in order (learning and numbering), known
     names replaced on the others. Where ``sanitizer`` knows names that the block was not prepared for
-    (learned on earlier blocks meanwhile), the lines naming those are looked for here."""
+    (learned on earlier blocks meanwhile), the lines naming those are looked for here. ``known_before``: the
+    known count before the block, where calls for it were made already (a name learned then asks for the
+    hit lines to be run again)."""
     text = prepared.text
     if prepared.mode == _WHOLE:
         return _line_by_line(sanitizer, text)
@@ -417,10 +439,7 @@ def finish_block(sanitizer: _s.Sanitizer, prepared: Prepared) -> str:
             more = _lines_naming(low, since, set(prepared.hits))
             names = sorted(set(names).union(more))
     spans = (prepared.spans, prepared.spans_for, prepared.spans_names) if prepared.spans is not None else None
-    ahead = None
-    if prepared.speculated is not None and prepared.speculated_from is not None:
-        ahead = (prepared.speculated, Follower(prepared.speculated_from))
-    return _sanitize_hits(sanitizer, text, prepared.hits, low, names, spans, prepared.stages, ahead)
+    return _sanitize_hits(sanitizer, text, prepared.hits, low, names, spans, prepared.stages, known_before)
 
 
 def sanitize_block(sanitizer: _s.Sanitizer, text: str) -> str:
@@ -443,27 +462,24 @@ def _sanitize_hits(
     names: list[int] | None = None,
     spans: tuple[dict[int, tuple[int, str]], tuple[int, int], frozenset[str]] | None = None,
     stages: list[int] | None = None,
-    ahead: tuple[list[Speculated | None], Follower] | None = None,
+    known_before: tuple[int, int] | None = None,
 ) -> str:
     """The block with its hit lines sanitized line by line and known names replaced on the others.
 
     ``names``: the lines that may name a known name (found anew in ``low``, the lower case, made here where
     not given, when not given, after the hit lines, which may teach names). ``spans``: the names on those lines already replaced, by a sanitizer
     whose names and placeholders were ``spans_for`` (names only grow: the same count, the same names).
-    ``stages``: for each hit line, the pass it starts at (one line each; see ``Sanitizer.first_change``).
-    ``ahead``: the hit lines as a worker sanitized them, taken where :func:`~atomdyn_core.sanitize.speculate.accept`
-    finds them right."""
-    known_before = sanitizer.known_count()
+    ``stages``: for each hit line, the pass it starts at (one line each; see ``Sanitizer.first_change``)."""
+    if known_before is None:
+        known_before = sanitizer.known_count()
     lines: dict[int, tuple[int, str]] = {}
     for index, start in enumerate(hits):
         _, end = _line_bounds(text, start)
-        done: str | None = None
-        if ahead is not None and (one := ahead[0][index]) is not None:
-            done = accept(sanitizer, one, ahead[1])
-        if done is None:
-            stage = stages[index] if stages is not None else 0
-            done = sanitizer._line(text[start:end], stage) if stage else sanitizer._lines(text[start:end])
-        lines[start] = (end, done)
+        stage = stages[index] if stages is not None else 0
+        lines[start] = (
+            end,
+            sanitizer._line(text[start:end], stage) if stage else sanitizer._lines(text[start:end]),
+        )
     if sanitizer.known_count() != known_before:
         # A name learned on a later line is replaced on the earlier ones too (as the line-by-line path does
         # when it has learned the whole text first): sanitize the hit lines again, knowing every name.
