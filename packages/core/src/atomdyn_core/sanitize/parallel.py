@@ -7,9 +7,10 @@ pattern may change and replaces the known names on the others (:func:`~atomdyn_c
 and leaves the text in a file of a temporary spool directory for this process to read (reading a pipe cost it
 several times more).
 This process takes the prepared blocks in file order and finishes them
-(:func:`~atomdyn_core.sanitize.scan.finish_block`): the hit lines go through the patterns, which learn and
+(:func:`~atomdyn_core.sanitize.scan.finish_prepared`): the hit lines go through the patterns, which learn and
 number values as the one-process path does; names learned since a block was sent out are looked for in it
-here. What a worker cannot decide alone goes back to the one-process reader from that range on: a private
+here. From ``_AHEAD_JOBS`` workers on, a worker sanitizes its whole block ahead with a copy of the sanitizer
+as it stood when the range was sent out, and this process only checks it (speculate.py). What a worker cannot decide alone goes back to the one-process reader from that range on: a private
 key block still open at the end of a range (it may end in a later one) and a line longer than
 ``LINE_LIMIT_BYTES`` (that reader cuts it). At most two ranges per worker are in flight, so memory stays
 bounded whatever the file size. Workers ignore SIGINT and are terminated whenever this process stops early.
