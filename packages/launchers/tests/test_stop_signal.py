@@ -13,7 +13,7 @@ import pytest
 
 from atomdyn_launchers import launch
 from atomdyn_launchers.config import ClusterConfig
-from atomdyn_launchers.launch import Launch, LaunchOptions
+from atomdyn_launchers.launch import Launch, LaunchOptions, Outcome
 from atomdyn_launchers.slurm import Slurm
 
 pytestmark = pytest.mark.integration
@@ -42,6 +42,14 @@ def _refusing_slurm(config: ClusterConfig, tmp_path: Path, refusals: int) -> tup
     return slurm, count
 
 
+def _agg_run(config: ClusterConfig, tmp_path: Path, refusals: int) -> tuple[Outcome, Path]:
+    """One small aggregated run (mock engine) whose stop meets ``refusals`` refused SIGTERMs; the file
+    counting them."""
+    slurm, refused = _refusing_slurm(config, tmp_path, refusals)
+    options = LaunchOptions(kind="agg-single", requests=2, runs_root=tmp_path / "runs")
+    return Launch(config, options, slurm=slurm).run(), refused
+
+
 def _jobs(run_dir: Path) -> dict[str, dict[str, str]]:
     run = json.loads((run_dir / "run.json").read_text())
     return {j["role"]: j for j in run["jobs"]}
@@ -50,12 +58,7 @@ def _jobs(run_dir: Path) -> dict[str, dict[str, str]]:
 def test_a_refused_sigterm_is_retried_and_the_job_still_stops_cleanly(
     local_cluster_config: ClusterConfig, tmp_path: Path
 ) -> None:
-    slurm, refused = _refusing_slurm(local_cluster_config, tmp_path, refusals=2)
-    outcome = Launch(
-        local_cluster_config,
-        LaunchOptions(kind="agg-single", requests=2, runs_root=tmp_path / "runs"),
-        slurm=slurm,
-    ).run()
+    outcome, refused = _agg_run(local_cluster_config, tmp_path, refusals=2)
     assert refused.read_text().strip() == "2"
     assert outcome.passed, outcome.failure
     job = _jobs(outcome.run_dir)["agg"]
@@ -68,12 +71,7 @@ def test_a_sigterm_that_never_gets_through_cancels_the_job_and_says_why(
     local_cluster_config: ClusterConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(launch, "_SIGNAL_RETRY_S", 2.0)
-    slurm, _ = _refusing_slurm(local_cluster_config, tmp_path, refusals=1000)
-    outcome = Launch(
-        local_cluster_config,
-        LaunchOptions(kind="agg-single", requests=2, runs_root=tmp_path / "runs"),
-        slurm=slurm,
-    ).run()
+    outcome, _ = _agg_run(local_cluster_config, tmp_path, refusals=1000)
     assert not outcome.passed and outcome.failure is not None
     assert "agg (CANCELLED" in outcome.failure, outcome.failure
     assert "SIGTERM not delivered" in outcome.failure and "Socket timed out" in outcome.failure

@@ -18,7 +18,9 @@ name in the block (it may stand on any line), the block is finished the ordinary
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from atomdyn_core.sanitize.sanitizer import NamesState, NumberingState, Sanitizer
 
@@ -51,16 +53,19 @@ class _Recorder(Sanitizer):
         self.calls: list[Call] = []
         self._inside = 0
 
-    def _placeholder(self, kind: str, value: str) -> str:
+    def _recorded(self, what: int, first: str, second: str | bool, call: Callable[[], str]) -> str:
         if self._inside:
-            return super()._placeholder(kind, value)
+            return call()
         self._inside += 1
         try:
-            answer = super()._placeholder(kind, value)
+            answer = call()
         finally:
             self._inside -= 1
-        self.calls.append((_PLACEHOLDER, kind, value, answer))
+        self.calls.append((what, first, second, answer))
         return answer
+
+    def _placeholder(self, kind: str, value: str) -> str:
+        return self._recorded(_PLACEHOLDER, kind, value, partial(Sanitizer._placeholder, self, kind, value))
 
     def _known(self, kind: str, value: str) -> str | None:
         answer = super()._known(kind, value)
@@ -69,26 +74,10 @@ class _Recorder(Sanitizer):
         return answer
 
     def _host(self, value: str, learn: bool) -> str:
-        if self._inside:
-            return super()._host(value, learn)
-        self._inside += 1
-        try:
-            answer = super()._host(value, learn)
-        finally:
-            self._inside -= 1
-        self.calls.append((_HOST, value, learn, answer))
-        return answer
+        return self._recorded(_HOST, value, learn, partial(Sanitizer._host, self, value, learn))
 
     def _user(self, value: str) -> str:
-        if self._inside:
-            return super()._user(value)
-        self._inside += 1
-        try:
-            answer = super()._user(value)
-        finally:
-            self._inside -= 1
-        self.calls.append((_USER, value, False, answer))
-        return answer
+        return self._recorded(_USER, value, False, partial(Sanitizer._user, self, value))
 
 
 def sanitize_ahead(
