@@ -18,9 +18,10 @@ name in the block (it may stand on any line), the block is finished the ordinary
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 from atomdyn_core.sanitize.sanitizer import NamesState, NumberingState, Sanitizer
 
@@ -31,11 +32,10 @@ _PLACEHOLDER, _KNOWN, _HOST, _USER = 0, 1, 2, 3
 Call = tuple[int, str, str | bool, str | None]
 
 
-@dataclass(frozen=True, slots=True)
-class Speculated:
+class Speculated(NamedTuple):
     """One hit line as the worker's copy sanitized it: its calls with their answers, the line as it came,
     the first pass that changes it (their number where none does), and where its result stands in the
-    worker's block (``at``, ``size``)."""
+    worker's block (``at``, ``size``). A named tuple: a block carries hundreds, and they cross a pipe."""
 
     calls: tuple[Call, ...]
     line: str
@@ -137,6 +137,22 @@ def sanitize_ahead(
     return speculated, "".join(pieces)
 
 
+# Answers already checked, per finishing sanitizer, valid while it knows the same names: a value keeps its
+# placeholder once numbered, but a host named with a domain takes that of its first label once that is learned.
+_CHECKED: weakref.WeakKeyDictionary[Sanitizer, tuple[tuple[int, int], dict[Call, None]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _checked(sanitizer: Sanitizer) -> dict[Call, None]:
+    known = sanitizer.known_count()
+    found = _CHECKED.get(sanitizer)
+    if found is None or found[0] != known:
+        found = (known, {})
+        _CHECKED[sanitizer] = found
+    return found[1]
+
+
 def finish_ahead(
     sanitizer: Sanitizer, speculated: list[Speculated], output: str, known: tuple[int, int]
 ) -> str | None:
@@ -147,8 +163,12 @@ def finish_ahead(
     if sanitizer.known_count() != known:
         return None
     patches: list[tuple[int, int, str]] = []
+    checked = _checked(sanitizer)  # made before with the same answer: made again, it changes nothing
     for one in speculated:
-        for what, first, second, answer in one.calls:
+        for call in one.calls:
+            if call in checked:
+                continue
+            what, first, second, answer = call
             if what == _PLACEHOLDER:
                 here: str | None = sanitizer._placeholder(first, str(second))
             elif what == _KNOWN:
@@ -160,6 +180,8 @@ def finish_ahead(
             if here != answer:
                 patches.append((one.at, one.size, sanitizer._line(one.line, one.stage)))
                 break
+            if answer is not None:  # "not numbered yet" may change
+                checked[call] = None
         if sanitizer.known_count() != known:
             return None
     if not patches:
