@@ -1,6 +1,7 @@
-"""Stopping a run when slurmctld refuses the SIGTERM: on the real local cluster, with scancel wrapped so that
-its ``--batch`` signal fails the way a controller that timed out under load answers (everything else is the
-real scancel). A refusal is retried while the job runs; only a signal that never gets through cancels it."""
+"""Stopping a run when slurmctld does not answer: on the real local cluster, with one Slurm command wrapped so
+that it fails the way a controller that timed out under load answers (everything else is the real command).
+A refused SIGTERM is retried while the job runs, and only one that never gets through cancels it; a
+controller that does not answer while the jobs stop is asked again, and never makes the stop itself fail."""
 
 from __future__ import annotations
 
@@ -8,46 +9,50 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from atomdyn_launchers import launch
 from atomdyn_launchers.config import ClusterConfig
-from atomdyn_launchers.launch import Launch, LaunchOptions, Outcome
+from atomdyn_launchers.launch import Hook, Launch, LaunchOptions, Outcome
 from atomdyn_launchers.slurm import Slurm
 
 pytestmark = pytest.mark.integration
 
-# What scancel prints when slurmctld does not answer in time (slurm_strerror of the protocol timeout).
-REFUSAL = "scancel: error: Kill job error on job id $3: Socket timed out on send/recv operation"
+# What the commands print when slurmctld does not answer in time (slurm_strerror of the protocol timeout).
+TIMED_OUT = "Socket timed out on send/recv operation"
+SCANCEL_REFUSAL = f"scancel: error: Kill job error on job id $3: {TIMED_OUT}"
+SQUEUE_REFUSAL = f"slurm_load_jobs error: {TIMED_OUT}"
 
 
-def _refusing_slurm(config: ClusterConfig, tmp_path: Path, refusals: int) -> tuple[Slurm, Path]:
-    """A Slurm whose ``scancel --batch`` fails ``refusals`` times (counted in a file), then works."""
-    real = shutil.which("scancel")
-    assert real is not None, "scancel is not installed"
+def _refusing_slurm(
+    config: ClusterConfig, tmp_path: Path, command: str, refusals: int, message: str, when: str
+) -> tuple[Slurm, Path]:
+    """A Slurm whose ``command`` fails ``refusals`` times (counted in a file) while the shell test ``when``
+    holds, printing ``message``; the real command otherwise."""
+    real = shutil.which(command)
+    assert real is not None, f"{command} is not installed"
     wrappers = tmp_path / "bin"
     wrappers.mkdir()
     count = tmp_path / "refused"
     count.write_text("0")
-    (wrappers / "scancel").write_text(
+    (wrappers / command).write_text(
         "#!/bin/bash\n"
-        f'n=$(cat {count})\nif [ "$1" = --batch ] && [ "$n" -lt {refusals} ]; then\n'
-        f'  echo $((n + 1)) >{count}\n  echo "{REFUSAL}" >&2\n  exit 1\nfi\n'
+        f'n=$(cat {count})\nif {when} && [ "$n" -lt {refusals} ]; then\n'
+        f'  echo $((n + 1)) >{count}\n  echo "{message}" >&2\n  exit 1\nfi\n'
         f'exec {real} "$@"\n'
     )
-    (wrappers / "scancel").chmod(0o755)
+    (wrappers / command).chmod(0o755)
     slurm = Slurm(config)
     slurm.env["PATH"] = f"{wrappers}:{os.environ.get('PATH', '')}"
     return slurm, count
 
 
-def _agg_run(config: ClusterConfig, tmp_path: Path, refusals: int) -> tuple[Outcome, Path]:
-    """One small aggregated run (mock engine) whose stop meets ``refusals`` refused SIGTERMs; the file
-    counting them."""
-    slurm, refused = _refusing_slurm(config, tmp_path, refusals)
+def _agg_run(config: ClusterConfig, tmp_path: Path, slurm: Slurm, hook: Hook | None = None) -> Outcome:
+    """One small aggregated run (mock engine) through ``slurm``."""
     options = LaunchOptions(kind="agg-single", requests=2, runs_root=tmp_path / "runs")
-    return Launch(config, options, slurm=slurm).run(), refused
+    return Launch(config, options, slurm=slurm, hook=hook).run()
 
 
 def _jobs(run_dir: Path) -> dict[str, dict[str, str]]:
@@ -55,10 +60,15 @@ def _jobs(run_dir: Path) -> dict[str, dict[str, str]]:
     return {j["role"]: j for j in run["jobs"]}
 
 
+def _refused_sigterms(config: ClusterConfig, tmp_path: Path, refusals: int) -> tuple[Slurm, Path]:
+    return _refusing_slurm(config, tmp_path, "scancel", refusals, SCANCEL_REFUSAL, '[ "$1" = --batch ]')
+
+
 def test_a_refused_sigterm_is_retried_and_the_job_still_stops_cleanly(
     local_cluster_config: ClusterConfig, tmp_path: Path
 ) -> None:
-    outcome, refused = _agg_run(local_cluster_config, tmp_path, refusals=2)
+    slurm, refused = _refused_sigterms(local_cluster_config, tmp_path, refusals=2)
+    outcome = _agg_run(local_cluster_config, tmp_path, slurm)
     assert refused.read_text().strip() == "2"
     assert outcome.passed, outcome.failure
     job = _jobs(outcome.run_dir)["agg"]
@@ -71,8 +81,30 @@ def test_a_sigterm_that_never_gets_through_cancels_the_job_and_says_why(
     local_cluster_config: ClusterConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(launch, "_SIGNAL_RETRY_S", 2.0)
-    outcome, _ = _agg_run(local_cluster_config, tmp_path, refusals=1000)
+    slurm, _ = _refused_sigterms(local_cluster_config, tmp_path, refusals=1000)
+    outcome = _agg_run(local_cluster_config, tmp_path, slurm)
     assert not outcome.passed and outcome.failure is not None
     assert "agg (CANCELLED" in outcome.failure, outcome.failure
-    assert "SIGTERM not delivered" in outcome.failure and "Socket timed out" in outcome.failure
+    assert "SIGTERM not delivered" in outcome.failure and TIMED_OUT in outcome.failure
     assert _jobs(outcome.run_dir)["agg"]["state"] == "CANCELLED"
+
+
+def test_a_controller_silent_while_the_jobs_stop_is_asked_again(
+    local_cluster_config: ClusterConfig, tmp_path: Path
+) -> None:
+    """squeue fails three times once the stop has begun (the launcher then reads the jobs with a fresh
+    poller, which knows no job yet): the stop waits it out, the job ends cleanly, the run passes."""
+    stopping = tmp_path / "stopping"
+    slurm, refused = _refusing_slurm(
+        local_cluster_config, tmp_path, "squeue", 3, SQUEUE_REFUSAL, f"[ -e {stopping} ]"
+    )
+
+    def hook(event: str, _record: dict[str, Any]) -> None:
+        if event == "cancelled":
+            stopping.touch()
+
+    outcome = _agg_run(local_cluster_config, tmp_path, slurm, hook)
+    assert refused.read_text().strip() == "3"
+    assert outcome.passed, outcome.failure
+    job = _jobs(outcome.run_dir)["agg"]
+    assert (job["state"], job["exit_code"]) == ("COMPLETED", "0:0")

@@ -926,7 +926,11 @@ class Stages:
                 live[role] = (job_id, info.state)
         for role, (job_id, job_state) in live.items():
             if job_state == "PENDING":
-                slurm.cancel([job_id])  # no script to signal yet
+                try:
+                    slurm.cancel([job_id])  # no script to signal yet
+                except SlurmError as exc:
+                    self.ctx.progress.line(f"{role}: could not cancel pending job {job_id}: {exc}")
+                    continue
                 self._event("cancelled", role=role, job_id=job_id, detail="cancelled while pending")
                 continue
             self._signal_job_script(role, job_id)
@@ -970,13 +974,23 @@ class Stages:
             time.sleep(_SIGNAL_RETRY_INTERVAL_S)  # a retry interval: nothing to wait on but the controller
 
     def _settle(self, timeout_s: float) -> bool:
+        """Wait until every job has ended, up to ``timeout_s``. A controller that does not answer (slurmctld
+        frozen or overloaded) is asked again until then: a stop never fails on a Slurm error."""
         deadline = time.monotonic() + timeout_s
         pending = dict(self._active_jobs())
         poller = JobPoller(self.ctx.slurm)  # a fresh schedule: polled fast while the jobs stop
+        silent = False
         while pending:
-            infos = poller.poll(pending.values())
+            try:
+                infos = poller.poll(pending.values())
+            except SlurmError as exc:
+                if not silent:
+                    self.ctx.progress.line(f"Slurm did not answer while the jobs stop ({exc}); asking again")
+                silent, infos = True, {}
             for role, job_id in list(pending.items()):
-                info = infos[job_id]
+                info = infos.get(job_id)
+                if info is None:
+                    continue
                 self.state.job_states[role] = info.state
                 if info.terminal:
                     del pending[role]
@@ -984,14 +998,21 @@ class Stages:
                 break
             if time.monotonic() >= deadline:
                 return False
-            self._poll()
+            with suppress(SlurmError):  # the jobs are read above; this waits on etcd and shows progress
+                self._poll()
         return True
 
     def _cancel_hard(self) -> None:
         active = list(self._active_jobs().values())
         if active:
-            self.ctx.slurm.cancel(active)
-            self._settle(self.ctx.settle_timeout_s)
+            try:
+                self.ctx.slurm.cancel(active)
+            except SlurmError as exc:
+                self.ctx.progress.line(f"could not cancel jobs {active}: {exc}")
+            if not self._settle(self.ctx.settle_timeout_s):
+                self.ctx.progress.line(
+                    f"jobs {active} had not ended {self.ctx.settle_timeout_s:.0f} s after scancel"
+                )
 
     # -- record ------------------------------------------------------------------------------------------
 
