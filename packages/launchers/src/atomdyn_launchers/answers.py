@@ -14,13 +14,13 @@ from __future__ import annotations
 import hashlib
 import json
 import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers import direct_http
+from atomdyn_launchers.smoke import chat_request
 
 FIXED_PROMPT = "Repeat after me: the decode worker reads its KV blocks from the prefill worker."
 MAX_TOKENS = 24
@@ -73,13 +73,8 @@ def ask(base_url: str, served_model: str, timeout_s: float) -> tuple[list[str], 
         "ignore_eos": True,  # always MAX_TOKENS tokens: an early stop would shorten what is compared
         "logprobs": True,
     }
-    request = urllib.request.Request(
-        f"{base_url}/v1/chat/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
     try:
-        with direct_http.urlopen(request, timeout=timeout_s) as response:
+        with direct_http.urlopen(chat_request(base_url, body), timeout=timeout_s) as response:
             reply = json.loads(response.read())
     except (OSError, urllib.error.URLError, json.JSONDecodeError) as exc:
         raise AnswerError(f"the fixed prompt got no answer from {base_url}: {exc}") from None

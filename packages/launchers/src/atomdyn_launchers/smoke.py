@@ -150,6 +150,16 @@ def check_response(status: int, body: Any, require_pd: bool) -> tuple[dict[str, 
     return fields, None
 
 
+def chat_request(base_url: str, body: dict[str, Any]) -> urllib.request.Request:
+    """A POST of ``body`` (JSON) to the OpenAI-compatible chat completions route under ``base_url``."""
+    return urllib.request.Request(
+        f"{base_url.rstrip('/')}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+
+
 class SmokeClient:
     """A minimal OpenAI-compatible chat completions client (non-streaming)."""
 
@@ -170,13 +180,7 @@ class SmokeClient:
         }
 
     def send(self, request: SmokeRequest, require_pd: bool) -> SmokeResult:
-        data = json.dumps(self.payload(request)).encode()
-        http_request = urllib.request.Request(
-            f"{self.base_url}/v1/chat/completions",
-            data=data,
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
+        http_request = chat_request(self.base_url, self.payload(request))
         started = time.monotonic()
         status: int | None = None
         body: Any = None
