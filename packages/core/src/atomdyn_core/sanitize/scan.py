@@ -466,27 +466,27 @@ def _sanitize_hits(
 ) -> str:
     """The block with its hit lines sanitized line by line and known names replaced on the others.
 
-    ``names``: the lines that may name a known name (found anew in ``low``, the lower case, made here where
-    not given, when not given, after the hit lines, which may teach names). ``spans``: the names on those lines already replaced, by a sanitizer
-    whose names and placeholders were ``spans_for`` (names only grow: the same count, the same names).
-    ``stages``: for each hit line, the pass it starts at (one line each; see ``Sanitizer.first_change``)."""
+    ``names``: the lines that may name a known name (when not given, found in ``low``, the lower case, after
+    the hit lines, which may teach names). ``spans``: the names on those lines already replaced by a sanitizer
+    whose known count and names were the second and third items (names only grow: the same count, the same
+    names). ``stages``: for each hit line, the pass it starts at (one line each; see
+    ``Sanitizer.first_change``). ``known_before``: the known count before the block (default: now)."""
     if known_before is None:
         known_before = sanitizer.known_count()
+
+    def through_passes(index: int, line: str) -> str:
+        stage = stages[index] if stages is not None else 0
+        return sanitizer._line(line, stage) if stage else sanitizer._lines(line)
+
     lines: dict[int, tuple[int, str]] = {}
     for index, start in enumerate(hits):
         _, end = _line_bounds(text, start)
-        stage = stages[index] if stages is not None else 0
-        lines[start] = (
-            end,
-            sanitizer._line(text[start:end], stage) if stage else sanitizer._lines(text[start:end]),
-        )
+        lines[start] = (end, through_passes(index, text[start:end]))
     if sanitizer.known_count() != known_before:
         # A name learned on a later line is replaced on the earlier ones too (as the line-by-line path does
         # when it has learned the whole text first): sanitize the hit lines again, knowing every name.
         for index, (start, (end, _)) in enumerate(lines.items()):
-            stage = stages[index] if stages is not None else 0
-            line = text[start:end]
-            lines[start] = (end, sanitizer._line(line, stage) if stage else sanitizer._lines(line))
+            lines[start] = (end, through_passes(index, text[start:end]))
         names = None  # the names learned may stand on other lines
     if names is not None and spans is not None:
         ready, ready_for, ready_names = spans
