@@ -33,13 +33,13 @@ from faultkit import (
 )
 
 from atomdyn_launchers import ports
-from atomdyn_launchers.config import ClusterConfig
+from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.contract.rundir import read_jsonl
+from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.launch import Launch, LaunchOptions, Outcome, RunContext
 from atomdyn_launchers.localcluster import LocalCluster
 from atomdyn_launchers.localcluster import procs as lc_procs
-from atomdyn_launchers.readiness import EtcdClient
-from atomdyn_launchers.rundir import read_jsonl
-from atomdyn_launchers.slurm import Slurm
+from atomdyn_launchers.slurm.client import Slurm
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from clusterinfra import require_cluster_infrastructure
 
-from atomdyn_launchers.config import ClusterConfig
+from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.localcluster import LocalCluster, prune_orphans
 
 

@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from atomdyn_launchers.config import ClusterConfig
+from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.contract.rundir import read_jsonl
+from atomdyn_launchers.etcd.client import EtcdClient
+from atomdyn_launchers.etcd.keys import KEY_ROOT
 from atomdyn_launchers.launch import Launch, LaunchOptions, Outcome, RunContext
 from atomdyn_launchers.progress import Progress
-from atomdyn_launchers.readiness import KEY_ROOT, EtcdClient
-from atomdyn_launchers.rundir import read_jsonl
-from atomdyn_launchers.slurm import Slurm
+from atomdyn_launchers.slurm.client import Slurm
 
 
 class _Quiet(Progress):
@@ -100,7 +101,7 @@ class ChildLaunch:
 
     CODE = (
         "import sys\nfrom pathlib import Path\n"
-        "from atomdyn_launchers.config import load_cluster_config\n"
+        "from atomdyn_launchers.config.cluster import load_cluster_config\n"
         "from atomdyn_launchers.launch import run\n"
         "o = run('disagg', load_cluster_config(Path(sys.argv[1])), requests=int(sys.argv[2]), concurrency=1)\n"
         "print('RESULT', o.passed, o.run_dir, flush=True)\n"

@@ -14,11 +14,11 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from atomdyn_launchers.config import ClusterConfig, parse_cluster_env
+from atomdyn_launchers.config.cluster import ClusterConfig, parse_cluster_env
+from atomdyn_launchers.contract.rundir import RunDir
 from atomdyn_launchers.engines import ENGINE_NAMES, get_engine
 from atomdyn_launchers.launch import LaunchOptions, Submission, plan_roles
 from atomdyn_launchers.profiles.models import get_model
-from atomdyn_launchers.rundir import RunDir
 from atomdyn_launchers.sbatch import render, render_arg
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"

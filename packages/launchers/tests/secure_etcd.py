@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers.readiness import EtcdAccess, EtcdClient
+from atomdyn_launchers.etcd.access import EtcdAccess
+from atomdyn_launchers.etcd.client import EtcdClient
 
 IN_CI = os.environ.get("CI") == "true"
 LAUNCHER_USER = "atomdyn"

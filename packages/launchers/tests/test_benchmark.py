@@ -18,7 +18,7 @@ from atomdyn_launchers.benchmark import (
     table_markdown,
     write_report,
 )
-from atomdyn_launchers.recipes import Benchmark, Slo
+from atomdyn_launchers.config.recipes import Benchmark, Slo
 
 
 def _level(concurrency: int, tokens: float = 6400.0, errors: int = 0) -> Level:

@@ -11,18 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers.config import (
+from atomdyn_launchers.config.cluster import (
     KEYS,
     ClusterConfig,
     ClusterConfigError,
     PreflightError,
-    check_etcd,
-    check_model_path,
     example_text,
     load_cluster_config,
     parse_cluster_env,
     resolve_cluster_config,
 )
+from atomdyn_launchers.run.preflight import check_etcd, check_model_path
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "config" / "cluster.env.example"
 
@@ -63,7 +62,7 @@ def test_example_file_loads_with_every_documented_key() -> None:
 
 def test_example_file_is_generated_from_the_key_specs() -> None:
     assert EXAMPLE.read_text() == example_text(), (
-        "config/cluster.env.example differs from the key specifications in config.py: "
+        "config/cluster.env.example differs from the key specifications in config/cluster.py: "
         "regenerate it with `nox -s snapshots`"
     )
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers.config import ClusterConfigError, parse_cluster_env, resolve_cluster_config
+from atomdyn_launchers.config.cluster import ClusterConfigError, parse_cluster_env, resolve_cluster_config
 
 BASE = """\
 SLURM_ACCOUNT=acct

@@ -17,11 +17,16 @@ from typing import Any
 
 import pytest
 
-from atomdyn_launchers.config import ClusterConfig, PreflightError, find_repo_root, load_cluster_config
+from atomdyn_launchers.config.cluster import (
+    ClusterConfig,
+    PreflightError,
+    find_repo_root,
+    load_cluster_config,
+)
+from atomdyn_launchers.config.recipes import load_recipe, merge_flags
 from atomdyn_launchers.launch import dry_run, plan_roles, required_instances
 from atomdyn_launchers.progress import Progress
-from atomdyn_launchers.recipes import load_recipe, merge_flags
-from atomdyn_launchers.slurm import Slurm
+from atomdyn_launchers.slurm.client import Slurm
 
 REPO = find_repo_root(Path(__file__).parent)
 RECIPES = sorted((REPO / "recipes").glob("*.yaml"))

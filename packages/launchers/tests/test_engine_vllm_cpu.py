@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.engines import get_engine
-from atomdyn_launchers.engines.base import Ports, RoleContext
+from atomdyn_launchers.engines.base import RoleContext
 from atomdyn_launchers.engines.runtime import VenvRuntime
 from atomdyn_launchers.launch_tasks import kv_transfer_figures
 from atomdyn_launchers.profiles.models import get_model
@@ -114,8 +115,8 @@ def test_bench_reads_the_kv_transfers_from_a_real_runs_metrics() -> None:
 def test_vllm_cpu_roles_tolerate_a_stalled_node_longer_than_their_lease_would() -> None:
     """During UCX's TCP-emulated KV reads a 2-core node's other traffic stalled for 5-13 s (measured): the
     helper waits 60 s for etcd before failing the role, and its lease outlives that wait."""
+    from atomdyn_launchers.contract.leases import ETCD_LOST_S, call_timeout_for
     from atomdyn_launchers.engines import get_engine
-    from atomdyn_launchers.readiness import ETCD_LOST_S, call_timeout_for
 
     assert get_engine("vllm-cpu").timeouts.etcd_grace_s == 60.0
     assert get_engine("mocker").timeouts.etcd_grace_s == ETCD_LOST_S  # the fault bounds stay as documented

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.engines import ENGINE_NAMES, EngineError, get_engine, plan_role
-from atomdyn_launchers.engines.base import Ports, RoleContext, RolePlan
+from atomdyn_launchers.engines.base import RoleContext, RolePlan
 from atomdyn_launchers.engines.dynamo_vllm import KV_TRANSFER_CONFIG
 from atomdyn_launchers.engines.runtime import DockerRuntime, VenvRuntime
 from atomdyn_launchers.profiles.models import ProfileError, get_model

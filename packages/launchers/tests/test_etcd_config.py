@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from atomdyn_launchers.config import ClusterConfigError, parse_cluster_env
-from atomdyn_launchers.readiness import etcd_access
+from atomdyn_launchers.config.cluster import ClusterConfigError, parse_cluster_env
+from atomdyn_launchers.config.etcd import etcd_access
 
 BASE = """\
 SLURM_ACCOUNT=acct

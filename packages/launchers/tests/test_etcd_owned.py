@@ -15,7 +15,7 @@ import pytest
 
 from atomdyn_core.fetch import APT_ARCHIVES
 from atomdyn_core.lock import load_lock
-from atomdyn_launchers.config import ClusterConfig, parse_cluster_env
+from atomdyn_launchers.config.cluster import ClusterConfig, parse_cluster_env
 from atomdyn_launchers.nodes.etcd_owned import OwnedEtcdError, etcd_binary, extract_etcd
 
 REPO = Path(__file__).resolve().parents[3]

@@ -23,19 +23,14 @@ from typing import Any
 import pytest
 import secure_etcd
 
-from atomdyn_launchers.config import PreflightError, check_etcd, parse_cluster_env
-from atomdyn_launchers.readiness import (
-    EtcdAccess,
-    EtcdClient,
-    Presence,
-    ReadinessError,
-    Registration,
-    RoleEvent,
-    RoleWatcher,
-    http_json,
-    lease_ttl_for,
-    run_prefix,
-)
+from atomdyn_launchers.config.cluster import PreflightError, parse_cluster_env
+from atomdyn_launchers.contract.leases import lease_ttl_for
+from atomdyn_launchers.contract.readiness import ReadinessError, Registration, http_json
+from atomdyn_launchers.etcd.access import EtcdAccess
+from atomdyn_launchers.etcd.client import EtcdClient
+from atomdyn_launchers.etcd.keys import run_prefix
+from atomdyn_launchers.run.preflight import check_etcd
+from atomdyn_launchers.run.watch import Presence, RoleEvent, RoleWatcher
 from atomdyn_launchers.smoke import SmokeClient, build_requests
 
 
@@ -213,7 +208,7 @@ def test_register_helper_over_tls_holds_and_revokes_its_lease(etcd: secure_etcd.
     watcher.start()
     access = etcd.access(f"https://127.0.0.1:{secure_etcd.free_port()},{etcd.endpoint}")
     helper = subprocess.Popen(
-        [sys.executable, "-m", "atomdyn_launchers.readiness", "register", *access.cli_args(),
+        [sys.executable, "-m", "atomdyn_launchers.job.readiness", "register", *access.cli_args(),
          "--key", prefix + "decode", "--role", "decode", "--job-id", "9", "--node", "node2",
          "--pid", f"self={os.getpid()}", "--ttl", "3", "--timeout", "30"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

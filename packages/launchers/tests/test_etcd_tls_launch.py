@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 import secure_etcd
 
-from atomdyn_launchers.config import ClusterConfig, parse_cluster_env
+from atomdyn_launchers.config.cluster import ClusterConfig, parse_cluster_env
+from atomdyn_launchers.etcd.client import EtcdClient
+from atomdyn_launchers.etcd.keys import run_prefix
 from atomdyn_launchers.launch import run
 from atomdyn_launchers.localcluster import LocalCluster
 from atomdyn_launchers.localcluster.layout import HEAD
-from atomdyn_launchers.readiness import EtcdClient, run_prefix
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 
 from atomdyn_core.dockerd import dockerd_argv, find_dockerd
+from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.engines import get_engine
-from atomdyn_launchers.engines.base import Ports, RoleContext, record_preludes
+from atomdyn_launchers.engines.base import RoleContext, record_preludes
 from atomdyn_launchers.engines.dynamo_vllm import doctor_prelude, rdma_check_prelude
 from atomdyn_launchers.engines.runtime import NO_DEVICES, DockerRuntime, VenvRuntime
 from atomdyn_launchers.localcluster.dockerd import ping

@@ -21,11 +21,12 @@ from typing import Any
 
 import pytest
 
-from atomdyn_launchers.config import ClusterConfig, ClusterConfigError, PreflightError
+from atomdyn_launchers.config.cluster import ClusterConfig, ClusterConfigError, PreflightError
+from atomdyn_launchers.contract.rundir import EVENTS, REQUEST_FIELDS, read_jsonl
+from atomdyn_launchers.etcd.client import EtcdClient
+from atomdyn_launchers.etcd.keys import run_prefix
 from atomdyn_launchers.launch import Launch, LaunchOptions, Outcome, RunContext
-from atomdyn_launchers.readiness import EtcdClient, run_prefix
-from atomdyn_launchers.rundir import EVENTS, REQUEST_FIELDS, read_jsonl
-from atomdyn_launchers.slurm import Slurm
+from atomdyn_launchers.slurm.client import Slurm
 
 pytestmark = pytest.mark.integration
 
@@ -266,7 +267,7 @@ def test_ctrl_c_stops_the_jobs(config: ClusterConfig, tmp_path: Path) -> None:
     config.write(env_file)
     code = (
         "import sys\nfrom pathlib import Path\n"
-        "from atomdyn_launchers.config import load_cluster_config\n"
+        "from atomdyn_launchers.config.cluster import load_cluster_config\n"
         "from atomdyn_launchers.launch import run\n"
         "o = run('disagg', load_cluster_config(Path(sys.argv[1])), requests=2000, concurrency=1)\n"
         "print('RESULT', o.passed, o.run_dir)\n"
@@ -304,7 +305,7 @@ def test_jobs_stop_themselves_when_the_launcher_dies_hard(config: ClusterConfig,
     config.write(env_file)
     code = (
         "import sys\nfrom pathlib import Path\n"
-        "from atomdyn_launchers.config import load_cluster_config\n"
+        "from atomdyn_launchers.config.cluster import load_cluster_config\n"
         "from atomdyn_launchers.launch import run\n"
         "run('disagg', load_cluster_config(Path(sys.argv[1])), requests=2000, concurrency=1)\n"
     )

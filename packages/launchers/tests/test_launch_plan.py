@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers.config import ClusterConfig, PreflightError, parse_cluster_env
+from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError, parse_cluster_env
+from atomdyn_launchers.contract.rundir import RunDir, make_run_id, read_jsonl
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.launch import (
     Launch,
@@ -20,7 +21,6 @@ from atomdyn_launchers.launch import (
     run_lock_digest,
 )
 from atomdyn_launchers.profiles.models import get_model
-from atomdyn_launchers.rundir import RunDir, make_run_id, read_jsonl
 from atomdyn_launchers.sbatch import Shell, render
 
 

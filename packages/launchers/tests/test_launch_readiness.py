@@ -17,17 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers.readiness import (
-    EtcdClient,
+from atomdyn_launchers.contract.readiness import (
     ReadinessError,
     Registration,
-    RoleEvent,
-    RoleWatcher,
     frontend_instances,
-    prefix_end,
-    run_prefix,
     worker_ready,
 )
+from atomdyn_launchers.etcd.client import EtcdClient
+from atomdyn_launchers.etcd.keys import prefix_end, run_prefix
+from atomdyn_launchers.run.watch import RoleEvent, RoleWatcher
 
 IN_CI = os.environ.get("CI") == "true"
 
@@ -150,7 +148,7 @@ def test_register_helper_waits_for_health_then_holds_a_lease_until_sigterm(etcd:
     watcher = RoleWatcher(client, prefix, events)
     watcher.start()
     helper = subprocess.Popen(
-        [sys.executable, "-m", "atomdyn_launchers.readiness", "register", "--etcd", etcd, "--key", prefix + "decode",
+        [sys.executable, "-m", "atomdyn_launchers.job.readiness", "register", "--etcd", etcd, "--key", prefix + "decode",
          "--role", "decode", "--job-id", "42", "--node", "node2", "--port", f"decode={server.server_port}",
          "--pid", f"self={os.getpid()}", "--worker-health", f"http://127.0.0.1:{server.server_port}/health",
          "--ttl", "3", "--timeout", "30"],
@@ -186,7 +184,7 @@ def test_register_helper_fails_when_a_process_dies_before_health(etcd: str) -> N
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     done = subprocess.run(
-        [sys.executable, "-m", "atomdyn_launchers.readiness", "register", "--etcd", etcd, "--key", "k", "--role",
+        [sys.executable, "-m", "atomdyn_launchers.job.readiness", "register", "--etcd", etcd, "--key", "k", "--role",
          "prefill", "--pid", f"prefill={dead.pid}", "--worker-health", "http://127.0.0.1:9/health"],
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
@@ -211,7 +209,7 @@ def test_health_parsers_follow_dynamo_answers() -> None:
 
 def test_register_helper_reports_an_unreachable_etcd() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "atomdyn_launchers.readiness", "register", "--etcd", "http://127.0.0.1:9",
+        [sys.executable, "-m", "atomdyn_launchers.job.readiness", "register", "--etcd", "http://127.0.0.1:9",
          "--key", "k", "--role", "decode"],
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip

@@ -16,9 +16,11 @@ from invoke.collection import Collection
 from invoke.program import Program
 
 from atomdyn_launchers import cluster_tasks
-from atomdyn_launchers.config import DIRECT, ClusterConfig, PreflightError
+from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
+from atomdyn_launchers.contract.direct_http import DIRECT
 from atomdyn_launchers.localcluster import LocalCluster
-from atomdyn_launchers.slurm import JobInfo, Slurm, SlurmError, preflight
+from atomdyn_launchers.run.preflight import preflight
+from atomdyn_launchers.slurm.client import JobInfo, Slurm, SlurmError
 
 pytestmark = pytest.mark.integration
 

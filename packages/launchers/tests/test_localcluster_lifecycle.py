@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers.config import PreflightError
+from atomdyn_launchers.config.cluster import PreflightError
 from atomdyn_launchers.localcluster import LocalCluster, LocalClusterError, prune_orphans
 from atomdyn_launchers.localcluster.procs import Proc, alive, procs_in_netns, wait_gone
-from atomdyn_launchers.slurm import Slurm, SlurmError, preflight
+from atomdyn_launchers.run.preflight import preflight
+from atomdyn_launchers.slurm.client import Slurm, SlurmError
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from atomdyn_core.dockerd import find_dockerd
-from atomdyn_launchers.config import ClusterConfig, PreflightError
+from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
+from atomdyn_launchers.contract.readiness import ReadinessError
+from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.launch import Launch, LaunchOptions, run
 from atomdyn_launchers.localcluster import LocalCluster, missing_tools
 from atomdyn_launchers.localcluster.dockerd import exec_root as dockerd_exec_root
@@ -37,8 +39,7 @@ from atomdyn_launchers.nodes.prepare import (
     shim_current,
 )
 from atomdyn_launchers.nodes.rehearsal import IMAGE_TAG, rehearsal_spec
-from atomdyn_launchers.readiness import EtcdClient, ReadinessError
-from atomdyn_launchers.slurm import Slurm
+from atomdyn_launchers.slurm.client import Slurm
 
 pytestmark = pytest.mark.integration
 IN_CI = os.environ.get("CI") == "true"

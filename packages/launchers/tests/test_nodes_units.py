@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from invoke.exceptions import Exit
 
-from atomdyn_launchers.config import ClusterConfigError, PreflightError, parse_cluster_env
+from atomdyn_launchers.config.cluster import ClusterConfigError, PreflightError, parse_cluster_env
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.localcluster import dockerd
 from atomdyn_launchers.nodes import images, jobs

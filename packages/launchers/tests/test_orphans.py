@@ -13,10 +13,11 @@ import pytest
 from faultkit import wait_for
 
 from atomdyn_launchers import orphans, ports
-from atomdyn_launchers.config import ClusterConfig
+from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.etcd.client import EtcdClient
+from atomdyn_launchers.etcd.keys import KEY_ROOT
 from atomdyn_launchers.localcluster import LocalCluster
-from atomdyn_launchers.readiness import KEY_ROOT, EtcdClient
-from atomdyn_launchers.slurm import Slurm
+from atomdyn_launchers.slurm.client import Slurm
 
 pytestmark = pytest.mark.integration
 

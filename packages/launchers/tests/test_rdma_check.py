@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from atomdyn_launchers.engines.rdma import RdmaDevice, check_devices, parse_devinfo
+from atomdyn_launchers.job.rdma import RdmaDevice, check_devices, parse_devinfo
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ibv_devinfo"
 
@@ -57,7 +57,7 @@ def test_no_visible_device_names_the_provider_mounts() -> None:
 
 def test_command_writes_the_report_and_fails_the_role(tmp_path: Path) -> None:
     out = tmp_path / "prefill.json"
-    argv = [sys.executable, "-m", "atomdyn_launchers.engines.rdma", str(FIXTURES / "ionic.txt")]
+    argv = [sys.executable, "-m", "atomdyn_launchers.job.rdma", str(FIXTURES / "ionic.txt")]
     done = subprocess.run(
         [*argv, "--json", str(out), "--need-srq", "--net-devices", "ionic_0:1"],
         capture_output=True,
@@ -72,7 +72,7 @@ def test_command_writes_the_report_and_fails_the_role(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "atomdyn_launchers.engines.rdma",
+            "atomdyn_launchers.job.rdma",
             str(FIXTURES / "mlx5.txt"),
             "--json",
             str(out),

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from atomdyn_launchers import answers
-from atomdyn_launchers.config import ClusterConfig
+from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.engines.vllm_cpu import LABEL, VENV_DIR
 from atomdyn_launchers.evidence import cli as evidence_cli
 from atomdyn_launchers.launch import run

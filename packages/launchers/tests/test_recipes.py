@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers import recipes
-from atomdyn_launchers.config import find_repo_root
+from atomdyn_launchers.config import recipes
+from atomdyn_launchers.config.cluster import find_repo_root
+from atomdyn_launchers.config.recipes import RecipeError, load_recipe, merge_flags, parse_recipe
 from atomdyn_launchers.profiles.models import get_model
-from atomdyn_launchers.recipes import RecipeError, load_recipe, merge_flags, parse_recipe
 
 REPO = find_repo_root(Path(__file__).parent)
 RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
@@ -31,7 +31,7 @@ layout:
 def test_published_schema_is_the_one_that_validates() -> None:
     published = json.loads((REPO / "recipes" / "schema.json").read_text(encoding="utf-8"))
     assert published == recipes.SCHEMA, (
-        "recipes/schema.json is stale: python -m atomdyn_launchers.recipes --write-schema recipes/schema.json"
+        "recipes/schema.json is stale: python -m atomdyn_launchers.config.recipes --write-schema recipes/schema.json"
     )
 
 

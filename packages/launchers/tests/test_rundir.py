@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers.rundir import (
+from atomdyn_launchers.contract.expectations import GateExpectations
+from atomdyn_launchers.contract.kinds import KINDS
+from atomdyn_launchers.contract.rundir import (
     FAILED_STATES,
-    KINDS,
     SCHEMA_VERSION,
     TERMINAL_STATES,
-    GateExpectations,
     JobRecord,
     RunDir,
     RunRecord,

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.engines import plan_role
-from atomdyn_launchers.engines.base import Ports, RoleContext
+from atomdyn_launchers.engines.base import RoleContext
 from atomdyn_launchers.engines.runtime import DockerRuntime, VenvRuntime
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.sbatch import JobSpec, ProcessSpec, Shell, render
@@ -273,7 +274,7 @@ def test_every_engine_and_runtime_renders_shellcheck_clean(
             register=[
                 "/opt/venv/bin/python",
                 "-m",
-                "atomdyn_launchers.readiness",
+                "atomdyn_launchers.job.readiness",
                 "register",
                 "--pid",
                 Shell('decode="$PID_DECODE"'),

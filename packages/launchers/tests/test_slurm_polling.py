@@ -11,8 +11,15 @@ from pathlib import Path
 import pytest
 from faultkit import wait_for
 
-from atomdyn_launchers.config import ClusterConfig
-from atomdyn_launchers.slurm import POLL_SCHEDULE, TRANSIENT_S, JobPoller, Slurm, SlurmError, poll_interval
+from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.slurm.client import (
+    POLL_SCHEDULE,
+    TRANSIENT_S,
+    JobPoller,
+    Slurm,
+    SlurmError,
+    poll_interval,
+)
 
 COMMANDS = ("squeue", "sacct", "scontrol", "sbatch", "scancel", "sinfo")
 

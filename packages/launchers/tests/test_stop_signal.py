@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from atomdyn_launchers import launch
-from atomdyn_launchers.config import ClusterConfig
+from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.launch import Hook, Launch, LaunchOptions, Outcome
-from atomdyn_launchers.slurm import Slurm
+from atomdyn_launchers.slurm.client import Slurm
 
 pytestmark = pytest.mark.integration
 

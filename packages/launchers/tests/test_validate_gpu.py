@@ -141,7 +141,7 @@ def test_validate_gpu_submits_one_job_and_reports_each_check(
 
 def _docker_job_script(tmp_path: Path, partition: str, engine: str, image: str) -> str:
     """The validator's job script for a docker-runtime cluster of ``engine`` running ``image``."""
-    from atomdyn_launchers.config import load_cluster_config
+    from atomdyn_launchers.config.cluster import load_cluster_config
 
     env = tmp_path / "cluster.env"
     env.write_text(

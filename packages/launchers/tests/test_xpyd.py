@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from clusterinfra import require_cluster_infrastructure
 
-from atomdyn_launchers.config import find_repo_root
+from atomdyn_launchers.config.cluster import find_repo_root
+from atomdyn_launchers.config.recipes import load_recipe, merge_flags
+from atomdyn_launchers.contract.rundir import read_jsonl
 from atomdyn_launchers.launch import Launch, LaunchOptions
 from atomdyn_launchers.localcluster import LocalCluster, cli
 from atomdyn_launchers.progress import Progress
-from atomdyn_launchers.recipes import load_recipe, merge_flags
-from atomdyn_launchers.rundir import read_jsonl
 
 pytestmark = pytest.mark.integration
 REPO = find_repo_root(Path(__file__).parent)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
-from atomdyn_launchers import direct_http
+from atomdyn_launchers.contract import direct_http
 from atomdyn_launchers.smoke import chat_request
 
 FIXED_PROMPT = "Repeat after me: the decode worker reads its KV blocks from the prefill worker."

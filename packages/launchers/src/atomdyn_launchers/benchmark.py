@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
+from atomdyn_launchers.config.recipes import Benchmark
 from atomdyn_launchers.progress import Progress
-from atomdyn_launchers.recipes import Benchmark
 
 AIPERF_VENV = ".venv-aiperf"
 REQUIREMENTS = "requirements/aiperf.txt"

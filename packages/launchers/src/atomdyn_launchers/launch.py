@@ -34,18 +34,28 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_core.lock import find_lock_path, load_lock
-from atomdyn_launchers import answers, direct_http, orphans, readiness, tinymodel
+from atomdyn_launchers import answers, orphans, tinymodel
 from atomdyn_launchers import benchmark as serving_benchmark
 from atomdyn_launchers import ports as port_leases
-from atomdyn_launchers.config import (
+from atomdyn_launchers.config.cluster import (
     ClusterConfig,
     PreflightError,
     find_repo_root,
     resolve_cluster_config,
 )
+from atomdyn_launchers.config.etcd import etcd_access, worker_etcd_env
+from atomdyn_launchers.config.recipes import Recipe, resource_problems
+from atomdyn_launchers.contract import direct_http
+from atomdyn_launchers.contract.kinds import DISAGG_KINDS, KINDS
+from atomdyn_launchers.contract.leases import ETCD_LOST_S, LEASE_TTL_S, call_timeout_for
+from atomdyn_launchers.contract.ports import Ports
+from atomdyn_launchers.contract.readiness import ReadinessError, Registration, frontend_instances, http_json
+from atomdyn_launchers.contract.rundir import JobRecord, RunDir, format_exit_code, read_jsonl
 from atomdyn_launchers.engines import Engine, EngineError, get_engine
-from atomdyn_launchers.engines.base import Ports, RoleContext, RolePlan
+from atomdyn_launchers.engines.base import RoleContext, RolePlan
 from atomdyn_launchers.engines.runtime import DockerRuntime, RdmaMounts, Runtime, VenvRuntime
+from atomdyn_launchers.etcd.client import EtcdClient
+from atomdyn_launchers.etcd.keys import launcher_key, run_prefix
 from atomdyn_launchers.nodes import jobs
 from atomdyn_launchers.nodes.check import CheckReport, check_nodes
 from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, OwnedEtcdError, owned_etcd_node
@@ -53,10 +63,10 @@ from atomdyn_launchers.nodes.jobs import NodeJobError, docker_host
 from atomdyn_launchers.nodes.prepare import shim_current
 from atomdyn_launchers.profiles.models import ModelProfile, get_model
 from atomdyn_launchers.progress import Progress
-from atomdyn_launchers.recipes import Recipe, resource_problems
-from atomdyn_launchers.rundir import DISAGG_KINDS, KINDS, JobRecord, RunDir, format_exit_code, read_jsonl
+from atomdyn_launchers.run.preflight import preflight
+from atomdyn_launchers.run.watch import Presence, RoleEvent, RoleWatcher
 from atomdyn_launchers.sbatch import Arg, JobSpec, Shell, failure_file, pid_var, render
-from atomdyn_launchers.slurm import JobInfo, JobPoller, Slurm, SlurmError, preflight
+from atomdyn_launchers.slurm.client import JobInfo, JobPoller, Slurm, SlurmError
 from atomdyn_launchers.smoke import (
     ABORTED,
     SmokeClient,
@@ -242,7 +252,7 @@ class RunState:
 
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     job_states: dict[str, str] = field(default_factory=dict)
-    registrations: dict[str, readiness.Registration] = field(default_factory=dict)
+    registrations: dict[str, Registration] = field(default_factory=dict)
     plans: dict[str, RolePlan] = field(default_factory=dict)
     results: list[SmokeResult] = field(default_factory=list)
     failure: str | None = None
@@ -260,11 +270,11 @@ class EtcdSession:
 
     endpoint: str
     owned: OwnedEtcd | None
-    client: readiness.EtcdClient
+    client: EtcdClient
     prefix: str
-    events: queue.Queue[readiness.RoleEvent]
-    watcher: readiness.RoleWatcher
-    presence: readiness.Presence
+    events: queue.Queue[RoleEvent]
+    watcher: RoleWatcher
+    presence: Presence
 
 
 @dataclass(frozen=True)
@@ -388,7 +398,7 @@ class Launch:
         nodes = list(dict.fromkeys(r.node for r in self.roles))
         preflight(self.config, nodes, slurm=self.slurm, need_etcd=self.config.etcd_endpoint is not None)
         if self.config.etcd_endpoint is not None:
-            readiness.EtcdClient(readiness.etcd_access(self.config)).version()
+            EtcdClient(etcd_access(self.config)).version()
         if not self.options.node_check:
             return None
         try:
@@ -506,9 +516,9 @@ class Launch:
             raise PreflightError(f"looking for orphaned runs: {exc}") from exc
         if not found:
             return
-        etcd: readiness.EtcdClient | None = None
+        etcd: EtcdClient | None = None
         if self.config.etcd_endpoint is not None:
-            etcd = readiness.EtcdClient(readiness.etcd_access(self.config))
+            etcd = EtcdClient(etcd_access(self.config))
         for line in orphans.clean(self.config.shared_dir, self.slurm, found, etcd):
             self.progress.line(line)
 
@@ -525,24 +535,22 @@ class Launch:
                 raise PreflightError(f"run-owned etcd: {exc}") from exc
             self.progress.line(f"run-owned etcd at {owned.endpoint} (job {owned.job_id} on {node})")
         endpoint = owned.endpoint if owned is not None else self.config.require_etcd()
-        client = readiness.EtcdClient(
-            readiness.etcd_access(self.config, owned.endpoint if owned is not None else None)
-        )
-        prefix = readiness.run_prefix(rundir.run_id)
-        events: queue.Queue[readiness.RoleEvent] = queue.Queue()
+        client = EtcdClient(etcd_access(self.config, owned.endpoint if owned is not None else None))
+        prefix = run_prefix(rundir.run_id)
+        events: queue.Queue[RoleEvent] = queue.Queue()
         return EtcdSession(
             endpoint=endpoint,
             owned=owned,
             client=client,
             prefix=prefix,
             events=events,
-            watcher=readiness.RoleWatcher(client, prefix, events),
-            presence=readiness.Presence(
-                readiness.EtcdClient(
+            watcher=RoleWatcher(client, prefix, events),
+            presence=Presence(
+                EtcdClient(
                     client.access,
-                    readiness.call_timeout_for(self.engine.timeouts.etcd_grace_s, client.timeout_s),
+                    call_timeout_for(self.engine.timeouts.etcd_grace_s, client.timeout_s),
                 ),
-                readiness.launcher_key(rundir.run_id),
+                launcher_key(rundir.run_id),
                 ttl_s=self.engine.timeouts.lease_s,
                 lost_after_s=self.engine.timeouts.etcd_grace_s,
             ),
@@ -568,7 +576,7 @@ class Stages:
                     self.watch()
                     self.smoke()
                     self.benchmark()
-                except (LaunchFailure, readiness.ReadinessError, SlurmError, PreflightError) as exc:
+                except (LaunchFailure, ReadinessError, SlurmError, PreflightError) as exc:
                     self._fail(str(exc))
                     # What the running workers counted is what explains a failure (e.g. failed KV transfers).
                     self._scrape_metrics()
@@ -648,7 +656,7 @@ class Stages:
         """Wait up to ``timeout_s`` for an etcd event, then read job states; raise on the first failure."""
         events = self.ctx.etcd.events
         try:
-            event: readiness.RoleEvent | None = events.get(timeout=timeout_s)
+            event: RoleEvent | None = events.get(timeout=timeout_s)
         except queue.Empty:
             event = None
         while event is not None:
@@ -674,7 +682,7 @@ class Stages:
             return ""
         return f": {text}" if text else ""
 
-    def _on_role_event(self, event: readiness.RoleEvent) -> None:
+    def _on_role_event(self, event: RoleEvent) -> None:
         if event.kind == "watch-error":
             raise LaunchFailure(f"lost the etcd watch: {event.detail}")
         if event.kind == "registered" and event.registration is not None:
@@ -742,10 +750,10 @@ class Stages:
 
         def instances_missing() -> str | None:
             try:
-                _, body = readiness.http_json(f"{state.base_url}/health")
+                _, body = http_json(f"{state.base_url}/health")
             except OSError as exc:
                 return f"frontend {state.base_url}/health not answering ({exc})"
-            have = readiness.frontend_instances(body)
+            have = frontend_instances(body)
             short = {c: n for c, n in wanted.items() if have.get(c, 0) < n}
             return None if not short else f"frontend lists {have or 'no'} generate instances, needs {wanted}"
 
@@ -1062,7 +1070,7 @@ class Stages:
                         f"{r} asked {j.node_requested} ran {j.node_ran}" for r, j in state.jobs.items()
                     )
                 )
-        with suppress(readiness.ReadinessError):
+        with suppress(ReadinessError):
             ctx.etcd.client.delete_prefix(ctx.etcd.prefix)
         passed = state.failure is None
         if state.failure is not None:  # a failed run's benchmark figures are never a result
@@ -1172,7 +1180,7 @@ class Submission:
 
     @property
     def etcd_prefix(self) -> str:
-        return readiness.run_prefix(self.rundir.run_id)
+        return run_prefix(self.rundir.run_id)
 
     def runtime(self) -> Runtime:
         config = self.config
@@ -1215,7 +1223,7 @@ class Submission:
             run_dir=str(self.rundir.path),
             cache_dir=str(self.config.shared_dir / "cache"),
             node_python=tuple(self.node_python()),
-            etcd_env=readiness.worker_etcd_env(self.config),
+            etcd_env=worker_etcd_env(self.config),
             dynamo_lease_ttl_s=self.dynamo_lease_ttl_s(),
             ucx_net_devices=self.config.ucx_net_devices_for(spec.node),
             ucx_path=self.config.atom_ucx_path,
@@ -1241,21 +1249,19 @@ class Submission:
     def dynamo_lease_ttl_s(self) -> int:
         """Dynamo's lease for an engine with a longer etcd grace (as the helpers' leases); 0: Dynamo's default."""
         timeouts = self.engine.timeouts
-        return timeouts.lease_s if timeouts.lease_s != readiness.LEASE_TTL_S else 0
+        return timeouts.lease_s if timeouts.lease_s != LEASE_TTL_S else 0
 
     def register_command(self, spec: RoleSpec, plan: RolePlan, ports: Ports) -> list[Arg]:
         """The registration helper: runs on the node, outside any container, after every process started."""
-        args: list[Arg] = [*self.node_python(), "-m", "atomdyn_launchers.readiness", "register"]
-        access = readiness.etcd_access(
-            self.config, None if self.config.etcd_endpoints else self.etcd_endpoint
-        )
+        args: list[Arg] = [*self.node_python(), "-m", "atomdyn_launchers.job.readiness", "register"]
+        access = etcd_access(self.config, None if self.config.etcd_endpoints else self.etcd_endpoint)
         args += [*access.cli_args(), "--key", self.etcd_prefix + spec.role, "--role", spec.role]
         args += ["--job-id", Shell('"${SLURM_JOB_ID:-}"'), "--timeout", f"{self.ready_timeout_s:.0f}"]
-        args += ["--launcher-key", readiness.launcher_key(self.rundir.run_id)]
+        args += ["--launcher-key", launcher_key(self.rundir.run_id)]
         timeouts = self.engine.timeouts
-        if timeouts.etcd_grace_s != readiness.ETCD_LOST_S:
+        if timeouts.etcd_grace_s != ETCD_LOST_S:
             args += ["--etcd-lost-s", f"{timeouts.etcd_grace_s:g}"]
-        if timeouts.lease_s != readiness.LEASE_TTL_S:  # outlives the grace (Timeouts.lease_s)
+        if timeouts.lease_s != LEASE_TTL_S:  # outlives the grace (Timeouts.lease_s)
             args += ["--ttl", str(timeouts.lease_s)]
         for proc in plan.processes:
             args += ["--pid", Shell(f'{proc.name}="${pid_var(proc.name)}"')]
@@ -1387,7 +1393,7 @@ def dry_run(
     """Preflight (unless ``offline=True``) and write every script of ``kind`` without submitting; the run
     directory's path. Offline, a config file that cannot be resolved against this machine is read as is."""
     if config is None and config_path is not None and options.get("offline"):
-        from atomdyn_launchers.config import load_cluster_config
+        from atomdyn_launchers.config.cluster import load_cluster_config
 
         cfg = load_cluster_config(config_path)
     else:

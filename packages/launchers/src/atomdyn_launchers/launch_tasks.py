@@ -22,13 +22,13 @@ from atomdyn_launchers.bench_figures import (
     kv_transfers,
     local_cluster_state_dir,
 )
-from atomdyn_launchers.config import ClusterConfigError, PreflightError
+from atomdyn_launchers.config.cluster import ClusterConfigError, PreflightError
+from atomdyn_launchers.config.recipes import RecipeError, load_recipe, merge_flags
+from atomdyn_launchers.contract.readiness import ReadinessError
 from atomdyn_launchers.launch import Outcome, dry_run, run
 from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ProfileError
 from atomdyn_launchers.rawcopy import RawCopy, RawCopyError, measure_in_local_cluster
-from atomdyn_launchers.readiness import ReadinessError
-from atomdyn_launchers.recipes import RecipeError, load_recipe, merge_flags
-from atomdyn_launchers.slurm import SlurmError
+from atomdyn_launchers.slurm.client import SlurmError
 
 _HELP = {
     "config": "cluster.env to use (default: $ATOMDYN_CLUSTER_ENV, else the local cluster)",

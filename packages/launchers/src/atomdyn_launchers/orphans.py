@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_json
-from atomdyn_launchers import ports, readiness
-from atomdyn_launchers.slurm import JobPoller, Slurm, SlurmError
+from atomdyn_launchers import ports
+from atomdyn_launchers.contract.readiness import ReadinessError
+from atomdyn_launchers.etcd.client import EtcdClient
+from atomdyn_launchers.etcd.keys import KEY_ROOT
+from atomdyn_launchers.slurm.client import JobPoller, Slurm, SlurmError
 
 SETTLE_S = 20.0  # a job script honours SIGTERM within its stop grace (5 s); this leaves room for Slurm
 
@@ -61,9 +64,7 @@ def find(shared_dir: Path, slurm: Slurm | None) -> list[Orphan]:
     return [Orphan(lease, queued.get(lease.run_dir, {})) for lease in orphaned]
 
 
-def clean(
-    shared_dir: Path, slurm: Slurm, found: Iterable[Orphan], etcd: readiness.EtcdClient | None
-) -> list[str]:
+def clean(shared_dir: Path, slurm: Slurm, found: Iterable[Orphan], etcd: EtcdClient | None) -> list[str]:
     """Stop the orphans' jobs, delete their etcd keys, release their leases; one line per run saying what."""
     done: list[str] = []
     for orphan in found:
@@ -76,9 +77,9 @@ def clean(
         keys = "not checked (no etcd)"
         if etcd is not None:
             try:
-                etcd.delete_prefix(f"{readiness.KEY_ROOT}/{orphan.run_id}/")
+                etcd.delete_prefix(f"{KEY_ROOT}/{orphan.run_id}/")
                 keys = "deleted"
-            except readiness.ReadinessError as exc:
+            except ReadinessError as exc:
                 keys = f"not deleted ({exc})"
         ports.release(shared_dir, orphan.run_id)
         note = {

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json
-from atomdyn_launchers.engines.base import Ports
+from atomdyn_launchers.contract.ports import Ports
 
 RANGE = (21000, 32760)  # [first, end): Linux's ephemeral ports start at 32768
 BLOCK = 64  # http, then (system, bootstrap, nixl side channel) for up to 21 roles (xPyD layouts)

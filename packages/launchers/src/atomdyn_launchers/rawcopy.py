@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "fetch":
             print(json.dumps({"seconds": fetch(args.addr, args.port, args.bytes, args.copies, args.timeout)}))
         else:
-            from atomdyn_launchers.config import default_local_state_dir
+            from atomdyn_launchers.config.cluster import default_local_state_dir
 
             result = measure_in_local_cluster(
                 args.state_dir or default_local_state_dir(), args.bytes, args.copies

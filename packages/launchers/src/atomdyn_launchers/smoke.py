@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from atomdyn_launchers import direct_http
+from atomdyn_launchers.contract import direct_http
 
 ABORTED = "run aborted"
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from atomdyn_launchers.rundir import GateExpectations
+from atomdyn_launchers.contract.expectations import GateExpectations
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MOCKER_RUN = next((FIXTURES / "mocker-disagg").iterdir())

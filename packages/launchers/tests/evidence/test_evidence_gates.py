@@ -22,10 +22,10 @@ from evidence_helpers import (
     write_jsonl,
 )
 
+from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.evidence.expectations import expectations_for
 from atomdyn_launchers.evidence.gates import GATES, GateResult, carries, evaluate, gates_for, overall
 from atomdyn_launchers.evidence.signals import collect_signals
-from atomdyn_launchers.rundir import GateExpectations
 
 ATOM = expectations_for("atom")
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from atomdyn_launchers.engines.base import Engine, EngineError, NodeNeeds, RoleContext, RolePlan, Timeouts
+from atomdyn_launchers.contract.expectations import GateExpectations
+from atomdyn_launchers.contract.node_needs import NodeNeeds
+from atomdyn_launchers.engines.base import Engine, EngineError, RoleContext, RolePlan, Timeouts
 from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, devices, plan_vllm_role
 from atomdyn_launchers.engines.runtime import DeviceAccess, RdmaMounts
-from atomdyn_launchers.rundir import GateExpectations
 
 # The KV path on ionic RoCE. Reliable-connected verbs only: UD queue pairs fail on ionic, so neither UD
 # transports nor the `ib` alias that pulls them in; and never `tcp`, which would let a P/D run fall back to

@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from atomdyn_launchers.contract.expectations import GateExpectations
+from atomdyn_launchers.contract.leases import lease_ttl_for
+from atomdyn_launchers.contract.node_needs import NodeNeeds
+from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.engines.runtime import NO_DEVICES, DeviceAccess, DockerRuntime, RdmaMounts, Runtime
 from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ModelProfile, ProfileError
-from atomdyn_launchers.readiness import lease_ttl_for
-from atomdyn_launchers.rundir import GateExpectations
 from atomdyn_launchers.sbatch import Arg, ProcessSpec, Shell
 
 MODES = ("agg", "prefill", "decode")
@@ -27,26 +29,6 @@ MODES = ("agg", "prefill", "decode")
 
 class EngineError(ProfileError):
     """An engine name, or what an engine needs from the configuration, is invalid; the message names it."""
-
-
-@dataclass(frozen=True)
-class Ports:
-    """Per-role ports. Fixed numbers: each role runs on its own node (or its own network namespace)."""
-
-    http: int = 8000
-    system: int = 8081
-    bootstrap: int = 8090
-    nixl_side_channel: int = 20097
-
-    @classmethod
-    def for_role(cls, index: int, base_offset: int = 0) -> Ports:
-        # Distinct per role even if two roles ever share a host: side-channel ports must be unique per worker.
-        return cls(
-            http=8000 + base_offset,
-            system=8081 + index + base_offset,
-            bootstrap=8090 + index + base_offset,
-            nixl_side_channel=20097 + index + base_offset,
-        )
 
 
 @dataclass(frozen=True)
@@ -67,24 +49,6 @@ class Timeouts:
     @property
     def lease_s(self) -> int:
         return self.etcd_lease_s if self.etcd_lease_s is not None else lease_ttl_for(self.etcd_grace_s)
-
-
-@dataclass(frozen=True)
-class NodeNeeds:
-    """What ``nodes.check`` requires of a node for this engine (the node side reads it as data)."""
-
-    gpu_devices: tuple[str, ...] = ()  # paths that must exist
-    rdma: str = "not needed"  # "required" | "optional" | "not needed"
-    gpu_memory: bool = False
-    dmabuf_shim: bool = False  # `dmabuf-shim env --check` where the workers load it
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "gpu_devices": list(self.gpu_devices),
-            "rdma": self.rdma,
-            "gpu_memory": self.gpu_memory,
-            "dmabuf_shim": self.dmabuf_shim,
-        }
 
 
 @dataclass(frozen=True)

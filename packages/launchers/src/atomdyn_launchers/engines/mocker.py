@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.engines.base import (
     Engine,
     RoleContext,
@@ -21,7 +22,6 @@ from atomdyn_launchers.engines.base import (
     wrap,
 )
 from atomdyn_launchers.engines.runtime import NO_DEVICES
-from atomdyn_launchers.rundir import GateExpectations
 from atomdyn_launchers.sbatch import Arg
 
 

@@ -5,10 +5,11 @@ ATOM's vLLM platform plugin is switched off (``ATOM_DISABLE_VLLM_PLUGIN=1``): th
 
 from __future__ import annotations
 
-from atomdyn_launchers.engines.base import Engine, NodeNeeds, RoleContext, RolePlan, Timeouts
+from atomdyn_launchers.contract.expectations import GateExpectations
+from atomdyn_launchers.contract.node_needs import NodeNeeds
+from atomdyn_launchers.engines.base import Engine, RoleContext, RolePlan, Timeouts
 from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, devices, plan_vllm_role
 from atomdyn_launchers.engines.runtime import DeviceAccess, RdmaMounts
-from atomdyn_launchers.rundir import GateExpectations
 
 NVIDIA = VllmPlatform(
     gpu_visibility="CUDA_VISIBLE_DEVICES",

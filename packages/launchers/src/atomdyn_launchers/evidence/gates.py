@@ -1,7 +1,7 @@
 """The validity gates: one table of data saying what a run must show to pass.
 
 A gate reads one signal (evidence/signals.py) and compares it with an expected value. Which gates apply comes
-from the run's kind and from the engine's :class:`~atomdyn_launchers.rundir.GateExpectations` (what the engine
+from the run's kind and from the engine's :class:`~atomdyn_launchers.contract.expectations.GateExpectations` (what the engine
 object says its runs must prove), never from the engine's name. A gate is named after the quantity it
 checks, so a line reads as the check itself: ``requests_failed 0 == 0``. A signal without data fails its
 gate with the reason it is missing; a gate whose ``when`` signal is false does not apply (n/a). Counts that
@@ -15,9 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from atomdyn_launchers.contract.expectations import GateExpectations
+from atomdyn_launchers.contract.kinds import AGG_KINDS, DISAGG_KINDS, KINDS, TWO_NODE_KINDS
 from atomdyn_launchers.evidence.expectations import expectations_for
 from atomdyn_launchers.evidence.signals import Signals
-from atomdyn_launchers.rundir import AGG_KINDS, DISAGG_KINDS, KINDS, TWO_NODE_KINDS, GateExpectations
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq,

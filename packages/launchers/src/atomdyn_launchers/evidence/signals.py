@@ -16,15 +16,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from atomdyn_launchers.answers import ANSWER_FILE, ANSWERS_DIR, REFERENCE_FILE, Answer, differing_tokens
-from atomdyn_launchers.evidence import logscan, prom
-from atomdyn_launchers.rundir import (
-    DISAGG_KINDS,
-    KINDS,
+from atomdyn_launchers.contract.kinds import DISAGG_KINDS, KINDS
+from atomdyn_launchers.contract.rundir import (
     READY_METRICS_DIR,
     SCHEMA_VERSION,
     RunRecord,
     parse_requests_done,
 )
+from atomdyn_launchers.evidence import logscan, prom
 
 REAL_ENGINES = ("vllm", "atom")
 _RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(" + "|".join(map(re.escape, KINDS)) + r")-([A-Za-z0-9_-]+)$")

@@ -36,13 +36,13 @@ from pathlib import Path
 from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from atomdyn_core.dockerd import find_dockerd
 from atomdyn_launchers import orphans, ports
-from atomdyn_launchers.config import (
-    DIRECT,
+from atomdyn_launchers.config.cluster import (
     ClusterConfig,
     default_local_state_dir,
     find_repo_root,
     load_cluster_config,
 )
+from atomdyn_launchers.contract.direct_http import DIRECT
 from atomdyn_launchers.localcluster import dockerd, netns, procs, slurmconf
 from atomdyn_launchers.localcluster.layout import (
     ACCOUNT,
@@ -57,7 +57,7 @@ from atomdyn_launchers.localcluster.layout import (
     tag_for,
 )
 from atomdyn_launchers.localcluster.procs import Proc
-from atomdyn_launchers.slurm import Slurm, SlurmError
+from atomdyn_launchers.slurm.client import Slurm, SlurmError
 
 REQUIRED_TOOLS = (
     "munged",

@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json, atomic_write_text
-from atomdyn_launchers.config import ClusterConfig, PreflightError
+from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
+from atomdyn_launchers.contract.node_needs import NodeNeeds
 from atomdyn_launchers.engines import EngineError, get_engine
-from atomdyn_launchers.engines.base import NodeNeeds
 from atomdyn_launchers.nodes import images, jobs
 from atomdyn_launchers.nodes.prepare import archive_dir
-from atomdyn_launchers.slurm import Slurm
+from atomdyn_launchers.slurm.client import Slurm
 
 MODULE = "atomdyn_launchers.nodes.check"
 PASS, FAIL, NOT_NEEDED, UNKNOWN = "pass", "fail", "not needed", "unknown"

@@ -40,9 +40,10 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from atomdyn_core.fetch import FetchError, deb_artifact, fetch_artifact
 from atomdyn_core.lock import LockError, load_lock
-from atomdyn_launchers.config import DIRECT, ClusterConfig
+from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.contract.direct_http import DIRECT
 from atomdyn_launchers.nodes import jobs
-from atomdyn_launchers.slurm import Slurm, SlurmError
+from atomdyn_launchers.slurm.client import Slurm, SlurmError
 
 MODULE = "atomdyn_launchers.nodes.etcd_owned"
 ETCD_ROLE = "etcd"

@@ -15,7 +15,7 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from atomdyn_core.atomic import atomic_write_json
-from atomdyn_launchers.config import ClusterConfig, ClusterConfigError, resolve_cluster_config
+from atomdyn_launchers.config.cluster import ClusterConfig, ClusterConfigError, resolve_cluster_config
 from atomdyn_launchers.nodes import check as node_check
 from atomdyn_launchers.nodes import images, jobs
 from atomdyn_launchers.nodes import rehearsal as recipe
@@ -33,7 +33,7 @@ from atomdyn_launchers.nodes.prepare import (
 )
 from atomdyn_launchers.profiles.models import ProfileError
 from atomdyn_launchers.progress import Progress
-from atomdyn_launchers.slurm import SlurmError
+from atomdyn_launchers.slurm.client import SlurmError
 
 _HELP = {
     "config": "cluster.env to use (default: $ATOMDYN_CLUSTER_ENV, else the local cluster)",

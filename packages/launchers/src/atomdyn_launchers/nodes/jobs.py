@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
-from atomdyn_launchers.config import ClusterConfig
-from atomdyn_launchers.slurm import Slurm
+from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.slurm.client import Slurm
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 _POLL_S = 0.2  # how often job states are read while waiting (bounded by the caller's timeout)

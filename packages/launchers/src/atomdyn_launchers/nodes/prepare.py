@@ -32,9 +32,9 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json, atomic_write_text
 from atomdyn_core.fetch import sha256_file
-from atomdyn_launchers.config import ClusterConfig
+from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.nodes import images, jobs
-from atomdyn_launchers.slurm import Slurm
+from atomdyn_launchers.slurm.client import Slurm
 
 STRATEGIES = ("load", "build")
 DEFAULT_STRATEGY = "load"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_text
-from atomdyn_launchers.config import ClusterConfig
+from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.nodes.prepare import PYTHON, PrepareSpec
 
 BASE_TAG = "atomdyn-standin:rehearsal"

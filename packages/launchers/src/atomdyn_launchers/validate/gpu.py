@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
-from atomdyn_launchers.config import ClusterConfig, PreflightError
+from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.engines.runtime import DockerRuntime
 from atomdyn_launchers.nodes.images import docker_client
 from atomdyn_launchers.sbatch import Shell
-from atomdyn_launchers.slurm import JobInfo, Slurm
+from atomdyn_launchers.slurm.client import JobInfo, Slurm
 
 
 @dataclass(frozen=True)

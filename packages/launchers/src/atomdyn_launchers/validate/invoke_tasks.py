@@ -23,9 +23,9 @@ def gpu(
     c: Context, config: str = "", image: str = "", node: str = "", docker_host: str = "", timeout: int = 900
 ) -> None:
     """Run atomdyn-validate in the image as one Slurm job; print PASS/FAIL per check; exit 1 on any FAIL."""
-    from atomdyn_launchers.config import ClusterConfigError, PreflightError, resolve_cluster_config
+    from atomdyn_launchers.config.cluster import ClusterConfigError, PreflightError, resolve_cluster_config
     from atomdyn_launchers.progress import Progress
-    from atomdyn_launchers.slurm import SlurmError
+    from atomdyn_launchers.slurm.client import SlurmError
     from atomdyn_launchers.validate.gpu import run_gpu_validation
 
     try:

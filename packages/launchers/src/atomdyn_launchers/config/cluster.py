@@ -24,16 +24,12 @@ from pathlib import Path
 from typing import Literal, cast
 
 from atomdyn_core.atomic import atomic_write_text
-from atomdyn_launchers.direct_http import DIRECT
 from atomdyn_launchers.engines import ENGINE_NAMES, get_engine
-from atomdyn_launchers.readiness import EtcdClient, ReadinessError, etcd_access
 
 CLUSTER_ENV_VAR = "ATOMDYN_CLUSTER_ENV"
-__all__ = ["DIRECT"]  # cluster traffic never goes through http_proxy: see direct_http
 REPO_ENV_VAR = "ATOMDYN_REPO"
 
 Runtime = Literal["venv", "docker"]
-ENGINE_PROFILES: tuple[str, ...] = ENGINE_NAMES  # the engine registry's names
 RUNTIMES: tuple[Runtime, ...] = ("venv", "docker")
 
 # sbatch options that only the dedicated keys may set: every submission passes them explicitly.
@@ -372,8 +368,8 @@ _SPECS: tuple[_Spec, ...] = (
           doc="this repository (default: the checkout you run from)"),
     _Spec("PYTHON_VENV", _abs_path, required=False, example="/shared/atomdyn/checkout/.venv",
           doc="the venv runtime's environment (default: PROJECT_DIR/.venv)"),
-    _Spec("ENGINE_PROFILE", _choice(ENGINE_PROFILES), example="atom", shown=True,
-          section="Engine and runtime: ENGINE_PROFILE " + " | ".join(ENGINE_PROFILES) + "; RUNTIME "
+    _Spec("ENGINE_PROFILE", _choice(ENGINE_NAMES), example="atom", shown=True,
+          section="Engine and runtime: ENGINE_PROFILE " + " | ".join(ENGINE_NAMES) + "; RUNTIME "
           + " | ".join(RUNTIMES) + "."),
     _Spec("RUNTIME", _choice(RUNTIMES), example="docker", shown=True),
     _Spec("GPUS_PER_NODE", _count, required=False, example="8", shown=True),
@@ -447,7 +443,7 @@ Cluster configuration for the launchers (`invoke agg.run --config FILE`, or ATOM
 KEY=VALUE lines; '#' comments; single or double quotes; an `export` prefix is allowed; no $VARIABLE
 expansion. Unknown keys are errors. Without any cluster.env the launchers use the local rehearsal
 cluster (`invoke cluster.up`), which writes the same keys to .atomdyn/cluster/cluster.env.
-Generated from the key specifications in atomdyn_launchers/config.py by `nox -s snapshots`; do not edit."""
+Generated from the key specifications in atomdyn_launchers/config/cluster.py by `nox -s snapshots`; do not edit."""
 
 
 def example_text() -> str:
@@ -529,14 +525,6 @@ def _scan(text: str) -> tuple[dict[str, tuple[str, int]], set[str], list[str]]:
             problems.append(f"line {number}: {key}: {exc}")
             broken.add(key)
     return values, broken, problems
-
-
-def parse_env_lines(text: str, source: str = "<string>") -> dict[str, tuple[str, int]]:
-    """KEY -> (value, line number); raises ClusterConfigError for syntax problems and duplicate keys."""
-    values, _, problems = _scan(text)
-    if problems:
-        raise ClusterConfigError(source, problems)
-    return values
 
 
 def parse_cluster_env(
@@ -680,37 +668,6 @@ def _with_existing_dirs(config: ClusterConfig) -> ClusterConfig:
     return config
 
 
-# --- preflight checks the launchers run before submitting ---------------------------------------------------
-
-
-def check_model_path(config: ClusterConfig) -> None:
-    if not config.model_path.exists():
-        raise PreflightError(f"MODEL_PATH {config.model_path} does not exist (from {config.source})")
-
-
-def check_etcd(config: ClusterConfig, timeout: float = 3.0) -> None:
-    """etcd answers /health with {"health": "true"} and, with the configured TLS files and user, lets the
-    launchers read their keys; otherwise a clear error naming the endpoints."""
-    endpoints = config.require_etcd()
-    try:
-        client = EtcdClient(etcd_access(config), timeout_s=timeout)
-        body = client.health()
-        if body.get("health") == "true":
-            client.check_access()
-    except ReadinessError as exc:
-        raise PreflightError(f"ETCD_ENDPOINTS={endpoints}: {exc}; nothing was submitted") from None
-    if body.get("health") != "true":
-        raise PreflightError(f"etcd at ETCD_ENDPOINTS={endpoints} reports unhealthy: {body!r}")
-    down = client.unreachable_endpoints()
-    if down:
-        # Measured with Dynamo 1.3: its first lease request may go to any listed endpoint, and one that is
-        # down stops the worker at start, so a run would fail later and less clearly.
-        raise PreflightError(
-            f"ETCD_ENDPOINTS={endpoints}: {'; '.join(down)}; Dynamo 1.3 does not start while a listed "
-            "endpoint is down: remove it from ETCD_ENDPOINTS; nothing was submitted"
-        )
-
-
 def _quote(value: str) -> str:
     """Quote a value so that the loader reads it back unchanged."""
     if value and re.fullmatch(r"[A-Za-z0-9_./:@,=+-]+", value):
@@ -730,7 +687,3 @@ def main(argv: list[str] | None = None) -> int:
     else:
         atomic_write_text(args.write, example_text())
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

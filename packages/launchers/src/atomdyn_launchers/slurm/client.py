@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from atomdyn_launchers.config import ClusterConfig, PreflightError, check_etcd, check_model_path
-from atomdyn_launchers.rundir import TERMINAL_STATES, ExitCode, parse_exit_code
+from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
+from atomdyn_launchers.contract.rundir import TERMINAL_STATES, ExitCode, parse_exit_code
 
 _POLL_S = 0.1  # node states while waiting out a node's grace (sinfo; preflight only)
 # (seconds since the watch began, interval from then on): fast at first, then backing off.
@@ -436,21 +436,3 @@ class JobPoller:
             if info is None or info.state not in QUEUE_STATES:
                 info = self.slurm.job(job_id)  # the final state, with exit codes
             self._known[job_id] = info
-
-
-def preflight(
-    config: ClusterConfig,
-    nodes: Iterable[str],
-    *,
-    slurm: Slurm | None = None,
-    need_etcd: bool = True,
-    need_model: bool = True,
-) -> None:
-    """The checks to run before submitting anything: partition, nodes, etcd, model path."""
-    slurm = slurm or Slurm(config)
-    slurm.check_partition()
-    slurm.check_nodes(nodes)
-    if need_model:
-        check_model_path(config)
-    if need_etcd:
-        check_etcd(config)

@@ -3,7 +3,7 @@ smoke traffic, the serving benchmark); the cluster it runs on stays in cluster.e
 
 The schema is one JSON Schema document, :data:`SCHEMA`; the same dictionary validates every recipe (strictly:
 an unknown key is an error naming it and its path) and is published as ``recipes/schema.json``
-(``python -m atomdyn_launchers.recipes --write-schema PATH``; a test keeps the published file equal).
+(``python -m atomdyn_launchers.config.recipes --write-schema PATH``; a test keeps the published file equal).
 :func:`load_recipe` returns a typed :class:`Recipe`; :meth:`Recipe.launch_options` turns it into the
 launcher's options, with the command line's explicit flags applied over it (see :func:`merge_flags`).
 """
@@ -483,7 +483,7 @@ def schema_text() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m atomdyn_launchers.recipes", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m atomdyn_launchers.config.recipes", description=__doc__)
     parser.add_argument("--write-schema", metavar="PATH", help="write the recipe JSON Schema to PATH")
     parser.add_argument("check", nargs="*", help="recipe files to validate")
     args = parser.parse_args(argv)

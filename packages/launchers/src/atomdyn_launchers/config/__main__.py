@@ -1,0 +1,3 @@
+from atomdyn_launchers.config.cluster import main
+
+raise SystemExit(main())

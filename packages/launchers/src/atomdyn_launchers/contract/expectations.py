@@ -1,0 +1,58 @@
+"""Which evidence gates an engine's runs must pass, as data the engines declare and the evidence reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from atomdyn_launchers.contract.kinds import DISAGG_KINDS, KINDS
+
+
+@dataclass(frozen=True)
+class GateExpectations:
+    """Which evidence gates an engine's runs must pass: each engine object holds one (``engine.expectations``).
+
+    The evidence code reads it for the engine a run.json names, so what an engine must prove lives with the
+    engine. Fields about the KV path (everything but ``router_prefix_hits``) concern prefill/decode runs only:
+    :meth:`for_kind` clears them for aggregated runs, where no KV cache moves between workers.
+    """
+
+    # The P/D handoff is proven by different prefill and decode worker ids in every response (the mock engine,
+    # which moves no KV cache).
+    pd_worker_split: bool = False
+    # A repeated prompt's cache hit is read from the router's kv_hit_rate (the mock engine) rather than from
+    # the engine's own prefix-cache counters (vLLM's vllm:prefix_cache_hits_total).
+    router_prefix_hits: bool = False
+    # The decode worker's vLLM metrics count NIXL transfers: nixl_xfer_time_seconds_count >= 1,
+    # nixl_num_failed_transfers_total == 0, and the bytes moved (nixl_bytes_transferred_sum).
+    nixl_transfers: bool = False
+    # The decode worker's external_prefix_cache_hits_total > 0: tokens it did not compute came over NIXL.
+    external_prefix_hits: bool = False
+    # The UCX transport family that must carry the KV reads (UCX_PROTO_INFO tables in the workers' logs):
+    # "tcp" on the CPU rehearsal, "rc" (rc_verbs, rc_mlx5, ...) on RoCE.
+    kv_transport: str | None = None
+    # Transport families that must not carry KV: a silent fallback to them fails the run.
+    forbidden_kv_transports: tuple[str, ...] = ()
+    # dma-buf registrations the helper must log per worker (the PoC's P/D run: 720); None: no helper expected.
+    dmabuf_registrations_per_worker: int | None = None
+    # The NIXL backend module each worker's doctor must report and self-test (e.g. "nixl_rocm").
+    nixl_backend: str | None = None
+    # ``doctor/<role>.json`` (nixl-compat doctor --json from inside each worker's container) must be present,
+    # and its self-test must have passed.
+    doctor_required: bool = False
+    # At temperature 0 the P/D answer to a fixed prompt equals, token for token, the one an aggregated run of the
+    # same engine, model and build recorded (``answers.py``): KV read over NIXL continues as KV computed in place.
+    aggregated_answer: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kv_transport is not None and self.kv_transport in self.forbidden_kv_transports:
+            raise ValueError(f"KV transport {self.kv_transport!r} is both expected and forbidden")
+        if self.dmabuf_registrations_per_worker is not None and self.dmabuf_registrations_per_worker < 1:
+            raise ValueError("dmabuf_registrations_per_worker must be at least 1 (or None: no helper)")
+
+    def for_kind(self, kind: str) -> GateExpectations:
+        """The expectations that apply to a run of ``kind``: aggregated runs move no KV between workers."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown run kind {kind!r}; known: {', '.join(KINDS)}")
+        if kind in DISAGG_KINDS:
+            return self
+        return GateExpectations(router_prefix_hits=self.router_prefix_hits)

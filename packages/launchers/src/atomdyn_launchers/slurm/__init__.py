@@ -1,0 +1,1 @@
+"""The Slurm client: sbatch, scontrol, sacct, squeue, sinfo and scancel against the configured cluster."""
