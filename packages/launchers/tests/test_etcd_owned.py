@@ -16,7 +16,8 @@ import pytest
 from atomdyn_core.fetch import APT_ARCHIVES
 from atomdyn_core.lock import load_lock
 from atomdyn_launchers.config.cluster import ClusterConfig, parse_cluster_env
-from atomdyn_launchers.nodes.etcd_owned import OwnedEtcdError, etcd_binary, extract_etcd
+from atomdyn_launchers.job.owned_etcd import OwnedEtcdError
+from atomdyn_launchers.nodes.etcd_owned import etcd_binary, extract_etcd
 
 REPO = Path(__file__).resolve().parents[3]
 IN_CI = os.environ.get("CI") == "true"

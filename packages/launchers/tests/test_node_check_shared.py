@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from atomdyn_launchers.nodes.check import FAIL, PASS, _shared
+from atomdyn_launchers.job.node_check import FAIL, PASS, _shared
 
 
 def _spec(shared: Path, token: str = "t0ken") -> dict[str, str]:

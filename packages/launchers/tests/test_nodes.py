@@ -21,23 +21,19 @@ from atomdyn_core.dockerd import find_dockerd
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.contract.readiness import ReadinessError
 from atomdyn_launchers.etcd.client import EtcdClient
+from atomdyn_launchers.job import images
+from atomdyn_launchers.job.node_check import FAIL, NOT_NEEDED, PASS, UNKNOWN
+from atomdyn_launchers.job.node_prepare import REHEARSAL_SHIM_ACTION, install_shim
+from atomdyn_launchers.job.owned_etcd import OwnedEtcdError
 from atomdyn_launchers.launch import Launch, LaunchOptions, run
 from atomdyn_launchers.localcluster import LocalCluster, missing_tools
 from atomdyn_launchers.localcluster.dockerd import exec_root as dockerd_exec_root
 from atomdyn_launchers.localcluster.procs import Proc, alive
-from atomdyn_launchers.nodes import images, jobs
-from atomdyn_launchers.nodes.check import FAIL, NOT_NEEDED, PASS, UNKNOWN, check_nodes
-from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, OwnedEtcdError
+from atomdyn_launchers.nodes import jobs
+from atomdyn_launchers.nodes.check import check_nodes
+from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd
 from atomdyn_launchers.nodes.invoke_tasks import wipe
-from atomdyn_launchers.nodes.prepare import (
-    REHEARSAL_SHIM_ACTION,
-    PrepareError,
-    PrepareSpec,
-    archive_dir,
-    install_shim,
-    prepare,
-    shim_current,
-)
+from atomdyn_launchers.nodes.prepare import PrepareError, PrepareSpec, archive_dir, prepare, shim_current
 from atomdyn_launchers.nodes.rehearsal import IMAGE_TAG, rehearsal_spec
 from atomdyn_launchers.slurm.client import Slurm
 

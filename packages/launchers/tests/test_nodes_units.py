@@ -16,21 +16,23 @@ from invoke.exceptions import Exit
 
 from atomdyn_launchers.config.cluster import ClusterConfigError, PreflightError, parse_cluster_env
 from atomdyn_launchers.engines import get_engine
-from atomdyn_launchers.localcluster import dockerd
-from atomdyn_launchers.nodes import images, jobs
-from atomdyn_launchers.nodes.check import (
+from atomdyn_launchers.job import images
+from atomdyn_launchers.job.node_check import (
     FAIL,
     NOT_NEEDED,
     PASS,
     Check,
-    CheckReport,
     _rdma,
     _rdma_mounts,
     gid_text,
     rdma_ports,
 )
+from atomdyn_launchers.job.node_prepare import NODE, PYTHON
+from atomdyn_launchers.localcluster import dockerd
+from atomdyn_launchers.nodes import jobs
+from atomdyn_launchers.nodes.check import CheckReport
 from atomdyn_launchers.nodes.invoke_tasks import _spec
-from atomdyn_launchers.nodes.prepare import NODE, PYTHON, PrepareError, PrepareSpec
+from atomdyn_launchers.nodes.prepare import PrepareError, PrepareSpec
 
 BASE_ENV = """SLURM_ACCOUNT=a
 SLURM_PARTITION=p
@@ -269,7 +271,7 @@ def test_node_job_script_is_shellcheck_clean(tmp_path: Path) -> None:
             pytest.fail("shellcheck is missing in CI: .ci/run must install it")
         pytest.skip("shellcheck is not installed")
     config = parse_cluster_env(BASE_ENV.replace("PROJECT_DIR=/shared/checkout", f"PROJECT_DIR={tmp_path}"))
-    text = jobs.script(config, "atomdyn_launchers.nodes.check", ["--spec", "/a dir/it's.json"])
+    text = jobs.script(config, "atomdyn_launchers.job.node_check", ["--spec", "/a dir/it's.json"])
     assert "PYTHONPATH=" in text  # no venv at PYTHON_VENV: the checkout's sources
     script = tmp_path / "job.sh"
     script.write_text(text)

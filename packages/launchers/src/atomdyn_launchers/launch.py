@@ -56,9 +56,10 @@ from atomdyn_launchers.engines.base import RoleContext, RolePlan
 from atomdyn_launchers.engines.runtime import DockerRuntime, RdmaMounts, Runtime, VenvRuntime
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.etcd.keys import launcher_key, run_prefix
+from atomdyn_launchers.job.owned_etcd import OwnedEtcdError
 from atomdyn_launchers.nodes import jobs
 from atomdyn_launchers.nodes.check import CheckReport, check_nodes
-from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, OwnedEtcdError, owned_etcd_node
+from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd, owned_etcd_node
 from atomdyn_launchers.nodes.jobs import NodeJobError, docker_host
 from atomdyn_launchers.nodes.prepare import shim_current
 from atomdyn_launchers.profiles.models import ModelProfile, get_model

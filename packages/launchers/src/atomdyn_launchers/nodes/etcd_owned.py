@@ -6,7 +6,7 @@ or a mirror directory), then ``usr/bin/etcd`` is read out of the package, checke
 md5sums and placed under ``SHARED_DIR/bin`` (temporary name, then rename), so every node runs the same file.
 
 A run starts it as a small job of its own on the prefill (or primary) node. The node-side helper
-(``python -m atomdyn_launchers.nodes.etcd_owned serve``) starts etcd with a node-local data directory, waits
+(``python -m atomdyn_launchers.job.owned_etcd serve``) starts etcd with a node-local data directory, waits
 for ``/health``, and only then publishes ``etcd.json`` (endpoint, node, pid, version) atomically in the run
 directory. The launcher waits for that file (with a deadline, failing at once if the job ends) before it
 submits any role, so every role starts against a serving etcd. At the end of the run, success or failure, the
@@ -16,44 +16,29 @@ launcher sends the job SIGTERM; the helper stops etcd, removes its data director
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import io
-import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tarfile
-import tempfile
 import time
-import urllib.error
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
+from atomdyn_core.atomic import atomic_write_bytes, atomic_write_text
 from atomdyn_core.fetch import FetchError, deb_artifact, fetch_artifact
 from atomdyn_core.lock import LockError, load_lock
 from atomdyn_launchers.config.cluster import ClusterConfig
-from atomdyn_launchers.contract.direct_http import DIRECT
+from atomdyn_launchers.job import owned_etcd
+from atomdyn_launchers.job.owned_etcd import OwnedEtcdError, etcd_healthy, read_record
 from atomdyn_launchers.nodes import jobs
 from atomdyn_launchers.slurm.client import Slurm, SlurmError
 
-MODULE = "atomdyn_launchers.nodes.etcd_owned"
 ETCD_ROLE = "etcd"
 ENDPOINT_FILE = "etcd.json"
 START_TIMEOUT_S = 30.0
 _POLL_S = 0.05
-
-
-class OwnedEtcdError(RuntimeError):
-    """The run-owned etcd could not be provided, started or stopped; the message says which and why."""
 
 
 # --- the verified binary ------------------------------------------------------------------------------------
@@ -141,15 +126,6 @@ def _sha(path: Path) -> str:
 # --- submit side --------------------------------------------------------------------------------------------
 
 
-def _health(endpoint: str, timeout: float = 1.0) -> bool:
-    try:
-        with DIRECT.open(f"{endpoint}/health", timeout=timeout) as response:
-            body = json.loads(response.read())
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-    return isinstance(body, dict) and body.get("health") == "true"
-
-
 @dataclass
 class OwnedEtcd:
     """A running run-owned etcd: its job, its endpoint, and the run directory that records it."""
@@ -192,13 +168,13 @@ class OwnedEtcd:
             str(run_dir / "logs" / "etcd.log"),
         ]
         script = run_dir / "scripts" / "etcd.sbatch"
-        atomic_write_text(script, jobs.script(config, MODULE, args), mode=0o755)
+        atomic_write_text(script, jobs.script(config, owned_etcd.MODULE, args), mode=0o755)
         output = run_dir / "logs" / "etcd.slurm.out"
         job_id = slurm.submit(script, job_name="atomdyn-etcd", nodelist=node, output=output, chdir=run_dir)
         deadline = time.monotonic() + timeout_s
         last_state = "SUBMITTED"
         while True:
-            published = _published(record)
+            published = read_record(record)
             if published is not None:
                 break
             info = slurm.job(job_id)
@@ -216,7 +192,7 @@ class OwnedEtcd:
                 )
             time.sleep(_POLL_S)
         endpoint = str(published["endpoint"])
-        if not _health(endpoint, timeout=5.0):
+        if not etcd_healthy(endpoint, timeout=5.0):
             slurm.cancel([job_id])
             raise OwnedEtcdError(
                 f"the run-owned etcd published {endpoint} but it does not answer /health here"
@@ -232,19 +208,11 @@ class OwnedEtcd:
         except TimeoutError:
             self.slurm.cancel([self.job_id])
             info = self.slurm.wait_terminal(self.job_id, timeout=timeout_s)
-        gone = not _health(self.endpoint, timeout=1.0)
-        record = _published(self.record_path) or {}
+        gone = not etcd_healthy(self.endpoint, timeout=1.0)
+        record = read_record(self.record_path) or {}
         if not gone:
             raise OwnedEtcdError(f"the run-owned etcd at {self.endpoint} still answers after its job ended")
         return {"job_state": info.state, "endpoint_gone": gone, "stopped": record.get("stopped")}
-
-
-def _published(path: Path) -> dict[str, Any] | None:
-    try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return loaded if isinstance(loaded, dict) and "endpoint" in loaded else None
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -257,113 +225,3 @@ def _tail(path: Path, lines: int = 15) -> str:
 def owned_etcd_node(config: ClusterConfig, kind: str) -> str:
     """Where the run's etcd goes: the prefill node of a disaggregated run, else the primary node."""
     return config.prefill_node if kind == "disagg" else config.primary_node
-
-
-# --- node side ----------------------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("0.0.0.0", 0))
-        return int(sock.getsockname()[1])
-
-
-def _node_address() -> str:
-    """The address the node's hostname resolves to (what the other nodes and Dynamo use)."""
-    try:
-        return str(socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)[0][4][0])
-    except (OSError, IndexError) as exc:
-        raise OwnedEtcdError(
-            f"the hostname {socket.gethostname()} does not resolve to an IPv4 address"
-        ) from exc
-
-
-def serve(binary: Path, record: Path, log: Path) -> int:
-    """Run etcd until SIGTERM; publish the endpoint once healthy; clean up its data directory."""
-    address = _node_address()
-    client, peer = _free_port(), _free_port()
-    data = Path(tempfile.mkdtemp(prefix="atomdyn-etcd-"))
-    endpoint = f"http://{address}:{client}"
-    name = f"atomdyn-{socket.gethostname()}"
-    argv = [
-        str(binary), f"--name={name}", f"--data-dir={data}",
-        f"--listen-client-urls=http://0.0.0.0:{client}", f"--advertise-client-urls={endpoint}",
-        f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
-        f"--initial-cluster={name}=http://127.0.0.1:{peer}", "--initial-cluster-state=new",
-        "--logger=zap", "--log-outputs=stderr",
-    ]  # fmt: skip
-    stop = {"signal": 0}
-    with log.open("ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop["signal"] = signum
-        proc.terminate()  # the wait below returns as soon as etcd has exited
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    status = 1
-    info: dict[str, Any] = {"endpoint": endpoint, "node": socket.gethostname(), "pid": proc.pid,
-                            "binary": str(binary), "data_dir": str(data), "job_id": os.environ.get("SLURM_JOB_ID")}  # fmt: skip
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _health(endpoint):
-            if proc.poll() is not None:
-                print(f"etcd exited ({proc.returncode}) before answering /health; see {log}", file=sys.stderr)
-                return 1
-            if stop["signal"]:
-                return 0
-            if time.monotonic() >= deadline:
-                print(
-                    f"etcd did not answer {endpoint}/health within {START_TIMEOUT_S:.0f} s", file=sys.stderr
-                )
-                return 1
-            time.sleep(_POLL_S)
-        with (
-            contextlib.suppress(OSError, ValueError),
-            DIRECT.open(f"{endpoint}/version", timeout=2.0) as resp,
-        ):
-            info["version"] = json.loads(resp.read()).get("etcdserver")
-        info["started"] = _now()
-        atomic_write_json(record, info)
-        print(f"etcd serving at {endpoint} (version {info.get('version')})", flush=True)
-        proc.wait()
-        status = 0 if stop["signal"] else 1
-        if status:
-            print(f"etcd exited on its own ({proc.returncode}); see {log}", file=sys.stderr)
-        return status
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        shutil.rmtree(data, ignore_errors=True)
-        if _published(record) is not None:
-            info.update(stopped=_now(), exit_status=status, etcd_returncode=proc.returncode)
-            atomic_write_json(record, info)
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=MODULE, description="node side of the run-owned etcd")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("serve")
-    p.add_argument("--binary", type=Path, required=True)
-    p.add_argument("--record", type=Path, required=True)
-    p.add_argument("--log", type=Path, required=True)
-    args = parser.parse_args(argv)
-    try:
-        return serve(args.binary, args.record, args.log)
-    except OwnedEtcdError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,13 +16,13 @@ from invoke.tasks import task
 
 from atomdyn_core.atomic import atomic_write_json
 from atomdyn_launchers.config.cluster import ClusterConfig, ClusterConfigError, resolve_cluster_config
+from atomdyn_launchers.job import images
+from atomdyn_launchers.job.node_prepare import NODE, PYTHON
 from atomdyn_launchers.nodes import check as node_check
-from atomdyn_launchers.nodes import images, jobs
+from atomdyn_launchers.nodes import jobs
 from atomdyn_launchers.nodes import rehearsal as recipe
 from atomdyn_launchers.nodes.prepare import (
     DEFAULT_STRATEGY,
-    NODE,
-    PYTHON,
     STRATEGIES,
     PrepareError,
     PrepareReport,

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.config.cluster import ClusterConfig
-from atomdyn_launchers.nodes.prepare import PYTHON, PrepareSpec
+from atomdyn_launchers.job.node_prepare import PYTHON
+from atomdyn_launchers.nodes.prepare import PrepareSpec
 
 BASE_TAG = "atomdyn-standin:rehearsal"
 IMAGE_TAG = "atomdyn-rehearsal:0.1.0"

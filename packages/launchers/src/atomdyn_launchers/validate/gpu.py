@@ -19,7 +19,7 @@ from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.engines.runtime import DockerRuntime
-from atomdyn_launchers.nodes.images import docker_client
+from atomdyn_launchers.job.images import docker_client
 from atomdyn_launchers.sbatch import Shell
 from atomdyn_launchers.slurm.client import JobInfo, Slurm
 

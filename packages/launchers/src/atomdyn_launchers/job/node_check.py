@@ -1,0 +1,333 @@
+"""The node-side half of ``nodes.check`` (``python -m atomdyn_launchers.job.node_check --spec ... --node ...``):
+every check a job runs on its node, from the spec the submit side wrote (:mod:`atomdyn_launchers.nodes.check`),
+each answering ``pass``, ``fail``, ``not needed`` or ``unknown`` with a detail. It runs with the node's Python."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from atomdyn_core.atomic import atomic_write_json
+from atomdyn_launchers.contract.node_needs import NodeNeeds
+from atomdyn_launchers.job import images
+
+MODULE = "atomdyn_launchers.job.node_check"
+PASS, FAIL, NOT_NEEDED, UNKNOWN = "pass", "fail", "not needed", "unknown"
+SYSFS_IB = Path("/sys/class/infiniband")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    detail: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "status": self.status, "detail": self.detail}
+
+
+def _resolve4(name: str) -> str | None:
+    try:
+        infos = socket.getaddrinfo(name, None, socket.AF_INET)
+    except OSError:
+        return None
+    return str(infos[0][4][0]) if infos else None
+
+
+def route_source(target: str) -> tuple[str | None, str | None]:
+    """(source address, interface) of this host's route to ``target``, from ``ip -4 route get``."""
+    address = target if _is_ip(target) else _resolve4(target)
+    if address is None:
+        return None, None
+    done = subprocess.run(["ip", "-4", "route", "get", address], capture_output=True, text=True, check=False)
+    words = done.stdout.split()
+    src = words[words.index("src") + 1] if "src" in words else None
+    dev = words[words.index("dev") + 1] if "dev" in words else None
+    return src, dev
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class RdmaPort:
+    device: str
+    port: str
+    state: str
+    roce_v2: tuple[tuple[int, str, str], ...]  # (gid index, gid, netdev)
+
+
+def gid_text(raw: str) -> str:
+    """A GID as sysfs prints it; IPv4-mapped ones (RoCE v2 over IPv4) as the IPv4 address."""
+    try:
+        addr = ipaddress.IPv6Address(raw.strip())
+    except ValueError:
+        return raw.strip()
+    return str(addr.ipv4_mapped) if addr.ipv4_mapped else str(addr)
+
+
+def rdma_ports(root: Path = SYSFS_IB) -> list[RdmaPort]:
+    """Every RDMA port with its state and RoCE v2 GIDs, read from sysfs (``ports/N/gid_attrs/types/I``)."""
+    found: list[RdmaPort] = []
+    for device in sorted(root.iterdir()) if root.is_dir() else []:
+        for port in sorted((device / "ports").iterdir()) if (device / "ports").is_dir() else []:
+            state = _read(port / "state")
+            gids: list[tuple[int, str, str]] = []
+            types = port / "gid_attrs" / "types"
+            for entry in sorted(types.iterdir(), key=lambda p: int(p.name)) if types.is_dir() else []:
+                if _read(entry).lower() != "roce v2":
+                    continue
+                gid = _read(port / "gids" / entry.name)
+                if not gid or set(gid.replace(":", "")) == {"0"}:
+                    continue
+                netdev = _read(port / "gid_attrs" / "ndevs" / entry.name)
+                gids.append((int(entry.name), gid_text(gid), netdev))
+            found.append(RdmaPort(device.name, port.name, state, tuple(gids)))
+    return found
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _needs(spec: dict[str, Any]) -> NodeNeeds:
+    raw = spec["needs"]
+    return NodeNeeds(
+        gpu_devices=tuple(raw["gpu_devices"]),
+        rdma=raw["rdma"],
+        gpu_memory=raw["gpu_memory"],
+        dmabuf_shim=raw["dmabuf_shim"],
+    )
+
+
+def _devices(engine: str, needs: NodeNeeds) -> list[Check]:
+    def present(paths: Sequence[str]) -> tuple[bool, str]:
+        missing = [p for p in paths if not os.path.exists(p)]
+        return not missing, ("missing " + ", ".join(missing)) if missing else "present: " + ", ".join(paths)
+
+    out: list[Check] = []
+    if needs.gpu_devices:
+        ok, detail = present(needs.gpu_devices)
+        out.append(Check("gpu-devices", PASS if ok else FAIL, detail))
+    else:
+        out.append(Check("gpu-devices", NOT_NEEDED, f"{engine} profile runs on CPU"))
+    if needs.rdma == "required":
+        ok, detail = present(["/dev/infiniband"])
+        out.append(Check("rdma-devices", PASS if ok else FAIL, detail))
+    elif needs.rdma == "optional":
+        ok, detail = present(["/dev/infiniband"])
+        out.append(Check("rdma-devices", PASS if ok else NOT_NEEDED, detail + " (optional: NVLink hosts)"))
+    else:
+        out.append(Check("rdma-devices", NOT_NEEDED, f"{engine} profile moves no KV over RDMA"))
+    return out
+
+
+def _rdma(needs: NodeNeeds, root: Path) -> Check:
+    ports = rdma_ports(root)
+    active = [p for p in ports if p.state.endswith("ACTIVE")]
+    with_gid = [p for p in active if p.roce_v2]
+    detail = (
+        "; ".join(
+            f"{p.device}/{p.port} {p.state} RoCEv2 "
+            + (", ".join(f"[{i}] {g} ({n})" for i, g, n in p.roce_v2) or "none")
+            for p in ports
+        )
+        or f"no RDMA devices in {root}"
+    )
+    if needs.rdma != "required":
+        return Check("rdma-ports", NOT_NEEDED if not with_gid else PASS, detail)
+    return Check(
+        "rdma-ports",
+        PASS if with_gid else FAIL,
+        detail if with_gid else "no ACTIVE port with a RoCE v2 GID: " + detail,
+    )
+
+
+def _rdma_mounts(spec: dict[str, Any], needs: NodeNeeds) -> Check:
+    """The verbs provider configuration and libraries the worker containers mount (RDMA_VERBS_CONFIG_DIR,
+    RDMA_PROVIDER_LIBS): a path missing on the node would give a container that sees no NIC."""
+    paths = list(spec.get("rdma_mounts", []))
+    if needs.rdma != "required" or spec["runtime"] != "docker":
+        return Check("rdma-mounts", NOT_NEEDED, "no container mounts the NIC's verbs provider here")
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        return Check("rdma-mounts", FAIL, "missing on this node: " + ", ".join(missing))
+    return Check("rdma-mounts", PASS, "present: " + ", ".join(paths))
+
+
+def _advertise(probe_target: str, root: Path) -> Check:
+    src, dev = route_source(probe_target)
+    if src is None:
+        return Check("advertise", FAIL, f"no route to {probe_target}: the management address is unknown")
+    rdma_netdevs = {n for p in rdma_ports(root) for _, _, n in p.roce_v2 if n}
+    hostname = socket.gethostname()
+    named = _resolve4(hostname)
+    detail = f"side channel {src} ({dev}); Dynamo advertises {hostname} -> {named}"
+    if dev in rdma_netdevs:
+        return Check("advertise", FAIL, f"{detail}: {dev} is an RDMA interface, not the management network")
+    if named != src:
+        return Check("advertise", FAIL, f"{detail}: the hostname does not resolve to the management address")
+    return Check("advertise", PASS, detail)
+
+
+def _docker(spec: dict[str, Any], host: str) -> list[Check]:
+    wanted: dict[str, str | None] = spec["images"]
+    if spec["runtime"] != "docker" and not wanted:
+        return [
+            Check("docker", NOT_NEEDED, "RUNTIME=venv"),
+            Check("image", NOT_NEEDED, "RUNTIME=venv"),
+        ]
+    docker = images.DockerCLI(host)
+    try:
+        version = docker.version()
+    except images.ImageError as exc:
+        return [Check("docker", FAIL, str(exc)), Check("image", FAIL, "docker unreachable")]
+    out = [Check("docker", PASS, f"{host} (engine {version})")]
+    for tag, expected in wanted.items():
+        actual = docker.image_id(tag)
+        if actual is None:
+            out.append(
+                Check("image", FAIL, f"{tag} is not present on this node (run `invoke nodes.prepare`)")
+            )
+        elif expected and actual != expected:
+            out.append(
+                Check("image", FAIL, f"{tag} is {actual[:19]}, the prepared archive has {expected[:19]}")
+            )
+        else:
+            out.append(
+                Check("image", PASS, f"{tag} {actual[:19]}" + (" (matches the archive)" if expected else ""))
+            )
+    if not wanted:
+        out.append(Check("image", FAIL, "RUNTIME=docker but no image is configured (DYNAMO_ATOM_IMAGE)"))
+    return out
+
+
+def _shared(spec: dict[str, Any]) -> Check:
+    path = Path(spec["token_path"])
+    shared = spec.get("shared_dir") or path.parent.parent.parent
+    seen = _read(path)
+    if seen == spec["token"]:
+        return Check("shared-dir", PASS, f"SHARED_DIR {shared} visible at the same path")
+    if not seen:
+        why = f"SHARED_DIR {shared} is not visible on this node ({path}, written by the submit host, is missing)"
+    else:
+        why = f"SHARED_DIR {shared} is another directory on this node ({path} holds another token)"
+    return Check("shared-dir", FAIL, why)
+
+
+def _model(spec: dict[str, Any]) -> Check:
+    path = Path(spec["model_path"])
+    if not path.exists():
+        return Check("model-path", FAIL, f"{path} does not exist on this node")
+    if not os.access(path, os.R_OK | (os.X_OK if path.is_dir() else 0)):
+        return Check("model-path", FAIL, f"{path} is not readable")
+    entries = len(os.listdir(path)) if path.is_dir() else 1
+    return Check("model-path", PASS, f"{path} readable ({entries} entries)")
+
+
+def gpu_free_memory() -> tuple[str, str] | None:
+    """(tool, free memory per GPU) from the first GPU tool present; None when none is installed."""
+    if shutil.which("nvidia-smi"):
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,memory.free", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        return "nvidia-smi", "; ".join(done.stdout.split("\n")).strip("; ") or done.stderr.strip()
+    for tool, args in (
+        ("amd-smi", ["metric", "--mem-usage", "--json"]),
+        ("rocm-smi", ["--showmeminfo", "vram", "--json"]),
+    ):
+        if shutil.which(tool):
+            done = subprocess.run([tool, *args], capture_output=True, text=True, timeout=60, check=False)
+            return tool, (done.stdout or done.stderr).strip()[:400]
+    return None
+
+
+def _gpu_memory(engine: str, needs: NodeNeeds) -> Check:
+    if not needs.gpu_memory:
+        return Check("gpu-memory", NOT_NEEDED, f"{engine} profile uses no GPU")
+    found = gpu_free_memory()
+    if found is None:
+        return Check("gpu-memory", UNKNOWN, "no amd-smi, rocm-smi or nvidia-smi on this node")
+    return Check("gpu-memory", PASS, f"{found[0]}: {found[1]}")
+
+
+def _shim(spec: dict[str, Any], needs: NodeNeeds, host: str) -> Check:
+    if not needs.dmabuf_shim:
+        return Check("dmabuf-shim", NOT_NEEDED, f"{spec['engine']} profile does not preload it here")
+    if spec["runtime"] == "docker" and spec["shim_image"]:
+        argv = [
+            images.docker_client(),
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            spec["shim_image"],
+            "dmabuf-shim",
+            "env",
+            "--check",
+        ]
+        env = {**os.environ, "DOCKER_HOST": host}
+        where = f"in {spec['shim_image']}"
+    else:
+        argv = [str(Path(spec["python_venv"]) / "bin" / "dmabuf-shim"), "env", "--check"]
+        env = dict(os.environ)
+        where = f"in {spec['python_venv']}"
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
+    except OSError as exc:
+        return Check("dmabuf-shim", FAIL, f"cannot run dmabuf-shim {where}: {exc}")
+    last = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["(no output)"]
+    return Check("dmabuf-shim", PASS if done.returncode == 0 else FAIL, f"{where}: {last[0]}")
+
+
+def run_checks(spec: dict[str, Any], docker_host: str, sysfs_ib: Path = SYSFS_IB) -> list[Check]:
+    engine = spec["engine"]
+    needs = _needs(spec)
+    checks = _devices(engine, needs)
+    checks.append(_rdma(needs, sysfs_ib))
+    checks.append(_rdma_mounts(spec, needs))
+    checks.append(_advertise(spec["probe_target"], sysfs_ib))
+    checks += _docker(spec, docker_host)
+    checks.append(_shared(spec))
+    checks.append(_model(spec))
+    checks.append(_gpu_memory(engine, needs))
+    checks.append(_shim(spec, needs, docker_host))
+    return checks
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=MODULE, description="node side of nodes.check (run by its jobs)")
+    parser.add_argument("--spec", type=Path, required=True)
+    parser.add_argument("--node", required=True)
+    parser.add_argument("--docker-host", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    spec = json.loads(args.spec.read_text(encoding="utf-8"))
+    checks = run_checks(spec, args.docker_host)
+    atomic_write_json(args.out, {"node": args.node, "checks": [c.to_json() for c in checks]})
+    for check in checks:
+        print(f"{check.name:<14} {check.status:<10} {check.detail}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
