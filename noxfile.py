@@ -47,11 +47,13 @@ def shell_scripts() -> list[str]:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff, ruff format, mypy --strict on every package's sources, shellcheck, hadolint on rendered Dockerfiles."""
+    """ruff, ruff format, mypy --strict on every package's sources, the import direction (import-linter,
+    .importlinter), shellcheck, hadolint on rendered Dockerfiles."""
     python(session, "-m", "ruff", "check", ".")
     python(session, "-m", "ruff", "format", "--check", ".")
     for package in PACKAGES:
         python(session, "-m", "mypy", "--strict", str(package / "src"))
+    session.run(tool("lint-imports"), "--config", str(ROOT / ".importlinter"), external=True)
     session.run("shellcheck", *shell_scripts(), external=True)
     # The production rendering (every ATOM variant), not a test's: what users build is what gets linted.
     rendered = Path(session.create_tmp()) / "dockerfiles"

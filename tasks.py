@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
-import json
 import sys
 import types
 import typing
@@ -205,34 +204,12 @@ def demo(
 ) -> None:
     """The local rehearsal end to end: cluster up, disagg.run (real vLLM engines on CPU, or the mock engine),
     evidence collected and verified, cluster down."""
-    from atomdyn_launchers.evidence import cli as evidence_cli
-    from atomdyn_launchers.launch import aggregated_reference_missing, run
-    from atomdyn_launchers.localcluster.cluster import LocalCluster
+    from atomdyn_launchers.rehearsal.demo import DemoError, run_demo
 
-    cluster = LocalCluster(None)
-    started = not cluster.up(log=lambda m: print(m, file=sys.stderr)).already_up
     try:
-        options: dict[str, Any] = {"engine": engine}
-        if aggregated_reference_missing(engine):
-            # The P/D answer is checked against an aggregated one of the same engine, model and build: the
-            # first demo on a cluster records it (about a minute more), later ones reuse it.
-            print(f"no aggregated answer for {engine} yet: one aggregated run first", file=sys.stderr)
-            reference = run("agg-single", engine=engine, requests=2)
-            if not reference.passed:
-                raise Exit(f"demo FAILED: the aggregated reference run: {reference.failure}", code=1)
-        if requests is not None:
-            options["requests"] = requests
-        outcome = run("disagg", **options)
-        print(f"run directory: {outcome.run_dir}")
-        collected = evidence_cli.collect(outcome.run_dir, Path(evidence))
-        verified = evidence_cli.verify([outcome.run_dir, Path(evidence) / outcome.run_dir.name])
-    finally:
-        if started and not keep_cluster:
-            cluster.down()
-    if not outcome.passed or collected or verified:
-        raise Exit(f"demo FAILED: {outcome.failure or 'evidence gates failed (see above)'}", code=1)
-    platform = json.loads((outcome.run_dir / "run.json").read_text()).get("platform", "?")
-    print(f"demo PASSED: disaggregated prefill/decode rehearsal verified ({engine}: {platform})")
+        print(run_demo(engine, requests, Path(evidence), keep_cluster=keep_cluster))
+    except DemoError as exc:
+        raise Exit(f"demo FAILED: {exc}", code=1) from None
 
 
 def _native_collection(package: str) -> Collection:
@@ -247,15 +224,12 @@ def _native_collection(package: str) -> Collection:
 
 
 def _package_collections() -> list[Collection]:
-    from atomdyn_launchers.cluster_tasks import ns as cluster
-    from atomdyn_launchers.evidence.invoke_tasks import ns as evidence_ns
-    from atomdyn_launchers.launch_tasks import agg_ns, disagg_ns
-    from atomdyn_launchers.nodes.invoke_tasks import ns as nodes
-    from atomdyn_launchers.validate.invoke_tasks import ns as validate
+    from atomdyn_launchers.tasks import COLLECTIONS
     from nixl_compat.invoke_tasks import ns as nixl
 
+    cluster, nodes, agg, disagg, evidence, validate = COLLECTIONS
     dmabuf, mori = _native_collection("dmabuf_shim"), _native_collection("mori_repro")
-    return [cluster, nodes, agg_ns, disagg_ns, evidence_ns, validate, dmabuf, nixl, mori]
+    return [cluster, nodes, agg, disagg, evidence, validate, dmabuf, nixl, mori]
 
 
 def cli_collection(source: Collection) -> Collection:

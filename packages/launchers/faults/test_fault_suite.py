@@ -32,13 +32,16 @@ from faultkit import (
     wait_for,
 )
 
-from atomdyn_launchers import ports
 from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.contract.rundir import read_jsonl
 from atomdyn_launchers.etcd.client import EtcdClient
-from atomdyn_launchers.launch import Launch, LaunchOptions, Outcome, RunContext
-from atomdyn_launchers.localcluster import LocalCluster
-from atomdyn_launchers.localcluster import procs as lc_procs
+from atomdyn_launchers.rehearsal.localcluster import LocalCluster
+from atomdyn_launchers.rehearsal.localcluster import procs as lc_procs
+from atomdyn_launchers.run import ports
+from atomdyn_launchers.run.launch import Launch
+from atomdyn_launchers.run.monitor import Monitor
+from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.run.stages.record import Outcome
 from atomdyn_launchers.slurm.client import Slurm
 
 pytestmark = pytest.mark.integration
@@ -79,8 +82,8 @@ def config(local_cluster_config: ClusterConfig) -> ClusterConfig:
 
 
 def _kill_process_of(role: str, process: str, signum: int = signal.SIGKILL) -> Any:
-    def fault(run: RunContext) -> str:
-        pid = run.state.registrations[role].pids[process]
+    def fault(run: Monitor) -> str:
+        pid = run.registrations[role].pids[process]
         os.kill(pid, signum)
         return f"signal {signum} to {role}.{process} (pid {pid})"
 
@@ -164,7 +167,7 @@ def _etcd_pid(cluster: LocalCluster) -> int:
 def test_etcd_hung(config: ClusterConfig, local_cluster: LocalCluster) -> None:
     pid = _etcd_pid(local_cluster)
 
-    def hang(run: RunContext) -> str:
+    def hang(run: Monitor) -> str:
         os.kill(pid, signal.SIGSTOP)
         return f"SIGSTOP to etcd (pid {pid})"
 
@@ -190,7 +193,7 @@ def test_etcd_hung(config: ClusterConfig, local_cluster: LocalCluster) -> None:
 def test_etcd_stopped(config: ClusterConfig, local_cluster: LocalCluster) -> None:
     pid = _etcd_pid(local_cluster)
 
-    def stop(run: RunContext) -> str:
+    def stop(run: Monitor) -> str:
         os.kill(pid, signal.SIGKILL)
         return f"SIGKILL to etcd (pid {pid})"
 
@@ -317,7 +320,7 @@ def test_slurmd_killed(config: ClusterConfig, local_cluster: LocalCluster) -> No
     assert record is not None
     slurmd = next(p for p in record[1] if p.name == f"slurmd-{config.prefill_node}")
 
-    def kill_slurmd(run: RunContext) -> str:
+    def kill_slurmd(run: Monitor) -> str:
         os.kill(slurmd.pid, signal.SIGKILL)
         return f"SIGKILL to slurmd on {config.prefill_node} (pid {slurmd.pid})"
 

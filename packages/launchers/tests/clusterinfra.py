@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from atomdyn_launchers.localcluster import missing_tools
+from atomdyn_launchers.rehearsal.localcluster import missing_tools
 
 IN_CI = os.environ.get("CI") == "true"
 

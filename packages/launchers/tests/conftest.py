@@ -16,7 +16,7 @@ import pytest
 from clusterinfra import require_cluster_infrastructure
 
 from atomdyn_launchers.config.cluster import ClusterConfig
-from atomdyn_launchers.localcluster import LocalCluster, prune_orphans
+from atomdyn_launchers.rehearsal.localcluster import LocalCluster, prune_orphans
 
 
 @pytest.fixture(scope="session")

@@ -23,8 +23,11 @@ from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.contract.rundir import read_jsonl
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.etcd.keys import KEY_ROOT
-from atomdyn_launchers.launch import Launch, LaunchOptions, Outcome, RunContext
 from atomdyn_launchers.progress import Progress
+from atomdyn_launchers.run.launch import Launch
+from atomdyn_launchers.run.monitor import Monitor
+from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.run.stages.record import Outcome
 from atomdyn_launchers.slurm.client import Slurm
 
 
@@ -53,7 +56,7 @@ class Injected:
     error: str = ""
 
 
-Fault = Callable[[RunContext], str]  # injects the fault; returns what it did
+Fault = Callable[[Monitor], str]  # injects the fault; returns what it did
 
 
 def launch_with_fault(
@@ -65,7 +68,7 @@ def launch_with_fault(
     def hook(event: str, record: dict[str, Any]) -> None:
         if event != "first_good_response" or fault is None:
             return
-        run: RunContext = record["run"]
+        run: Monitor = record["run"]
 
         def inject() -> None:
             try:
@@ -102,8 +105,9 @@ class ChildLaunch:
     CODE = (
         "import sys\nfrom pathlib import Path\n"
         "from atomdyn_launchers.config.cluster import load_cluster_config\n"
-        "from atomdyn_launchers.launch import run\n"
-        "o = run('disagg', load_cluster_config(Path(sys.argv[1])), requests=int(sys.argv[2]), concurrency=1)\n"
+        "from atomdyn_launchers.run.launch import run\n"
+        "from atomdyn_launchers.run.options import LaunchOptions\n"
+        "o = run(LaunchOptions(kind='disagg', requests=int(sys.argv[2]), concurrency=1), load_cluster_config(Path(sys.argv[1])))\n"
         "print('RESULT', o.passed, o.run_dir, flush=True)\n"
     )
 

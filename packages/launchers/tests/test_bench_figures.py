@@ -6,9 +6,14 @@ import json
 import shutil
 from pathlib import Path
 
-from atomdyn_launchers.bench_figures import compile_cache, kv_nodes, kv_transfers, local_cluster_state_dir
-from atomdyn_launchers.launch import Outcome
-from atomdyn_launchers.launch_tasks import _bench_one
+from atomdyn_launchers.rehearsal.bench_figures import (
+    compile_cache,
+    kv_nodes,
+    kv_transfers,
+    local_cluster_state_dir,
+)
+from atomdyn_launchers.rehearsal.tasks import _bench_one
+from atomdyn_launchers.run.stages.record import Outcome
 
 REAL_RUN = (
     Path(__file__).parent / "evidence" / "fixtures" / "vllm-cpu-disagg" / "20261201T124322Z-disagg-vllm-cpu"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from atomdyn_launchers.benchmark import (
+from atomdyn_launchers.config.recipes import Benchmark, Slo
+from atomdyn_launchers.run.benchmark import (
     Level,
     SweepResult,
     aiperf_argv,
@@ -18,7 +19,6 @@ from atomdyn_launchers.benchmark import (
     table_markdown,
     write_report,
 )
-from atomdyn_launchers.config.recipes import Benchmark, Slo
 
 
 def _level(concurrency: int, tokens: float = 6400.0, errors: int = 0) -> Level:

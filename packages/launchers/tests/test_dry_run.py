@@ -23,9 +23,11 @@ from atomdyn_launchers.config.cluster import (
     find_repo_root,
     load_cluster_config,
 )
-from atomdyn_launchers.config.recipes import load_recipe, merge_flags
-from atomdyn_launchers.launch import dry_run, plan_roles, required_instances
+from atomdyn_launchers.config.recipes import load_recipe
 from atomdyn_launchers.progress import Progress
+from atomdyn_launchers.run.launch import dry_run
+from atomdyn_launchers.run.options import Flags, resolve
+from atomdyn_launchers.run.plan import plan_roles, required_instances
 from atomdyn_launchers.slurm.client import Slurm
 
 REPO = find_repo_root(Path(__file__).parent)
@@ -65,17 +67,15 @@ def test_offline_dry_run_of_each_recipe_writes_scripts_and_submits_nothing(
     config = _real_cluster_config(tmp_path)
     slurm = RecordingSlurm(config)
     recipe = load_recipe(recipe_path)
-    options = merge_flags(recipe, recipe.kind, {})
-    kind = str(options.pop("kind"))
-    path = dry_run(kind, config, progress=Progress(enabled=False), slurm=slurm, offline=True, **options)
+    options = resolve(recipe.kind, None, Flags(offline=True), recipe)
+    path = dry_run(options, config, progress=Progress(enabled=False), slurm=slurm)
     assert slurm.calls == []
     assert path.parent == config.runs_dir / "dry-run"
     plan = json.loads((path / "dry-run.json").read_text(encoding="utf-8"))
     assert plan["dry_run"] is True and plan["submitted"] == []
     assert plan["preflight"].startswith("not run (--offline)")
-    roles = plan_roles(
-        kind, config, int(options.get("prefill_workers", 1)), int(options.get("decode_workers", 1))
-    )
+    kind = options.kind
+    roles = plan_roles(kind, config, options.prefill_workers, options.decode_workers)
     assert [r["role"] for r in plan["roles"]] == [r.role for r in roles]
     assert len({r["node"] for r in plan["roles"]}) == len(roles), "one node per worker"
     for role in plan["roles"]:
@@ -104,16 +104,8 @@ def test_offline_dry_run_of_each_recipe_writes_scripts_and_submits_nothing(
 def test_mocker_kv_model_reaches_the_workers(tmp_path: Path) -> None:
     config = _real_cluster_config(tmp_path)
     recipe = load_recipe(REPO / "recipes" / "rehearsal-2p4d.yaml")
-    options = merge_flags(recipe, "disagg", {"engine": "mocker"})
-    options.pop("kind")
-    path = dry_run(
-        "disagg",
-        config,
-        progress=Progress(enabled=False),
-        slurm=RecordingSlurm(config),
-        offline=True,
-        **options,
-    )
+    options = resolve("disagg", None, Flags(engine="mocker", offline=True), recipe)
+    path = dry_run(options, config, progress=Progress(enabled=False), slurm=RecordingSlurm(config))
     for role in ("prefill1", "prefill2", "decode1", "decode4"):
         text = (path / "scripts" / f"{role}.sbatch").read_text(encoding="utf-8")
         assert "--kv-transfer-bandwidth 9.49 --kv-bytes-per-token 147456" in text, role
@@ -144,9 +136,8 @@ def test_dry_run_on_the_local_cluster_runs_the_preflight_and_submits_nothing(
     slurm = Slurm(config)
     before = slurm.queue()
     recipe = load_recipe(REPO / "recipes" / "rehearsal-1p1d.yaml")
-    options = merge_flags(recipe, "disagg", {})
-    options.pop("kind")
-    path = dry_run("disagg", config, progress=Progress(enabled=False), slurm=slurm, **options)
+    options = resolve("disagg", None, Flags(), recipe)
+    path = dry_run(options, config, progress=Progress(enabled=False), slurm=slurm)
     assert slurm.queue() == before
     plan = json.loads((path / "dry-run.json").read_text(encoding="utf-8"))
     assert plan["preflight"] == "passed"
@@ -164,16 +155,8 @@ def test_offline_review_without_the_shared_filesystem_writes_into_the_checkout(
     checkout.mkdir()
     monkeypatch.setenv("ATOMDYN_REPO", str(checkout))
     recipe = load_recipe(REPO / "recipes" / "qwen3-8b-1p1d.yaml")
-    options = merge_flags(recipe, "disagg", {})
-    options.pop("kind")
-    path = dry_run(
-        "disagg",
-        config,
-        progress=Progress(enabled=False),
-        slurm=RecordingSlurm(config),
-        offline=True,
-        **options,
-    )
+    options = resolve("disagg", None, Flags(offline=True), recipe)
+    path = dry_run(options, config, progress=Progress(enabled=False), slurm=RecordingSlurm(config))
     assert path.parent == checkout / ".atomdyn" / "dry-run"
     assert not (tmp_path / "not-mounted").exists()
     assert (path / "scripts" / "prefill.sbatch").exists()

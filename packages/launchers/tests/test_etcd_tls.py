@@ -29,9 +29,9 @@ from atomdyn_launchers.contract.readiness import ReadinessError, Registration, h
 from atomdyn_launchers.etcd.access import EtcdAccess
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.etcd.keys import run_prefix
+from atomdyn_launchers.run.etcd_watch import Presence, RoleEvent, RoleWatcher
 from atomdyn_launchers.run.preflight import check_etcd
-from atomdyn_launchers.run.watch import Presence, RoleEvent, RoleWatcher
-from atomdyn_launchers.smoke import SmokeClient, build_requests
+from atomdyn_launchers.run.smoke import SmokeClient, build_requests
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,10 @@ import secure_etcd
 from atomdyn_launchers.config.cluster import ClusterConfig, parse_cluster_env
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.etcd.keys import run_prefix
-from atomdyn_launchers.launch import run
-from atomdyn_launchers.localcluster import LocalCluster
-from atomdyn_launchers.localcluster.layout import HEAD
+from atomdyn_launchers.rehearsal.localcluster import LocalCluster
+from atomdyn_launchers.rehearsal.localcluster.layout import HEAD
+from atomdyn_launchers.run.launch import run
+from atomdyn_launchers.run.options import LaunchOptions
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +60,7 @@ def test_disagg_run_against_tls_etcd_with_authentication(
     config = _tls_config(local_cluster_config, tls_etcd)
     assert config.etcd_endpoints == (tls_etcd.endpoint,) and tls_etcd.endpoint.startswith("https://")
 
-    outcome = run("disagg", config, requests=8, concurrency=4)
+    outcome = run(LaunchOptions(kind="disagg", requests=8, concurrency=4), config)
 
     assert outcome.passed, outcome.failure
     # Dynamo's discovery went through the TLS etcd: every response names two different workers.

@@ -22,10 +22,13 @@ from faultkit import (
     wait_for,
 )
 
-from atomdyn_launchers import ports
 from atomdyn_launchers.config.cluster import ClusterConfig
-from atomdyn_launchers.launch import Launch, LaunchOptions, Outcome, RunContext
-from atomdyn_launchers.localcluster import LocalCluster
+from atomdyn_launchers.rehearsal.localcluster import LocalCluster
+from atomdyn_launchers.run import ports
+from atomdyn_launchers.run.launch import Launch
+from atomdyn_launchers.run.monitor import Monitor
+from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.run.stages.record import Outcome
 from atomdyn_launchers.slurm.client import Slurm
 
 pytestmark = pytest.mark.integration
@@ -94,8 +97,8 @@ def test_a_port_taken_on_a_node_is_named_in_the_headline(
     assert "(prefill) ended early" in outcome.failure
 
 
-def _kill_frontend(run: RunContext) -> str:
-    pid = run.state.registrations["decode"].pids["frontend"]
+def _kill_frontend(run: Monitor) -> str:
+    pid = run.registrations["decode"].pids["frontend"]
     os.kill(pid, signal.SIGKILL)
     return f"SIGKILL to the frontend (pid {pid})"
 
@@ -121,7 +124,7 @@ def test_a_hung_etcd_fails_the_run_naming_etcd_and_every_job_stops(
 ) -> None:
     pid = _etcd_pid(local_cluster)
 
-    def hang(run: RunContext) -> str:
+    def hang(run: Monitor) -> str:
         os.kill(pid, signal.SIGSTOP)
         return f"SIGSTOP to etcd (pid {pid})"
 

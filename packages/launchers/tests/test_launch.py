@@ -25,7 +25,10 @@ from atomdyn_launchers.config.cluster import ClusterConfig, ClusterConfigError, 
 from atomdyn_launchers.contract.rundir import EVENTS, REQUEST_FIELDS, read_jsonl
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.etcd.keys import run_prefix
-from atomdyn_launchers.launch import Launch, LaunchOptions, Outcome, RunContext
+from atomdyn_launchers.run.launch import Launch
+from atomdyn_launchers.run.monitor import Monitor
+from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.run.stages.record import Outcome
 from atomdyn_launchers.slurm.client import Slurm
 
 pytestmark = pytest.mark.integration
@@ -168,7 +171,7 @@ def test_two_node_aggregated_run(config: ClusterConfig) -> None:
 def test_agg_single_through_invoke_with_defaults(config: ClusterConfig, tmp_path: Path) -> None:
     (tmp_path / "tasks.py").write_text(
         "from invoke import Collection\n"
-        "from atomdyn_launchers.launch_tasks import agg_ns, disagg_ns\n"
+        "from atomdyn_launchers.tasks import agg_ns, disagg_ns\n"
         "ns = Collection(agg_ns, disagg_ns)\n"
     )
     env_file = tmp_path / "cluster.env"
@@ -205,7 +208,7 @@ def test_agg_single_through_invoke_with_defaults(config: ClusterConfig, tmp_path
 
 def test_disagg_bench_prints_the_timeline(config: ClusterConfig, tmp_path: Path) -> None:
     (tmp_path / "tasks.py").write_text(
-        "from invoke import Collection\nfrom atomdyn_launchers.launch_tasks import disagg_ns\n"
+        "from invoke import Collection\nfrom atomdyn_launchers.tasks import disagg_ns\n"
         "ns = Collection(disagg_ns)\n"
     )
     env_file = tmp_path / "cluster.env"
@@ -227,9 +230,9 @@ def test_decode_worker_killed_mid_run_fails_fast_and_cleans_up(config: ClusterCo
     def hook(event: str, record: dict[str, Any]) -> None:
         if event != "first_good_response":
             return
-        run: RunContext = record["run"]
-        pid = run.state.registrations["decode"].pids["decode"]
-        requests = run.rundir.path / "requests.jsonl"
+        run: Monitor = record["run"]
+        pid = run.registrations["decode"].pids["decode"]
+        requests = run.ctx.rundir.path / "requests.jsonl"
 
         def kill_after_some_traffic() -> None:
             _wait_for("smoke traffic to flow", lambda: len(read_jsonl(requests)) >= 3, timeout_s=30)
@@ -241,7 +244,11 @@ def test_decode_worker_killed_mid_run_fails_fast_and_cleans_up(config: ClusterCo
     outcome = Launch(config, LaunchOptions(kind="disagg", requests=2000, concurrency=2), hook=hook).run()
     assert not outcome.passed and outcome.failure is not None and "decode" in outcome.failure
     failed_at = next(e["t"] for e in outcome.timeline if e["event"] == "failed")
-    assert 0 < failed_at - killed["t"] < 5, "the run did not fail within seconds of the kill"
+    assert 0 < failed_at - killed["t"] < 5, (
+        "the run did not fail within seconds of the kill",
+        failed_at - killed["t"],
+        outcome.failure,
+    )
     assert any(e["event"] == "cancelled" and e.get("role") == "prefill" for e in outcome.timeline)
     run = json.loads((outcome.run_dir / "run.json").read_text())
     assert run["result"] == "fail" and run["failure"] == outcome.failure
@@ -268,8 +275,9 @@ def test_ctrl_c_stops_the_jobs(config: ClusterConfig, tmp_path: Path) -> None:
     code = (
         "import sys\nfrom pathlib import Path\n"
         "from atomdyn_launchers.config.cluster import load_cluster_config\n"
-        "from atomdyn_launchers.launch import run\n"
-        "o = run('disagg', load_cluster_config(Path(sys.argv[1])), requests=2000, concurrency=1)\n"
+        "from atomdyn_launchers.run.launch import run\n"
+        "from atomdyn_launchers.run.options import LaunchOptions\n"
+        "o = run(LaunchOptions(kind='disagg', requests=2000, concurrency=1), load_cluster_config(Path(sys.argv[1])))\n"
         "print('RESULT', o.passed, o.run_dir)\n"
     )
     before = set(config.runs_dir.iterdir()) if config.runs_dir.exists() else set()
@@ -306,8 +314,9 @@ def test_jobs_stop_themselves_when_the_launcher_dies_hard(config: ClusterConfig,
     code = (
         "import sys\nfrom pathlib import Path\n"
         "from atomdyn_launchers.config.cluster import load_cluster_config\n"
-        "from atomdyn_launchers.launch import run\n"
-        "run('disagg', load_cluster_config(Path(sys.argv[1])), requests=2000, concurrency=1)\n"
+        "from atomdyn_launchers.run.launch import run\n"
+        "from atomdyn_launchers.run.options import LaunchOptions\n"
+        "run(LaunchOptions(kind='disagg', requests=2000, concurrency=1), load_cluster_config(Path(sys.argv[1])))\n"
     )
     before = set(config.runs_dir.iterdir()) if config.runs_dir.exists() else set()
     proc = subprocess.Popen([sys.executable, "-c", code, str(env_file)], stdout=subprocess.DEVNULL,
@@ -380,13 +389,13 @@ def test_preflight_faults_submit_nothing(
 def test_unknown_config_key_is_an_error_naming_it(config: ClusterConfig, tmp_path: Path) -> None:
     env_file = tmp_path / "cluster.env"
     env_file.write_text(config.to_env_text() + "SLURM_RESERVATON=typo\n")
-    from atomdyn_launchers.launch import run
+    from atomdyn_launchers.run.launch import run
 
     with pytest.raises(ClusterConfigError, match="SLURM_RESERVATON: unknown key"):
-        run("disagg", config_path=env_file)
+        run(LaunchOptions(kind="disagg"), config_path=env_file)
     # The command line says so too, and exits 2 (nothing submitted).
     (tmp_path / "tasks.py").write_text(
-        "from invoke import Collection\nfrom atomdyn_launchers.launch_tasks import disagg_ns\n"
+        "from invoke import Collection\nfrom atomdyn_launchers.tasks import disagg_ns\n"
         "ns = Collection(disagg_ns)\n"
     )
     done = subprocess.run(

@@ -25,7 +25,7 @@ from atomdyn_launchers.contract.readiness import (
 )
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.etcd.keys import prefix_end, run_prefix
-from atomdyn_launchers.run.watch import RoleEvent, RoleWatcher
+from atomdyn_launchers.run.etcd_watch import RoleEvent, RoleWatcher
 
 IN_CI = os.environ.get("CI") == "true"
 

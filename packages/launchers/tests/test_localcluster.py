@@ -15,11 +15,11 @@ import pytest
 from invoke.collection import Collection
 from invoke.program import Program
 
-from atomdyn_launchers import cluster_tasks
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.contract.direct_http import DIRECT
-from atomdyn_launchers.localcluster import LocalCluster
-from atomdyn_launchers.run.preflight import preflight
+from atomdyn_launchers.rehearsal import tasks as rehearsal_tasks
+from atomdyn_launchers.rehearsal.localcluster import LocalCluster
+from atomdyn_launchers.run.preflight import cluster_checks
 from atomdyn_launchers.slurm.client import JobInfo, Slurm, SlurmError
 
 pytestmark = pytest.mark.integration
@@ -182,18 +182,18 @@ def test_submission_passes_account_partition_qos(local_cluster_config: ClusterCo
 
 def test_preflight_errors(local_cluster_config: ClusterConfig, tmp_path: Path) -> None:
     cfg = dataclasses.replace(local_cluster_config, model_path=tmp_path)
-    preflight(cfg, ["node1", "node2"])  # everything in order
+    cluster_checks(cfg, ["node1", "node2"])  # everything in order
     with pytest.raises(PreflightError, match=r"SLURM_PARTITION 'gpu' does not exist \(partitions: local\)"):
-        preflight(dataclasses.replace(cfg, slurm_partition="gpu"), ["node1"])
+        cluster_checks(dataclasses.replace(cfg, slurm_partition="gpu"), ["node1"])
     with pytest.raises(PreflightError, match=r"node 'node9' does not exist in partition 'local'"):
-        preflight(cfg, ["node1", "node9"])
+        cluster_checks(cfg, ["node1", "node9"])
     with pytest.raises(PreflightError, match=r"MODEL_PATH .*/absent does not exist"):
-        preflight(dataclasses.replace(cfg, model_path=tmp_path / "absent"), ["node1"])
+        cluster_checks(dataclasses.replace(cfg, model_path=tmp_path / "absent"), ["node1"])
     head = local_cluster_config.etcd_endpoint
     assert head is not None
     dead = head.rsplit(":", 1)[0] + ":2999"  # the head's address, a port nothing listens on
     with pytest.raises(PreflightError, match=rf"ETCD_ENDPOINTS={dead}: etcd is unreachable"):
-        preflight(dataclasses.replace(cfg, etcd_endpoints=(dead,)), ["node1"])
+        cluster_checks(dataclasses.replace(cfg, etcd_endpoints=(dead,)), ["node1"])
 
 
 def test_up_again_verifies_and_keeps_the_same_daemons(local_cluster: LocalCluster) -> None:
@@ -206,9 +206,9 @@ def test_up_again_verifies_and_keeps_the_same_daemons(local_cluster: LocalCluste
 
 def test_invoke_collection_status(local_cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
     root = Collection()
-    root.add_collection(cluster_tasks.ns)
+    root.add_collection(rehearsal_tasks.ns)
     program = Program(namespace=root)
-    assert sorted(cluster_tasks.ns.task_names) == ["down", "status", "up"]
+    assert sorted(rehearsal_tasks.ns.task_names) == ["down", "status", "up"]
     program.run(["invoke", "cluster.status", "--state-dir", str(local_cluster.state_dir)], exit=False)
     out = capsys.readouterr().out
     assert f"local cluster at {local_cluster.state_dir}: healthy" in out

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from atomdyn_launchers.config.cluster import PreflightError
-from atomdyn_launchers.localcluster import LocalCluster, LocalClusterError, prune_orphans
-from atomdyn_launchers.localcluster.procs import Proc, alive, procs_in_netns, wait_gone
-from atomdyn_launchers.run.preflight import preflight
+from atomdyn_launchers.rehearsal.localcluster import LocalCluster, LocalClusterError, prune_orphans
+from atomdyn_launchers.rehearsal.localcluster.procs import Proc, alive, procs_in_netns, wait_gone
+from atomdyn_launchers.run.preflight import cluster_checks
 from atomdyn_launchers.slurm.client import Slurm, SlurmError
 
 pytestmark = pytest.mark.integration
@@ -73,9 +73,9 @@ def test_lifecycle_crash_restart_and_clean_down(local_cluster: LocalCluster, tmp
         ok = dataclasses.replace(cluster.config(), model_path=tmp_path)
         slurm.run(["scontrol", "update", "nodename=node2", "state=drain", "reason=maintenance"])
         with pytest.raises(PreflightError, match=r"node 'node2' is drain"):
-            preflight(ok, ["node1", "node2"], slurm=slurm)
+            cluster_checks(ok, ["node1", "node2"], slurm=slurm)
         slurm.run(["scontrol", "update", "nodename=node2", "state=resume"])
-        preflight(ok, ["node1", "node2"], slurm=slurm)
+        cluster_checks(ok, ["node1", "node2"], slurm=slurm)
 
         # A job still running at down: its processes go too.
         layout = cluster.layout()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers.localcluster import cluster, procs
+from atomdyn_launchers.rehearsal.localcluster import cluster, procs
 from atomdyn_launchers.slurm.client import parse_exit_code, parse_sacct, parse_scontrol_record
 
 # `scontrol -d show job -o` as Slurm 22.05 prints it (values may contain spaces; -d adds DerivedExitCode).

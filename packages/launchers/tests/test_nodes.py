@@ -25,16 +25,17 @@ from atomdyn_launchers.job import images
 from atomdyn_launchers.job.node_check import FAIL, NOT_NEEDED, PASS, UNKNOWN
 from atomdyn_launchers.job.node_prepare import REHEARSAL_SHIM_ACTION, install_shim
 from atomdyn_launchers.job.owned_etcd import OwnedEtcdError
-from atomdyn_launchers.launch import Launch, LaunchOptions, run
-from atomdyn_launchers.localcluster import LocalCluster, missing_tools
-from atomdyn_launchers.localcluster.dockerd import exec_root as dockerd_exec_root
-from atomdyn_launchers.localcluster.procs import Proc, alive
 from atomdyn_launchers.nodes import jobs
 from atomdyn_launchers.nodes.check import check_nodes
 from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd
 from atomdyn_launchers.nodes.invoke_tasks import wipe
 from atomdyn_launchers.nodes.prepare import PrepareError, PrepareSpec, archive_dir, prepare, shim_current
 from atomdyn_launchers.nodes.rehearsal import IMAGE_TAG, rehearsal_spec
+from atomdyn_launchers.rehearsal.localcluster import LocalCluster, missing_tools
+from atomdyn_launchers.rehearsal.localcluster.dockerd import exec_root as dockerd_exec_root
+from atomdyn_launchers.rehearsal.localcluster.procs import Proc, alive
+from atomdyn_launchers.run.launch import Launch, run
+from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.slurm.client import Slurm
 
 pytestmark = pytest.mark.integration
@@ -293,7 +294,7 @@ def test_run_refuses_to_submit_when_a_node_is_unprepared(config: ClusterConfig) 
     docker_config = dataclasses.replace(config, runtime="docker", dynamo_atom_image=IMAGE_TAG)
     runs_before = sorted(config.runs_dir.glob("*-disagg-*")) if config.runs_dir.is_dir() else []
     with pytest.raises(PreflightError) as refused:
-        run("disagg", docker_config, requests=1)
+        run(LaunchOptions(kind="disagg", requests=1), docker_config)
     message = str(refused.value)
     assert f"node node2: check image failed: {IMAGE_TAG} is not present on this node" in message
     assert "node node1" not in message
@@ -309,7 +310,7 @@ def test_disagg_run_with_run_owned_etcd_serves_the_run_and_leaves_nothing(config
         "ai-dynamo in this venv (the rehearsal's mock engine)",
     )
     no_etcd = dataclasses.replace(config, etcd_endpoints=())
-    outcome = run("disagg", no_etcd, requests=4, concurrency=2)
+    outcome = run(LaunchOptions(kind="disagg", requests=4, concurrency=2), no_etcd)
     assert outcome.passed, outcome.failure
     node_check = json.loads((outcome.run_dir / "node-check.json").read_text())
     assert node_check["ok"] is True and set(node_check["nodes"]) == set(NODES)

@@ -28,11 +28,11 @@ from atomdyn_launchers.job.node_check import (
     rdma_ports,
 )
 from atomdyn_launchers.job.node_prepare import NODE, PYTHON
-from atomdyn_launchers.localcluster import dockerd
 from atomdyn_launchers.nodes import jobs
 from atomdyn_launchers.nodes.check import CheckReport
 from atomdyn_launchers.nodes.invoke_tasks import _spec
 from atomdyn_launchers.nodes.prepare import PrepareError, PrepareSpec
+from atomdyn_launchers.rehearsal.localcluster import dockerd
 
 BASE_ENV = """SLURM_ACCOUNT=a
 SLURM_PARTITION=p

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from faultkit import wait_for
 
-from atomdyn_launchers import orphans, ports
 from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.etcd.keys import KEY_ROOT
-from atomdyn_launchers.localcluster import LocalCluster
+from atomdyn_launchers.rehearsal.localcluster import LocalCluster
+from atomdyn_launchers.run import orphans, ports
 from atomdyn_launchers.slurm.client import Slurm
 
 pytestmark = pytest.mark.integration

@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers import ports
 from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.contract.rundir import RunDir
 from atomdyn_launchers.engines import get_engine
-from atomdyn_launchers.launch import LaunchOptions, Submission, plan_roles
 from atomdyn_launchers.profiles.models import DEFAULT_MODEL, get_model
+from atomdyn_launchers.run import ports
+from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.run.plan import plan_roles
+from atomdyn_launchers.run.submission import Submission
 from atomdyn_launchers.sbatch import PORTS_TAKEN_EXIT, JobSpec, ProcessSpec, failure_file, render
 
 DISAGG_ROLES = [("prefill", 1), ("decode", 0)]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers import mockmodel
+from atomdyn_launchers.profiles import mockmodel
 
 tokenizers = pytest.importorskip("tokenizers") if os.environ.get("CI") != "true" else __import__("tokenizers")
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers.launch import Outcome
-from atomdyn_launchers.launch_tasks import _bench_one
-from atomdyn_launchers.localcluster import LocalCluster
-from atomdyn_launchers.rawcopy import WARMUP_COPIES, RawCopyError, measure, measure_in_local_cluster
+from atomdyn_launchers.rehearsal.localcluster import LocalCluster
+from atomdyn_launchers.rehearsal.rawcopy import WARMUP_COPIES, RawCopyError, measure, measure_in_local_cluster
+from atomdyn_launchers.rehearsal.tasks import _bench_one
+from atomdyn_launchers.run.stages.record import Outcome
 
 pytestmark = pytest.mark.integration
 
@@ -98,7 +98,7 @@ def test_measure_by_hand_from_the_command_line(local_cluster: LocalCluster) -> N
         "--json",
     ]
     done = subprocess.run(
-        [sys.executable, "-m", "atomdyn_launchers.rawcopy", *argv],
+        [sys.executable, "-m", "atomdyn_launchers.rehearsal.rawcopy", *argv],
         capture_output=True,
         text=True,
         timeout=120,
@@ -117,7 +117,7 @@ def test_measure_by_hand_from_the_command_line(local_cluster: LocalCluster) -> N
 def test_bench_json_is_the_only_thing_on_stdout(local_cluster: LocalCluster, tmp_path: Path) -> None:
     # The mock engine moves no KV: the document holds its timeline, no transfers and no copy.
     (tmp_path / "tasks.py").write_text(
-        "from invoke import Collection\nfrom atomdyn_launchers.launch_tasks import disagg_ns\nns = Collection(disagg_ns)\n"
+        "from invoke import Collection\nfrom atomdyn_launchers.tasks import disagg_ns\nns = Collection(disagg_ns)\n"
     )
     env_file = local_cluster.state_dir / "cluster.env"
     argv = ["disagg.bench", "--runs", "1", "--requests", "2", "--json", "--config", str(env_file)]

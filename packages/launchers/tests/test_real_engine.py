@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers import answers
 from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.contract import answers
 from atomdyn_launchers.engines.vllm_cpu import LABEL, VENV_DIR
 from atomdyn_launchers.evidence import cli as evidence_cli
-from atomdyn_launchers.launch import run
+from atomdyn_launchers.run.launch import run
+from atomdyn_launchers.run.options import LaunchOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_engine]
 REQUESTS = 4
@@ -49,13 +50,18 @@ def test_real_prefill_and_decode_move_kv_over_tcp_between_the_nodes(
 ) -> None:
     # One aggregated worker first: it computes the fixed prompt's KV itself, and its answer at temperature 0
     # becomes the reference (SHARED_DIR/references) that the P/D run's answer must equal token for token.
-    agg = run("agg-single", config, engine="vllm-cpu", requests=2, runs_root=tmp_path / "runs")
+    agg = run(
+        LaunchOptions(kind="agg-single", engine="vllm-cpu", requests=2, runs_root=tmp_path / "runs"), config
+    )
     assert agg.passed, agg.failure
     reference = _answer(agg.run_dir)
     assert len(reference.tokens) == answers.MAX_TOKENS and reference.text  # every token, no early stop
 
     outcome = run(
-        "disagg", config, engine="vllm-cpu", requests=REQUESTS, concurrency=2, runs_root=tmp_path / "runs"
+        LaunchOptions(
+            kind="disagg", engine="vllm-cpu", requests=REQUESTS, concurrency=2, runs_root=tmp_path / "runs"
+        ),
+        config,
     )
     assert outcome.passed, outcome.failure
     run_json = json.loads((outcome.run_dir / "run.json").read_text())
@@ -93,12 +99,14 @@ def test_kv_transfers_that_cannot_reach_the_prefill_fail_the_nixl_gate(
     # the peer cannot use. Every P/D request then fails, and the decode worker counts the failed transfers.
     monkeypatch.setenv("ATOMDYN_MGMT_ADDR", "127.0.0.1")
     outcome = run(
-        "disagg",
+        LaunchOptions(
+            kind="disagg",
+            engine="vllm-cpu",
+            requests=2,
+            ready_timeout_s=300.0,  # ready in ~2 min with the first test's compile cache; then probes fail
+            runs_root=tmp_path / "runs",
+        ),
         config,
-        engine="vllm-cpu",
-        requests=2,
-        ready_timeout_s=300.0,  # ready in ~2 min with the first test's compile cache; then probes fail
-        runs_root=tmp_path / "runs",
     )
     assert not outcome.passed
     assert "verified response" in (outcome.failure or ""), outcome.failure

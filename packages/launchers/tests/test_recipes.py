@@ -4,14 +4,13 @@ recipes, and how command-line flags combine with a recipe."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
 from atomdyn_launchers.config import recipes
 from atomdyn_launchers.config.cluster import find_repo_root
-from atomdyn_launchers.config.recipes import RecipeError, load_recipe, merge_flags, parse_recipe
+from atomdyn_launchers.config.recipes import RecipeError, load_recipe, parse_recipe
 from atomdyn_launchers.profiles.models import get_model
 
 REPO = find_repo_root(Path(__file__).parent)
@@ -118,20 +117,6 @@ def test_slurm_time_limit_format() -> None:
     with pytest.raises(RecipeError, match=r"slurm\.time_limit"):
         parse_recipe(MINIMAL + "slurm: {time_limit: 30min}\n")
     assert parse_recipe(MINIMAL + "slurm: {time_limit: 1-00:30:00}\n").time_limit == "1-00:30:00"
-
-
-def test_flags_given_override_the_recipe() -> None:
-    recipe = parse_recipe(MINIMAL + "smoke: {requests: 32, concurrency: 8}\nmocker: {speedup_ratio: 20}\n")
-    merged = merge_flags(recipe, "disagg", {"requests": 4, "concurrency": None})
-    assert merged["requests"] == 4
-    assert merged["concurrency"] == 8
-    assert merged["speedup_ratio"] == 20
-    assert merged["engine"] == "mocker"
-
-
-def test_recipe_of_the_other_kind_is_refused() -> None:
-    with pytest.raises(RecipeError, match=re.escape("run it with `invoke disagg.run --recipe`")):
-        merge_flags(parse_recipe(MINIMAL, "x.yaml"), "agg", {})
 
 
 def test_cli_checks_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

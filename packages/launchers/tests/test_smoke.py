@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from atomdyn_launchers.smoke import SmokeClient, build_requests, check_response
+from atomdyn_launchers.run.smoke import SmokeClient, build_requests, check_response
 
 GOOD: dict[str, Any] = {
     "id": "chatcmpl-1",

@@ -13,9 +13,12 @@ from typing import Any
 
 import pytest
 
-from atomdyn_launchers import launch
 from atomdyn_launchers.config.cluster import ClusterConfig
-from atomdyn_launchers.launch import Hook, Launch, LaunchOptions, Outcome
+from atomdyn_launchers.run.context import Hook
+from atomdyn_launchers.run.launch import Launch
+from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.run.stages import stop as stop_stage
+from atomdyn_launchers.run.stages.record import Outcome
 from atomdyn_launchers.slurm.client import Slurm
 
 pytestmark = pytest.mark.integration
@@ -80,7 +83,7 @@ def test_a_refused_sigterm_is_retried_and_the_job_still_stops_cleanly(
 def test_a_sigterm_that_never_gets_through_cancels_the_job_and_says_why(
     local_cluster_config: ClusterConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(launch, "_SIGNAL_RETRY_S", 2.0)
+    monkeypatch.setattr(stop_stage, "SIGNAL_RETRY_S", 2.0)
     slurm, _ = _refused_sigterms(local_cluster_config, tmp_path, refusals=1000)
     outcome = _agg_run(local_cluster_config, tmp_path, slurm)
     assert not outcome.passed and outcome.failure is not None

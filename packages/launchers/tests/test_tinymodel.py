@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers import tinymodel
+from atomdyn_launchers.profiles import tinymodel
 from atomdyn_launchers.profiles.models import ProfileError, get_model, parse_models
 
 if os.environ.get("CI") != "true":  # in CI a missing tokenizers library fails, never skips

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers.localcluster import LocalCluster, missing_tools
+from atomdyn_launchers.rehearsal.localcluster import LocalCluster, missing_tools
 from atomdyn_launchers.validate.gpu import job_script, run_gpu_validation
 
 IN_CI = os.environ.get("CI") == "true"

@@ -14,11 +14,12 @@ import pytest
 from clusterinfra import require_cluster_infrastructure
 
 from atomdyn_launchers.config.cluster import find_repo_root
-from atomdyn_launchers.config.recipes import load_recipe, merge_flags
+from atomdyn_launchers.config.recipes import load_recipe
 from atomdyn_launchers.contract.rundir import read_jsonl
-from atomdyn_launchers.launch import Launch, LaunchOptions
-from atomdyn_launchers.localcluster import LocalCluster, cli
 from atomdyn_launchers.progress import Progress
+from atomdyn_launchers.rehearsal.localcluster import LocalCluster, cli
+from atomdyn_launchers.run.launch import Launch
+from atomdyn_launchers.run.options import Flags, resolve
 
 pytestmark = pytest.mark.integration
 REPO = find_repo_root(Path(__file__).parent)
@@ -46,10 +47,8 @@ def test_2p2d_behind_the_kv_router(four_nodes: LocalCluster) -> None:
     config = four_nodes.config()
     assert [n for n, _ in config.node_addrs] == ["node1", "node2", "node3", "node4"]
     recipe = load_recipe(REPO / "recipes" / "rehearsal-2p2d.yaml")
-    options = merge_flags(recipe, "disagg", {})
-    kind = str(options.pop("kind"))
     log = StringIO()
-    outcome = Launch(config, LaunchOptions(kind=kind, **options), progress=Progress(log)).run()  # type: ignore[arg-type]
+    outcome = Launch(config, resolve("disagg", None, Flags(), recipe), progress=Progress(log)).run()
     assert outcome.passed, outcome.failure
     run = json.loads((outcome.run_dir / "run.json").read_text(encoding="utf-8"))
     assert run["placement_verified"] is True

@@ -52,6 +52,16 @@ class Timeouts:
 
 
 @dataclass(frozen=True)
+class MockTiming:
+    """The mock engine's timing model, as a run asks for it (an engine that takes it says so: ``mock_timing``)."""
+
+    speedup_ratio: float = 10.0
+    # The KV transfer model of the P/D workers (Dynamo's --kv-transfer-bandwidth, --kv-bytes-per-token).
+    kv_transfer_bandwidth_gbps: float | None = None
+    kv_bytes_per_token: int | None = None
+
+
+@dataclass(frozen=True)
 class RoleContext:
     """Everything an engine needs to start one role; built by the launcher from the cluster config."""
 
@@ -67,7 +77,7 @@ class RoleContext:
     home_dir: str
     ports: Ports
     runtime: Runtime
-    speedup_ratio: float = 10.0
+    mock: MockTiming = field(default_factory=MockTiming)
     router_mode: str = "kv"
     extra_env: Mapping[str, str] = field(default_factory=dict)
     # etcd's TLS files or user for Dynamo, as shell text (readiness.worker_etcd_env): read on the node.
@@ -85,9 +95,6 @@ class RoleContext:
     # Which UCX path the atom engine takes: "host-vram" (validated) or "rocm" (ROCm transports).
     ucx_path: str = "host-vram"
     rdma: RdmaMounts = field(default_factory=RdmaMounts)
-    # Engine flags the run adds to the worker's command line (a recipe's engine settings, e.g. the mock
-    # engine's KV transfer model).
-    worker_args: tuple[str, ...] = ()
     # Dynamo's own etcd lease (ETCD_LEASE_TTL, seconds) for the engine's etcd grace; 0: Dynamo's default (10 s).
     dynamo_lease_ttl_s: int = 0
     # vLLM's cross-layer KV layout for the NixlConnector (KV_CROSS_LAYER_BLOCKS=yes).
@@ -226,6 +233,8 @@ class Engine(ABC):
     cross_layer_blocks_why: str = ""
     # The model profile a run uses unless one is named.
     default_model: str = DEFAULT_MODEL
+    # Whether the engine runs the mock timing model (RoleContext.mock): its values are then the run's to record.
+    mock_timing: bool = False
 
     def run_expectations(self, config: Mapping[str, str]) -> GateExpectations:
         """What the evidence of a run recorded with ``config`` (run.json's) must show; by default the engine's."""

@@ -35,11 +35,12 @@ class MockerEngine(Engine):
     cross_layer_blocks_why = "the mock engine allocates no KV cache and moves none"
     # The P/D handoff shows as different prefill and decode worker ids; cache hits in the router's kv_hit_rate.
     expectations = GateExpectations(pd_worker_split=True, router_prefix_hits=True)
+    mock_timing = True
 
     def plan(self, ctx: RoleContext) -> RolePlan:
         model = ctx.model
         argv: list[Arg] = [ctx.runtime.python, "-m", "dynamo.mocker", "--model-path", ctx.model_path]
-        argv += ["--disaggregation-mode", ctx.mode, "--speedup-ratio", f"{ctx.speedup_ratio:g}"]
+        argv += ["--disaggregation-mode", ctx.mode, "--speedup-ratio", f"{ctx.mock.speedup_ratio:g}"]
         if model.max_num_seqs is not None:
             argv += ["--max-num-seqs", str(model.max_num_seqs)]
         argv.append(
@@ -47,7 +48,7 @@ class MockerEngine(Engine):
         )
         if ctx.mode == "prefill":
             argv += ["--bootstrap-ports", str(ctx.ports.bootstrap)]
-        argv += list(ctx.worker_args)
+        argv += kv_transfer_model(ctx)
         env: dict[str, Arg] = {
             "DYN_SYSTEM_PORT": str(ctx.ports.system),
             # Serves the tokenizer files to the frontend; without it the frontend tries the model hub.
@@ -66,3 +67,15 @@ class MockerEngine(Engine):
         if not fingerprint or not fingerprint.get("accelerator"):
             return "rehearsal (CPU, mock engine)"
         return f"rehearsal (mock engine on {hardware_label(fingerprint)})"
+
+
+def kv_transfer_model(ctx: RoleContext) -> list[Arg]:
+    """The P/D workers' KV transfer model, where the run gives one (an aggregated worker moves no KV)."""
+    if ctx.mode == "agg":
+        return []
+    args: list[Arg] = []
+    if ctx.mock.kv_transfer_bandwidth_gbps is not None:
+        args += ["--kv-transfer-bandwidth", f"{ctx.mock.kv_transfer_bandwidth_gbps:g}"]
+    if ctx.mock.kv_bytes_per_token is not None:
+        args += ["--kv-bytes-per-token", str(ctx.mock.kv_bytes_per_token)]
+    return args

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_bytes
-from atomdyn_launchers.answers import ANSWERS_DIR
+from atomdyn_launchers.contract.answers import ANSWERS_DIR
 from atomdyn_launchers.contract.rundir import READY_METRICS_DIR
 from atomdyn_launchers.evidence import logscan, signals
 

@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from atomdyn_launchers.answers import ANSWER_FILE, ANSWERS_DIR, REFERENCE_FILE, Answer, differing_tokens
+from atomdyn_launchers.contract.answers import (
+    ANSWER_FILE,
+    ANSWERS_DIR,
+    REFERENCE_FILE,
+    Answer,
+    differing_tokens,
+)
 from atomdyn_launchers.contract.kinds import DISAGG_KINDS, KINDS
 from atomdyn_launchers.contract.rundir import (
     READY_METRICS_DIR,

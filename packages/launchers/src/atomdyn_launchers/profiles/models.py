@@ -48,7 +48,7 @@ class ModelProfile:
     # Settings that only ATOM needs (its recipes); the vllm profile on NVIDIA leaves them out.
     atom_env: Mapping[str, str]
     atom_args: tuple[str, ...]
-    # Set for a model built locally (atomdyn_launchers.tinymodel): the digest its directory must have.
+    # Set for a model built locally (atomdyn_launchers.profiles.tinymodel): the digest its directory must have.
     build_digest: str | None = None
 
     def vllm_args(self) -> list[str]:

@@ -1,13 +1,26 @@
-"""The checks before anything is submitted: partition, nodes, model path and etcd."""
+"""The one preflight: everything a run checks before anything is created or submitted (the run's options
+against the engine and the recipe, the venv or the images, the tiny model built and verified, the cluster's
+partition, nodes, model path and etcd, then ``nodes.check`` on the run's nodes). A failure raises
+:class:`~atomdyn_launchers.config.cluster.PreflightError` naming what to fix."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.config.etcd import etcd_access
+from atomdyn_launchers.config.recipes import resource_problems
+from atomdyn_launchers.contract.kinds import KINDS
 from atomdyn_launchers.contract.readiness import ReadinessError
+from atomdyn_launchers.engines import Engine, EngineError
 from atomdyn_launchers.etcd.client import EtcdClient
+from atomdyn_launchers.nodes.check import CheckReport, check_nodes
+from atomdyn_launchers.nodes.jobs import NodeJobError
+from atomdyn_launchers.profiles import tinymodel
+from atomdyn_launchers.profiles.models import ModelProfile
+from atomdyn_launchers.progress import Progress
+from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.run.plan import RoleSpec, model_path
 from atomdyn_launchers.slurm.client import Slurm
 
 
@@ -39,7 +52,7 @@ def check_etcd(config: ClusterConfig, timeout: float = 3.0) -> None:
         )
 
 
-def preflight(
+def cluster_checks(
     config: ClusterConfig,
     nodes: Iterable[str],
     *,
@@ -55,3 +68,71 @@ def preflight(
         check_model_path(config)
     if need_etcd:
         check_etcd(config)
+
+
+def check_run(
+    config: ClusterConfig,
+    options: LaunchOptions,
+    engine: Engine,
+    model: ModelProfile,
+    roles: Sequence[RoleSpec],
+    *,
+    slurm: Slurm,
+    progress: Progress,
+) -> CheckReport | None:
+    """Refuse what cannot run before anything is created or submitted; the node report, if checked."""
+    if options.kind not in KINDS:
+        raise PreflightError(f"unknown run kind {options.kind!r}")
+    if options.concurrency < 1 or options.resolved_requests() < 1:
+        raise PreflightError("requests and concurrency must be at least 1")
+    if config.kv_cross_layer_blocks == "yes" and not engine.cross_layer_blocks:
+        why = engine.cross_layer_blocks_why
+        raise PreflightError(f"KV_CROSS_LAYER_BLOCKS=yes: engine {engine.name} cannot ({why})")
+    if options.recipe is not None:
+        problems = resource_problems(options.recipe, engine.needs_gpus(), model.gpus_per_worker)
+        if problems:
+            raise PreflightError(f"recipe {options.recipe.source}: " + "; ".join(problems))
+    python = config.python_venv / "bin" / "python"
+    if config.runtime == "venv" and not python.exists():
+        raise PreflightError(f"PYTHON_VENV {config.python_venv} has no bin/python (jobs run with it)")
+    if config.runtime == "venv":
+        module = engine.dynamo_module
+        venv = engine.venv(config.python_venv, config.project_dir)
+        if not any(venv.glob(f"lib/python3*/site-packages/dynamo/{module}/__main__.py")):
+            raise PreflightError(
+                f"{venv} has no dynamo.{module} (install ai-dynamo==1.3.0.post1 there; jobs run with "
+                f"that venv{'; scripts/bootstrap.sh makes it' if venv != config.python_venv else ''})"
+            )
+    if model.build_digest is not None:
+        try:  # built on the shared filesystem before anything is submitted; its digest checked
+            tinymodel.build(model_path(config, model), model.build_digest)
+        except (tinymodel.TinyModelError, OSError, RuntimeError) as exc:
+            raise PreflightError(f"model {model.name}: {exc}") from None
+    if config.runtime == "docker":
+        try:
+            images = engine.images(options.kind, config.dynamo_atom_image, config.nixl_image)
+        except EngineError as exc:
+            raise PreflightError(str(exc)) from None
+        if not images:
+            raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
+    problems = engine.launch_problems(options.kind, [r.node for r in roles], config.ucx_net_devices_for)
+    if problems:
+        raise PreflightError("; ".join(problems))
+    if engine.needs_gpus() and model.gpus_per_worker > config.gpus_per_node:
+        raise PreflightError(
+            f"model profile {model.name} needs {model.gpus_per_worker} GPUs per worker; "
+            f"GPUS_PER_NODE is {config.gpus_per_node}"
+        )
+    nodes = list(dict.fromkeys(r.node for r in roles))
+    cluster_checks(config, nodes, slurm=slurm, need_etcd=config.etcd_endpoint is not None)
+    if config.etcd_endpoint is not None:
+        EtcdClient(etcd_access(config)).version()
+    if not options.node_check:
+        return None
+    try:
+        with progress.heartbeat(f"nodes.check on {', '.join(nodes)}"):
+            report = check_nodes(config, nodes, engine=engine.name, kind=options.kind, slurm=slurm)
+    except NodeJobError as exc:
+        raise PreflightError(f"node check could not run: {exc}") from exc
+    report.require_ok()
+    return report

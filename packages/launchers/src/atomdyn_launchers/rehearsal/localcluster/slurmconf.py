@@ -8,7 +8,7 @@ has (they share it). Fake GPUs are character devices (``/dev/null``'s numbers) l
 
 from __future__ import annotations
 
-from atomdyn_launchers.localcluster.layout import (
+from atomdyn_launchers.rehearsal.localcluster.layout import (
     HEAD,
     PARTITION,
     SLURMCTLD_PORT,

@@ -18,10 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_json
-from atomdyn_launchers import ports
+from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
+from atomdyn_launchers.config.etcd import etcd_access
 from atomdyn_launchers.contract.readiness import ReadinessError
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.etcd.keys import KEY_ROOT
+from atomdyn_launchers.progress import Progress
+from atomdyn_launchers.run import ports
 from atomdyn_launchers.slurm.client import JobPoller, Slurm, SlurmError
 
 SETTLE_S = 20.0  # a job script honours SIGTERM within its stop grace (5 s); this leaves room for Slurm
@@ -111,3 +114,16 @@ def _settle(slurm: Slurm, jobs: list[int]) -> list[int]:
                 slurm.cancel(left)
             return left
         time.sleep(max(0.0, min(poller.next_due(), deadline) - time.monotonic()))
+
+
+def clean_before_run(config: ClusterConfig, slurm: Slurm, progress: Progress) -> None:
+    """Stop what runs whose launcher died left behind (their jobs, etcd keys and port leases)."""
+    try:
+        found = find(config.shared_dir, slurm)
+    except (ports.PortError, SlurmError) as exc:
+        raise PreflightError(f"looking for orphaned runs: {exc}") from exc
+    if not found:
+        return
+    etcd = EtcdClient(etcd_access(config)) if config.etcd_endpoint is not None else None
+    for line in clean(config.shared_dir, slurm, found, etcd):
+        progress.line(line)

@@ -325,7 +325,7 @@ def write_report(run_dir: Path, out_dir: Path, label: str, evidence_dir: Path | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m atomdyn_launchers.benchmark", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m atomdyn_launchers.run.benchmark", description=__doc__)
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--label", required=True, help="platform label for the table and plot titles")

@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json
-from atomdyn_launchers import mockmodel
-from atomdyn_launchers.modeldir import install_staged
+from atomdyn_launchers.profiles import mockmodel
+from atomdyn_launchers.profiles.modeldir import install_staged
 
 # Bump when the generated content changes; the profile's recorded digest must change with it.
 GENERATOR_VERSION = 1

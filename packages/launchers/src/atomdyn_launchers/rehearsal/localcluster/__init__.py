@@ -1,6 +1,6 @@
 """The local two-node Slurm cluster with etcd: the embedded default cluster and the test fixture's cluster."""
 
-from atomdyn_launchers.localcluster.cluster import (
+from atomdyn_launchers.rehearsal.localcluster.cluster import (
     ClusterStatus,
     DownResult,
     LocalCluster,

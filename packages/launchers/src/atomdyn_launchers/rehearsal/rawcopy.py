@@ -7,7 +7,7 @@ node (the decode node) times each request until its last byte has arrived. Both 
 project's Python inside the node as its jobs are (``LocalCluster.node_command``: the node's network namespace,
 so the bytes cross the cluster's veth link and bridge), on the nodes' own addresses.
 
-``python -m atomdyn_launchers.rawcopy measure --bytes N`` measures between the running local cluster's
+``python -m atomdyn_launchers.rehearsal.rawcopy measure --bytes N`` measures between the running local cluster's
 PREFILL_NODE and DECODE_NODE by hand.
 """
 
@@ -162,7 +162,7 @@ def measure(
     if copies < 1:
         raise RawCopyError(f"copies must be at least 1, not {copies}")
     deadline = time.monotonic() + timeout_s
-    module = [python, "-m", "atomdyn_launchers.rawcopy"]  # not __name__: "__main__" when run as one
+    module = [python, "-m", "atomdyn_launchers.rehearsal.rawcopy"]  # not __name__: "__main__" when run as one
     server = subprocess.Popen(
         node_command(source, [*module, "serve", source_addr, "--timeout", str(timeout_s)]),
         stdin=subprocess.DEVNULL,
@@ -203,7 +203,7 @@ def measure_in_local_cluster(
 ) -> RawCopy:
     """:func:`measure` between two nodes of the local cluster at ``state_dir`` (default: its PREFILL_NODE to
     its DECODE_NODE), on the nodes' cluster addresses."""
-    from atomdyn_launchers.localcluster.cluster import LocalCluster, LocalClusterError
+    from atomdyn_launchers.rehearsal.localcluster.cluster import LocalCluster, LocalClusterError
 
     cluster = LocalCluster(state_dir)
     try:
@@ -220,7 +220,7 @@ def measure_in_local_cluster(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m atomdyn_launchers.rawcopy", description=__doc__.split("\n\n")[0]
+        prog="python -m atomdyn_launchers.rehearsal.rawcopy", description=__doc__.split("\n\n")[0]
     )
     sub = parser.add_subparsers(dest="command", required=True)
     srv = sub.add_parser("serve", help="(inside the source node) answer reads of N bytes")

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_json
-from atomdyn_launchers.modeldir import install_staged
+from atomdyn_launchers.profiles.modeldir import install_staged
 
 # Bump when the generated content changes so cached directories are regenerated.
 GENERATOR_VERSION = 1

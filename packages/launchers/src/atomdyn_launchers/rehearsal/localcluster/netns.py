@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from atomdyn_launchers.localcluster.layout import HEAD, Layout
+from atomdyn_launchers.rehearsal.localcluster.layout import HEAD, Layout
 
 
 def _ip(*args: str, stdin: str | None = None) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from atomdyn_core.console import quiet_broken_pipe
 from atomdyn_launchers import __version__
-from atomdyn_launchers.localcluster.cluster import LocalCluster, LocalClusterError
+from atomdyn_launchers.rehearsal.localcluster.cluster import LocalCluster, LocalClusterError
 
 __all__ = ["LocalClusterError", "down", "main", "status", "up"]
 

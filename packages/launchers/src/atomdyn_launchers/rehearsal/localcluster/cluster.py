@@ -35,7 +35,6 @@ from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from atomdyn_core.dockerd import find_dockerd
-from atomdyn_launchers import orphans, ports
 from atomdyn_launchers.config.cluster import (
     ClusterConfig,
     default_local_state_dir,
@@ -43,8 +42,8 @@ from atomdyn_launchers.config.cluster import (
     load_cluster_config,
 )
 from atomdyn_launchers.contract.direct_http import DIRECT
-from atomdyn_launchers.localcluster import dockerd, netns, procs, slurmconf
-from atomdyn_launchers.localcluster.layout import (
+from atomdyn_launchers.rehearsal.localcluster import dockerd, netns, procs, slurmconf
+from atomdyn_launchers.rehearsal.localcluster.layout import (
     ACCOUNT,
     ETCD_CLIENT_PORT,
     ETCD_PEER_PORT,
@@ -56,7 +55,8 @@ from atomdyn_launchers.localcluster.layout import (
     pick_subnet,
     tag_for,
 )
-from atomdyn_launchers.localcluster.procs import Proc
+from atomdyn_launchers.rehearsal.localcluster.procs import Proc
+from atomdyn_launchers.run import orphans, ports
 from atomdyn_launchers.slurm.client import Slurm, SlurmError
 
 REQUIRED_TOOLS = (
@@ -445,7 +445,7 @@ class LocalCluster:
     def _ensure_model(self, config: ClusterConfig, log: Callable[[str], None]) -> None:
         """MODEL_PATH of the local cluster is the mock engine's generated model directory (no downloads)."""
         try:
-            from atomdyn_launchers import mockmodel
+            from atomdyn_launchers.profiles import mockmodel
 
             if not mockmodel.is_complete(config.model_path):
                 mockmodel.generate(config.model_path)

@@ -1,0 +1,293 @@
+"""A run, stage by stage: aggregated or disaggregated, from the options to ``run.json``.
+
+  preflight  options, engine, recipe, venv or images, tiny model, partition, nodes, model path, etcd and
+             nodes.check (run/preflight.py): nothing is created or submitted when one fails
+  etcd       ETCD_ENDPOINTS, or an etcd the run starts in a job of its own (run/etcd_session.py)
+
+then, over one RunContext and its Monitor, the stages of SERVING in order (run/stages/):
+
+  watch_etcd the role watch and the launcher's presence key
+  submit     one sbatch job per role, each pinned to its node with --nodelist
+  watch      until every role registered in etcd (its processes healthy) and the frontend lists them
+  smoke      a verified response (P/D: different prefill and decode workers), the fixed prompt where the
+             engine's answers are compared, the smoke requests, each checked, the metrics
+  benchmark  the recipe's serving benchmark (aiperf sweep), when it asks for one
+
+and always, however the stages ended:
+
+  stop       SIGTERM to each job script (it stops its processes and exits 0), wait for Slurm to settle
+  record     job states and placement from Slurm, run.json
+
+While a stage waits, the monitor watches the jobs and the etcd registrations: the first role to fail fails the
+run, the stages left are skipped, the jobs are stopped and every log is kept. Ctrl-C (or SIGTERM) stops the jobs
+the same way. A dry run is the same pipeline stopped before submit: the preflight (unless offline), then every
+job script and the sbatch command that would submit it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+from atomdyn_core.atomic import atomic_write_text
+from atomdyn_launchers.config.cluster import (
+    ClusterConfig,
+    PreflightError,
+    find_repo_root,
+    load_cluster_config,
+    resolve_cluster_config,
+)
+from atomdyn_launchers.contract.readiness import ReadinessError
+from atomdyn_launchers.contract.rundir import RunDir
+from atomdyn_launchers.engines import Engine, get_engine
+from atomdyn_launchers.nodes.check import CheckReport
+from atomdyn_launchers.profiles.models import ModelProfile, get_model
+from atomdyn_launchers.progress import Progress
+from atomdyn_launchers.run import ports as port_leases
+from atomdyn_launchers.run.context import Hook, LaunchFailure, RunContext, ready_timeout_s
+from atomdyn_launchers.run.etcd_session import close_session, open_session
+from atomdyn_launchers.run.metrics import scrape_metrics
+from atomdyn_launchers.run.monitor import Monitor
+from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.run.orphans import clean_before_run
+from atomdyn_launchers.run.plan import plan_roles, required_instances, write_resolved_recipe
+from atomdyn_launchers.run.preflight import check_run
+from atomdyn_launchers.run.stages.benchmark import benchmark
+from atomdyn_launchers.run.stages.etcd import watch_etcd
+from atomdyn_launchers.run.stages.record import Outcome, record
+from atomdyn_launchers.run.stages.smoke import smoke
+from atomdyn_launchers.run.stages.stop import cancel_hard, stop
+from atomdyn_launchers.run.stages.submit import submit
+from atomdyn_launchers.run.stages.watch import watch
+from atomdyn_launchers.run.submission import Submission, write_jobs
+from atomdyn_launchers.slurm.client import Slurm, SlurmError
+
+Stage = Callable[[RunContext, Monitor], None]
+
+SERVING: tuple[Stage, ...] = (watch_etcd, submit, watch, smoke, benchmark)
+
+# What fails a run (and skips the stages left); anything else is a bug and propagates after the jobs stopped.
+RUN_FAILURES = (LaunchFailure, ReadinessError, SlurmError, PreflightError)
+
+
+class Launch:
+    """One run of ``options`` on the cluster ``config`` describes."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        options: LaunchOptions,
+        *,
+        progress: Progress | None = None,
+        slurm: Slurm | None = None,
+        hook: Hook | None = None,
+    ) -> None:
+        self.config = config
+        self.options = options
+        self.engine: Engine = get_engine(options.engine or config.engine_profile)
+        self.progress = progress or Progress()
+        self.slurm = slurm or Slurm(config)
+        self.hook = hook
+        self.model: ModelProfile = get_model(options.model or self.engine.default_model)
+        self.roles = plan_roles(
+            options.kind, config, options.prefill_workers, options.decode_workers, options.nodes
+        )
+
+    def preflight(self) -> CheckReport | None:
+        """Refuse what cannot run before anything is created or submitted; the node report, if checked."""
+        return check_run(
+            self.config,
+            self.options,
+            self.engine,
+            self.model,
+            self.roles,
+            slurm=self.slurm,
+            progress=self.progress,
+        )
+
+    def clean_orphans(self) -> None:
+        """Stop what runs whose launcher died left behind (their jobs, etcd keys and port leases)."""
+        clean_before_run(self.config, self.slurm, self.progress)
+
+    def run(self) -> Outcome:
+        """Run once. Preflight errors raise PreflightError before anything is created or submitted."""
+        self.clean_orphans()
+        report = self.preflight()
+        rundir = self._run_dir(self.options.runs_root or self.config.runs_dir)
+        self.progress.line(f"run {rundir.run_id} -> {rundir.path}")
+        if report is not None:  # the node check, kept as evidence
+            atomic_write_text(rundir.path / "node-check.json", json.dumps(report.to_json(), indent=2) + "\n")
+        lease = port_leases.allocate(
+            self.config.shared_dir, rundir.run_id, rundir.path, [(r.role, r.index) for r in self.roles]
+        )
+        self.progress.line(
+            f"ports {lease.block_start}-{lease.block_start + port_leases.BLOCK - 1} (ports.json)"
+        )
+        try:
+            etcd = open_session(
+                self.config,
+                self.engine,
+                self.options.kind,
+                rundir.path,
+                rundir.run_id,
+                slurm=self.slurm,
+                progress=self.progress,
+                lock_path=self.options.lock_path,
+            )
+            ctx = RunContext(
+                config=self.config,
+                options=self.options,
+                engine=self.engine,
+                model=self.model,
+                roles=self.roles,
+                slurm=self.slurm,
+                progress=self.progress,
+                hook=self.hook,
+                rundir=rundir,
+                etcd=etcd,
+                ports=lease.roles,
+            )
+            return serve(ctx, Monitor(ctx))
+        finally:
+            port_leases.release(self.config.shared_dir, rundir.run_id)
+
+    def dry_run(self) -> Path:
+        """Preflight (unless offline), then every job script and the resolved recipe in a run directory under
+        <runs>/dry-run; nothing is submitted. Returns the directory."""
+        if self.options.offline:
+            self.progress.line("OFFLINE REVIEW: preflight not run; nothing was checked against the cluster")
+            preflight_state = "not run (--offline): an offline review, nothing checked against the cluster"
+        else:
+            self.preflight()
+            preflight_state = "passed"
+        runs_root = (self.options.runs_root or self.config.runs_dir) / "dry-run"
+        if self.options.offline and self.options.runs_root is None and not self.config.shared_dir.is_dir():
+            # The cluster's shared filesystem is not mounted here: the review goes into this checkout.
+            runs_root = find_repo_root() / ".atomdyn" / "dry-run"
+            self.progress.line(f"SHARED_DIR {self.config.shared_dir} is not here: writing under {runs_root}")
+        rundir = self._run_dir(runs_root)
+        owned = self.config.etcd_endpoint is None
+        endpoint = "http://run-owned-etcd.invalid:2379" if owned else self.config.require_etcd()
+        submission = Submission(
+            self.config,
+            self.options,
+            self.engine,
+            self.model,
+            rundir,
+            endpoint,
+            ready_timeout_s(self.options, self.engine),
+        )
+        roles: list[dict[str, object]] = []
+        for role_job in write_jobs(submission, self.roles):
+            spec = role_job.spec
+            sbatch = self.slurm.sbatch_args(
+                job_name=role_job.job.job_name,
+                nodelist=spec.node,
+                gres=role_job.gres,
+                output=role_job.output,
+                chdir=rundir.path,
+            )
+            roles.append(
+                {"role": spec.role, "mode": spec.mode, "node": spec.node, "frontend": spec.with_frontend,
+                 "script": str(role_job.script.relative_to(rundir.path)),
+                 "sbatch": [*sbatch, str(role_job.script)]}
+            )  # fmt: skip
+            self.progress.line(f"dry run: {spec.role} ({spec.mode}) on {spec.node} -> {role_job.script}")
+        plan = {
+            "dry_run": True,
+            "submitted": [],
+            "preflight": preflight_state,
+            "etcd": "run-owned: started in a job of its own at submit (endpoint known then)"
+            if owned
+            else endpoint,
+            "roles": roles,
+            "frontend_must_list": required_instances(
+                self.options.kind, self.options.prefill_workers, self.options.decode_workers
+            ),
+        }
+        atomic_write_text(rundir.path / "dry-run.json", json.dumps(plan, indent=2) + "\n")
+        self.progress.line(f"dry run: nothing submitted; scripts and recipe.json in {rundir.path}")
+        return rundir.path
+
+    def _run_dir(self, runs_root: Path) -> RunDir:
+        """A new run directory with the resolved recipe in it."""
+        rundir = RunDir.create(runs_root, self.options.kind, self.engine.name)
+        write_resolved_recipe(rundir.path, self.options, self.engine, self.model, self.roles)
+        return rundir
+
+
+def serve(ctx: RunContext, monitor: Monitor) -> Outcome:
+    """SERVING in order until one fails; then, always, stop and record."""
+    with _interrupts_as_keyboard():
+        try:
+            try:
+                for stage in SERVING:
+                    stage(ctx, monitor)
+            except RUN_FAILURES as exc:
+                monitor.fail(str(exc))
+                # What the running workers counted is what explains a failure (e.g. failed KV transfers).
+                scrape_metrics(ctx, monitor)
+            except KeyboardInterrupt:
+                monitor.fail("interrupted (Ctrl-C or SIGTERM): jobs stopped")
+            finally:
+                stop(ctx, monitor)
+        except KeyboardInterrupt:
+            monitor.fail("interrupted again during shutdown: jobs were cancelled")
+            cancel_hard(ctx, monitor)
+        finally:
+            close_session(ctx.etcd, monitor.fail)
+            outcome = record(ctx, monitor)
+    return outcome
+
+
+@contextmanager
+def _interrupts_as_keyboard() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt while a run is active, so both stop the jobs cleanly."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run(
+    options: LaunchOptions,
+    config: ClusterConfig | None = None,
+    *,
+    config_path: Path | None = None,
+    progress: Progress | None = None,
+    hook: Hook | None = None,
+) -> Outcome:
+    """One call for tools (``nox -s demo``, the invoke tasks): resolve the cluster config, run, return the
+    outcome."""
+    cfg = config or resolve_cluster_config(config_path)
+    return Launch(cfg, options, progress=progress, hook=hook).run()
+
+
+def dry_run(
+    options: LaunchOptions,
+    config: ClusterConfig | None = None,
+    *,
+    config_path: Path | None = None,
+    progress: Progress | None = None,
+    slurm: Slurm | None = None,
+) -> Path:
+    """Preflight (unless ``options.offline``) and write every script without submitting; the run directory's
+    path. Offline, a config file that cannot be resolved against this machine is read as is."""
+    if config is None and config_path is not None and options.offline:
+        cfg = load_cluster_config(config_path)
+    else:
+        cfg = config or resolve_cluster_config(config_path)
+    return Launch(cfg, options, progress=progress, slurm=slurm).dry_run()

@@ -1,0 +1,143 @@
+"""Stage record: job states and placement from Slurm, the run's etcd keys deleted, run.json written; the
+run's :class:`Outcome`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from atomdyn_launchers.contract.answers import FIXED_PROMPT
+from atomdyn_launchers.contract.readiness import ReadinessError
+from atomdyn_launchers.contract.rundir import format_exit_code, read_jsonl
+from atomdyn_launchers.run import benchmark as serving_benchmark
+from atomdyn_launchers.run.context import RunContext
+from atomdyn_launchers.run.lockinfo import checkout_lock_digest, run_lock_digest
+from atomdyn_launchers.run.monitor import Monitor
+from atomdyn_launchers.run.smoke import SmokeResult
+from atomdyn_launchers.slurm.client import JobInfo, SlurmError
+
+
+@dataclass
+class Outcome:
+    run_id: str
+    run_dir: Path
+    passed: bool
+    failure: str | None
+    timeline: list[dict[str, object]] = field(default_factory=list)
+    results: list[SmokeResult] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+
+def record(ctx: RunContext, monitor: Monitor) -> Outcome:
+    placement = _final_jobs(ctx, monitor)
+    if monitor.failure is None:
+        unclean = [
+            f"{role} ({rec.state}, exit {rec.exit_code}"
+            + (
+                f"; cancelled: SIGTERM not delivered: {monitor.hard_cancelled[role]})"
+                if role in monitor.hard_cancelled
+                else ")"
+            )
+            for role, rec in monitor.jobs.items()
+            if rec.state != "COMPLETED" or rec.exit_code != "0:0"
+        ]
+        if unclean:
+            monitor.fail("jobs did not stop cleanly: " + ", ".join(unclean))
+        elif not placement:
+            monitor.fail(
+                "placement not verified: "
+                + ", ".join(f"{r} asked {j.node_requested} ran {j.node_ran}" for r, j in monitor.jobs.items())
+            )
+    with suppress(ReadinessError):
+        ctx.etcd.client.delete_prefix(ctx.etcd.prefix)
+    passed = monitor.failure is None
+    if monitor.failure is not None:  # a failed run's benchmark figures are never a result
+        serving_benchmark.mark_failed(ctx.rundir.path, monitor.failure)
+    fingerprints = role_files(ctx.rundir.path, "fingerprints")
+    lock_digest, lock_source = run_lock_digest(
+        ctx.config.runtime,
+        role_files(ctx.rundir.path, "images"),
+        checkout_lock_digest(ctx.options.lock_path, ctx.config.project_dir),
+    )
+    ctx.rundir.write_run(
+        kind=ctx.options.kind,
+        engine=ctx.engine.name,
+        model=ctx.model.name,
+        runtime=ctx.config.runtime,
+        platform=ctx.engine.platform_of(fingerprints),
+        lock_digest=lock_digest,
+        config=ctx.config.redacted(),
+        jobs=list(monitor.jobs.values()),
+        placement_verified=placement,
+        result="pass" if passed else "fail",
+        failure=monitor.failure,
+        extra={
+            "requests_total": ctx.options.resolved_requests(),
+            "requests_ok": sum(1 for r in monitor.results if r.ok),
+            "registrations": {r: json.loads(reg.to_json()) for r, reg in monitor.registrations.items()},
+            "lock_digest_source": lock_source,
+            "ports": {role: dataclasses.asdict(p) for role, p in ctx.ports.items()},
+            "slurm_calls": ctx.slurm.call_counts(),
+            # The KV correctness check was part of this run (answers.py); evidence of older runs lacks it.
+            **({"fixed_prompt": FIXED_PROMPT} if ctx.engine.expectations.aggregated_answer else {}),
+        },
+    )
+    calls = ctx.slurm.call_counts()
+    ctx.progress.line(
+        f"slurm: {calls['total']} commands in {calls['seconds']} s ({calls['per_minute']} a minute), "
+        "run.json slurm_calls"
+    )
+    monitor.event("done", detail="pass" if passed else f"fail: {monitor.failure}")
+    ctx.progress.line(f"{'PASS' if passed else 'FAIL'}: {ctx.rundir.path}")
+    return Outcome(
+        run_id=ctx.rundir.run_id,
+        run_dir=ctx.rundir.path,
+        passed=passed,
+        failure=monitor.failure,
+        timeline=read_jsonl(ctx.rundir.path / "timeline.jsonl"),
+        results=list(monitor.results),
+    )
+
+
+def _final_jobs(ctx: RunContext, monitor: Monitor) -> bool:
+    """Fill job records from Slurm; return True when placement matches what was asked."""
+    verified = True
+    for role, job in monitor.jobs.items():
+        info: JobInfo | None = None
+        if job.job_id is not None:
+            try:
+                info = ctx.slurm.job(job.job_id)
+            except SlurmError:
+                info = None
+        if info is not None:
+            job.state = info.state
+            job.node_ran = info.nodes
+            job.exit_code = format_exit_code(info.exit_code)
+            job.derived_exit_code = format_exit_code(info.derived_exit_code)
+        reg = monitor.registrations.get(role)
+        if job.node_ran != job.node_requested or reg is None or reg.node != job.node_requested:
+            verified = False
+    nodes = [j.node_ran for j in monitor.jobs.values()]
+    if len(nodes) > 1 and len(set(nodes)) != len(nodes):
+        verified = False
+    return verified and bool(monitor.jobs)
+
+
+def role_files(run_path: Path, sub: str) -> dict[str, dict[str, Any]]:
+    """role -> the JSON object each job wrote to <run dir>/<sub>/<role>.json (unreadable ones left out)."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted((run_path / sub).glob("*.json")):
+        try:
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(loaded, dict):
+            found[path.stem] = loaded
+    return found

@@ -1,0 +1,140 @@
+"""Stage smoke: probe until one response is verified (P/D: different prefill and decode workers), ask the
+fixed prompt where the engine's answers are compared with an aggregated run's, then send the smoke requests,
+each checked, and keep the workers' metrics."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+
+from atomdyn_launchers.contract.answers import (
+    ANSWER_FILE,
+    ANSWERS_DIR,
+    FIXED_PROMPT,
+    REFERENCE_FILE,
+    Answer,
+    write_answer,
+)
+from atomdyn_launchers.contract.kinds import DISAGG_KINDS
+from atomdyn_launchers.contract.rundir import requests_done_detail
+from atomdyn_launchers.run.answers import AnswerError, ask, reference_for
+from atomdyn_launchers.run.context import LaunchFailure, RunContext
+from atomdyn_launchers.run.metrics import scrape_metrics
+from atomdyn_launchers.run.monitor import Monitor
+from atomdyn_launchers.run.smoke import (
+    ABORTED,
+    SmokeClient,
+    SmokeRequest,
+    SmokeResult,
+    build_requests,
+    run_smoke,
+)
+
+
+def smoke(ctx: RunContext, monitor: Monitor) -> None:
+    first_good(ctx, monitor)
+    fixed_answer(ctx, monitor)
+    requests(ctx, monitor)
+    scrape_metrics(ctx, monitor)
+
+
+def _client(ctx: RunContext, monitor: Monitor) -> SmokeClient:
+    return SmokeClient(
+        monitor.frontend_url(), monitor.served_model_name(), timeout_s=ctx.options.request_timeout_s
+    )
+
+
+def first_good(ctx: RunContext, monitor: Monitor) -> None:
+    client = _client(ctx, monitor)
+    probe = SmokeRequest(index=-1, prompt_group=-1, prompt="Readiness probe: say hello.", max_tokens=8)
+    attempts = 0
+    last: SmokeResult | None = None
+
+    def verified() -> str | None:
+        nonlocal attempts, last
+        attempts += 1
+        last = client.send(probe, ctx.options.kind == "disagg")
+        return None if last.ok else f"last probe: {last.error}"
+
+    monitor.wait_until("a verified response", verified)
+    assert last is not None
+    detail = f"after {attempts} probe(s): prefill {last.prefill_worker_id} decode {last.decode_worker_id}"
+    monitor.event("first_good_response", detail=detail)
+    ctx.progress.line(f"first verified response {detail}")
+    scrape_metrics(ctx, monitor, at_ready=True)
+
+
+def fixed_answer(ctx: RunContext, monitor: Monitor) -> None:
+    """For engines whose P/D answers are checked against aggregated ones: ask the fixed prompt once; an
+    aggregated run records the reference, a P/D run takes the reference it finds (answers.py)."""
+    if not ctx.engine.expectations.aggregated_answer:
+        return
+    key, reference = reference_for(ctx.config, ctx.engine, ctx.model, ctx.options.lock_path)
+    try:
+        tokens, text = ask(monitor.frontend_url(), monitor.served_model_name(), ctx.options.request_timeout_s)
+    except AnswerError as exc:
+        raise LaunchFailure(str(exc)) from None
+    answer = Answer(ctx.rundir.run_id, key, FIXED_PROMPT, tokens, text)
+    out = ctx.rundir.path / ANSWERS_DIR
+    write_answer(out / ANSWER_FILE, answer)
+    if ctx.options.kind not in DISAGG_KINDS:
+        write_answer(reference, answer)
+        ctx.progress.line(f"fixed prompt answered ({len(tokens)} tokens): the reference for P/D runs ({key})")
+    elif reference.is_file():
+        shutil.copyfile(reference, out / REFERENCE_FILE)
+        ctx.progress.line(f"fixed prompt answered ({len(tokens)} tokens); aggregated reference {key} taken")
+    else:
+        ctx.progress.line(
+            f"fixed prompt answered; no aggregated reference for {key} yet "
+            f"(an aggregated run of engine {ctx.engine.name} records it)"
+        )
+
+
+def requests(ctx: RunContext, monitor: Monitor) -> None:
+    options = ctx.options
+    total = options.resolved_requests()
+    batch = build_requests(total, options.prompt_groups, max_tokens=options.max_tokens)
+    client = _client(ctx, monitor)
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def on_result(result: SmokeResult) -> None:
+        if result.error == ABORTED:
+            return  # never sent: not a smoke request of this run
+        with lock:
+            monitor.results.append(result)
+            monitor.done_count += 1
+        ctx.rundir.request(result.record())
+
+    worker = threading.Thread(
+        target=lambda: run_smoke(
+            client,
+            batch,
+            concurrency=options.concurrency,
+            require_pd=options.kind == "disagg",
+            on_result=on_result,
+            stop=stop,
+        ),
+        name="smoke",
+        daemon=True,
+    )
+    monitor.done_count = 0
+    worker.start()
+    try:
+        while worker.is_alive():
+            monitor.poll()
+            worker.join(timeout=0)
+    except BaseException:
+        stop.set()
+        # Requests in flight end quickly once the jobs stop; do not let one hold up the shutdown.
+        worker.join(timeout=5)
+        raise
+    bad = [r for r in monitor.results if not r.ok]
+    ok = total - len(bad)
+    monitor.event("requests_done", detail=requests_done_detail(ok, total))
+    ctx.progress.line(f"requests done: {requests_done_detail(ok, total)}")
+    if bad:
+        first = sorted(bad, key=lambda r: r.index)[0]
+        raise LaunchFailure(
+            f"{len(bad)} of {total} smoke requests failed; first: #{first.index}: {first.error}"
+        )

@@ -1,0 +1,190 @@
+"""What the submit stage renders: every job script and its sbatch options, from the run's inputs alone (no
+live objects: the golden snapshots build one from a fixed config, and a dry run writes the same scripts)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
+from atomdyn_launchers.config.etcd import etcd_access, worker_etcd_env
+from atomdyn_launchers.contract.leases import ETCD_LOST_S, LEASE_TTL_S
+from atomdyn_launchers.contract.ports import Ports
+from atomdyn_launchers.contract.rundir import RunDir
+from atomdyn_launchers.engines import Engine
+from atomdyn_launchers.engines.base import MockTiming, RoleContext, RolePlan
+from atomdyn_launchers.engines.runtime import DockerRuntime, RdmaMounts, Runtime, VenvRuntime
+from atomdyn_launchers.etcd.keys import launcher_key, run_prefix
+from atomdyn_launchers.nodes import jobs
+from atomdyn_launchers.nodes.prepare import shim_current
+from atomdyn_launchers.profiles.models import ModelProfile
+from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.run.plan import RoleSpec, model_path
+from atomdyn_launchers.run.ports import named_ports
+from atomdyn_launchers.sbatch import Arg, JobSpec, Shell, pid_var, render
+
+
+@dataclass(frozen=True)
+class Submission:
+    """The inputs of every job script and command line of a run."""
+
+    config: ClusterConfig
+    options: LaunchOptions
+    engine: Engine
+    model: ModelProfile
+    rundir: RunDir
+    etcd_endpoint: str
+    ready_timeout_s: float
+    ports: Mapping[str, Ports] = field(default_factory=dict)  # per role; empty: Ports.for_role
+
+    @property
+    def etcd_prefix(self) -> str:
+        return run_prefix(self.rundir.run_id)
+
+    def runtime(self) -> Runtime:
+        config = self.config
+        if config.runtime == "venv":
+            return VenvRuntime(self.engine.venv(config.python_venv, config.project_dir))
+        images = self.engine.images(self.options.kind, config.dynamo_atom_image, config.nixl_image)
+        if not images:
+            raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
+        mounts = sorted({str(config.shared_dir), str(config.model_path), str(config.project_dir)})
+        return DockerRuntime(
+            images[0], f"atomdyn-{self.rundir.run_id}", mounts, lock_memory=self.engine.vendor != "none"
+        )
+
+    def node_python(self) -> list[str]:
+        """How a job runs this project's modules on the node, outside any container: in the venv runtime its
+        venv (preflight requires it), else as the node jobs do."""
+        if self.config.runtime == "venv":
+            return [str(self.config.python_venv / "bin" / "python")]
+        return jobs.node_python(self.config)
+
+    def role_context(self, spec: RoleSpec, runtime: Runtime) -> RoleContext:
+        run_id = self.rundir.run_id
+        return RoleContext(
+            run_id=run_id,
+            role=spec.role,
+            mode=spec.mode,
+            with_frontend=spec.with_frontend,
+            index=spec.index,
+            model=self.model,
+            model_path=str(model_path(self.config, self.model)),
+            etcd_endpoint=self.etcd_endpoint,
+            namespace=f"atomdyn-{run_id.lower()}",
+            home_dir=str(self.rundir.home / spec.role),
+            ports=self.ports[spec.role] if self.ports else Ports.for_role(spec.index),
+            runtime=runtime,
+            mock=MockTiming(
+                self.options.speedup_ratio,
+                self.options.kv_transfer_bandwidth_gbps,
+                self.options.kv_bytes_per_token,
+            ),
+            router_mode=self.options.router_mode,
+            prepared_shim=str(shim_current(self.config)),
+            run_dir=str(self.rundir.path),
+            cache_dir=str(self.config.shared_dir / "cache"),
+            node_python=tuple(self.node_python()),
+            etcd_env=worker_etcd_env(self.config),
+            dynamo_lease_ttl_s=self.dynamo_lease_ttl_s(),
+            ucx_net_devices=self.config.ucx_net_devices_for(spec.node),
+            ucx_path=self.config.atom_ucx_path,
+            kv_cross_layer_blocks=self.config.kv_cross_layer_blocks == "yes",
+            rdma=RdmaMounts(
+                str(self.config.rdma_verbs_config_dir),
+                tuple(str(p) for p in self.config.rdma_provider_libs),
+            ),
+        )
+
+    def dynamo_lease_ttl_s(self) -> int:
+        """Dynamo's lease for an engine with a longer etcd grace (as the helpers' leases); 0: Dynamo's default."""
+        timeouts = self.engine.timeouts
+        return timeouts.lease_s if timeouts.lease_s != LEASE_TTL_S else 0
+
+    def register_command(self, spec: RoleSpec, plan: RolePlan, ports: Ports) -> list[Arg]:
+        """The registration helper: runs on the node, outside any container, after every process started."""
+        args: list[Arg] = [*self.node_python(), "-m", "atomdyn_launchers.job.readiness", "register"]
+        access = etcd_access(self.config, None if self.config.etcd_endpoints else self.etcd_endpoint)
+        args += [*access.cli_args(), "--key", self.etcd_prefix + spec.role, "--role", spec.role]
+        args += ["--job-id", Shell('"${SLURM_JOB_ID:-}"'), "--timeout", f"{self.ready_timeout_s:.0f}"]
+        args += ["--launcher-key", launcher_key(self.rundir.run_id)]
+        timeouts = self.engine.timeouts
+        if timeouts.etcd_grace_s != ETCD_LOST_S:
+            args += ["--etcd-lost-s", f"{timeouts.etcd_grace_s:g}"]
+        if timeouts.lease_s != LEASE_TTL_S:  # outlives the grace (Timeouts.lease_s)
+            args += ["--ttl", str(timeouts.lease_s)]
+        for proc in plan.processes:
+            args += ["--pid", Shell(f'{proc.name}="${pid_var(proc.name)}"')]
+        if spec.with_frontend:
+            args += [
+                "--port",
+                f"frontend={ports.http}",
+                "--frontend-health",
+                f"http://127.0.0.1:{ports.http}/health",
+            ]
+        args += [
+            "--port",
+            f"{plan.worker_process}={ports.system}",
+            "--worker-health",
+            f"http://127.0.0.1:{ports.system}/health",
+        ]
+        return args
+
+    def gres_gpus(self, plan: RolePlan) -> int:
+        """GPUs asked of Slurm (--gres) for a role: only when SLURM_GPU_GRES=yes."""
+        return plan.gpus if self.config.slurm_gpu_gres else 0
+
+    def role(self, spec: RoleSpec, runtime: Runtime) -> tuple[RolePlan, JobSpec]:
+        """One role's plan and job."""
+        role_ctx = self.role_context(spec, runtime)
+        plan = self.engine.plan(role_ctx)
+        job = JobSpec(
+            role=spec.role,
+            job_name=f"atomdyn-{spec.role}",
+            node=spec.node,
+            account=self.config.slurm_account,
+            partition=self.config.slurm_partition,
+            qos=self.config.slurm_qos,
+            output=str(self.rundir.slurm_out(spec.role)),
+            log_dir=str(self.rundir.path / "logs"),
+            processes=plan.processes,
+            env=plan.env,
+            prelude=plan.prelude,
+            gpus=self.gres_gpus(plan),
+            time_limit=self.options.time_limit or self.engine.timeouts.time_limit,
+            register=self.register_command(spec, plan, role_ctx.ports),
+            ports=named_ports(role_ctx.ports, with_frontend=spec.with_frontend),
+            header_comment=(
+                f"atomdyn run {self.rundir.run_id}: role {spec.role} ({spec.mode}) on {spec.node}, "
+                f"engine {self.engine.name}, runtime {self.config.runtime}. Generated; do not edit."
+            ),
+        )
+        return plan, job
+
+
+@dataclass(frozen=True)
+class RoleJob:
+    """One role's rendered job: its plan, its script in the run directory and the options sbatch gets."""
+
+    spec: RoleSpec
+    plan: RolePlan
+    job: JobSpec
+    script: Path
+    output: Path
+
+    @property
+    def gres(self) -> str | None:
+        return f"gpu:{self.job.gpus}" if self.job.gpus else None
+
+
+def write_jobs(submission: Submission, roles: Sequence[RoleSpec]) -> list[RoleJob]:
+    """Render every role's job and write its script into the run directory (the submit stage and a dry run)."""
+    runtime = submission.runtime()
+    rundir = submission.rundir
+    out: list[RoleJob] = []
+    for spec in roles:
+        plan, job = submission.role(spec, runtime)
+        script = rundir.write_script(spec.role, render(job))
+        out.append(RoleJob(spec, plan, job, script, rundir.slurm_out(spec.role)))
+    return out

