@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from atomdyn_launchers.contract.ports import Ports
-from atomdyn_launchers.engines import ENGINE_NAMES, EngineError, get_engine, plan_role
+from atomdyn_launchers.engines import ENGINE_NAMES, EngineError, get_engine
 from atomdyn_launchers.engines.base import RoleContext, RolePlan
 from atomdyn_launchers.engines.dynamo_vllm import KV_TRANSFER_CONFIG
 from atomdyn_launchers.engines.runtime import DockerRuntime, VenvRuntime
@@ -58,8 +58,8 @@ VENV = VenvRuntime(Path("/opt/venv"))
 
 
 def test_mocker_roles_follow_the_rehearsal_recipe() -> None:
-    prefill = plan_role("mocker", _ctx("prefill", VENV, index=1))
-    decode = plan_role("mocker", _ctx("decode", VENV, frontend=True))
+    prefill = get_engine("mocker").plan(_ctx("prefill", VENV, index=1))
+    decode = get_engine("mocker").plan(_ctx("decode", VENV, frontend=True))
     assert [p.name for p in prefill.processes] == ["prefill"]
     assert [p.name for p in decode.processes] == ["frontend", "decode"]
     env = decode.env
@@ -84,7 +84,7 @@ def test_mocker_roles_follow_the_rehearsal_recipe() -> None:
 
 
 def test_atom_worker_command_line_and_environment() -> None:
-    plan = plan_role("atom", _ctx("prefill", VENV, index=1))
+    plan = get_engine("atom").plan(_ctx("prefill", VENV, index=1))
     argv = _flat(plan, "prefill")
     assert argv[:3] == ["/opt/venv/bin/python", "-m", "dynamo.vllm"]
     assert argv[argv.index("--kv-transfer-config") + 1] == KV_TRANSFER_CONFIG
@@ -106,7 +106,7 @@ def test_atom_worker_command_line_and_environment() -> None:
 
 def test_atom_worker_in_a_venv_prefers_the_helper_nodes_prepare_installed() -> None:
     ctx = replace(_ctx("prefill", VENV, index=1), prepared_shim="/shared/dmabuf-shim/current")
-    prelude = "\n".join(plan_role("atom", ctx).prelude)
+    prelude = "\n".join(get_engine("atom").plan(ctx).prelude)
     assert "if [ -d /shared/dmabuf-shim/current ]; then" in prelude
     assert (
         "SHIM_TOOL=(env PYTHONPATH=/shared/dmabuf-shim/current /opt/venv/bin/python -m dmabuf_shim env)"
@@ -118,14 +118,14 @@ def test_atom_worker_in_a_venv_prefers_the_helper_nodes_prepare_installed() -> N
 
 def test_side_channel_ports_are_unique_per_worker() -> None:
     ports = {
-        plan_role("vllm", _ctx(mode, VENV, index=i)).processes[0].env["VLLM_NIXL_SIDE_CHANNEL_PORT"]
+        get_engine("vllm").plan(_ctx(mode, VENV, index=i)).processes[0].env["VLLM_NIXL_SIDE_CHANNEL_PORT"]
         for i, mode in enumerate(["decode", "prefill"])
     }
     assert len(ports) == 2
 
 
 def test_vllm_profile_keeps_atom_out() -> None:
-    plan = plan_role("vllm", _ctx("decode", VENV, frontend=True))
+    plan = get_engine("vllm").plan(_ctx("decode", VENV, frontend=True))
     env = next(p for p in plan.processes if p.name == "decode").env
     assert "LD_PRELOAD" not in env and "NIXL_COMPAT_ALLOW_HOST_VRAM" not in env
     assert env["ATOM_DISABLE_VLLM_PLUGIN"] == "1"
@@ -134,7 +134,7 @@ def test_vllm_profile_keeps_atom_out() -> None:
 
 def test_docker_runtime_passes_devices_network_and_shared_dir() -> None:
     runtime = DockerRuntime("registry.local/atom-dynamo:1", "atomdyn-r", ["/shared"])
-    plan = plan_role("atom", _ctx("decode", runtime, frontend=True))
+    plan = get_engine("atom").plan(_ctx("decode", runtime, frontend=True))
     argv = [render_arg(a) for a in next(p for p in plan.processes if p.name == "decode").argv]
     assert argv[:3] == ["docker", "run", "--rm"]
     joined = " ".join(argv)
@@ -167,14 +167,14 @@ def test_docker_runtime_passes_devices_network_and_shared_dir() -> None:
 
 def test_unknown_engine_is_refused() -> None:
     with pytest.raises(EngineError, match="unknown engine profile 'sglang'"):
-        plan_role("sglang", _ctx("agg", VENV))
+        get_engine("sglang")
     with pytest.raises(EngineError, match="unknown role mode 'both'"):
-        plan_role("mocker", _ctx("both", VENV))
+        _ctx("both", VENV)
 
 
 def test_nvidia_docker_passes_rdma_devices_only_when_present() -> None:
     runtime = DockerRuntime("img:1", "atomdyn-r", ["/shared"])
-    plan = plan_role("vllm", _ctx("decode", runtime, frontend=True))
+    plan = get_engine("vllm").plan(_ctx("decode", runtime, frontend=True))
     argv = " ".join(render_arg(a) for a in next(p for p in plan.processes if p.name == "decode").argv)
     assert '--gpus all "${IB_DEVICE_ARGS[@]}"' in argv and "/dev/kfd" not in argv
     assert "if [ -e /dev/infiniband ]; then IB_DEVICE_ARGS=(--device /dev/infiniband); fi" in plan.prelude
@@ -185,7 +185,7 @@ def test_docker_runtime_locks_memory_only_when_asked() -> None:
     # dockerd refused memlock=-1 ("error setting rlimit type 8: operation not permitted").
     for lock_memory, expected in ((True, True), (False, False)):
         runtime = DockerRuntime("img:1", "atomdyn-r", ["/shared"], lock_memory=lock_memory)
-        plan = plan_role("vllm-cpu", _ctx("decode", runtime, frontend=True))
+        plan = get_engine("vllm-cpu").plan(_ctx("decode", runtime, frontend=True))
         argv = [render_arg(a) for a in next(p for p in plan.processes if p.name == "decode").argv]
         assert ("memlock=-1" in argv) is expected and ("IPC_LOCK" in argv) is expected
 
@@ -304,7 +304,7 @@ def test_etcd_secrets_reach_containers_by_name_never_on_a_command_line(engine: s
     secret = {"ETCD_AUTH_CLIENT_KEY": '"$(cat /etc/atomdyn/etcd/client.key)"', "ETCD_AUTH_CA": '"$(cat /ca)"'}
     docker = DockerRuntime("img:1", "atomdyn-r", ["/shared"])
     ctx = replace(_ctx("decode", docker, frontend=True), etcd_env=secret)
-    plan = plan_role(engine, ctx)
+    plan = get_engine(engine).plan(ctx)
     assert plan.env["ETCD_AUTH_CLIENT_KEY"] == Shell(secret["ETCD_AUTH_CLIENT_KEY"])  # the job's export
     for process in plan.processes:
         argv = [a.text if isinstance(a, Shell) else a for a in process.argv]

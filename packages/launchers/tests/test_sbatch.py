@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from atomdyn_launchers.contract.ports import Ports
-from atomdyn_launchers.engines import plan_role
+from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.engines.base import RoleContext
 from atomdyn_launchers.engines.runtime import DockerRuntime, VenvRuntime
 from atomdyn_launchers.profiles.models import get_model
@@ -203,7 +203,7 @@ def _probe(tmp: Path, help_text: str, mode: str) -> subprocess.CompletedProcess[
         run_dir=str(tmp / "run"),
         node_python=(sys.executable,),
     )
-    plan = plan_role("vllm", ctx)
+    plan = get_engine("vllm").plan(ctx)
     script = tmp / "probe.sh"
     script.write_text(
         "\n".join(["#!/bin/bash", 'log() { echo "$*"; }', *plan.prelude, 'echo "ARGS=${DISAGG_ARGS[*]}"', ""])
@@ -264,7 +264,7 @@ def test_every_engine_and_runtime_renders_shellcheck_clean(
             runtime=runtime,
             run_dir="/shared/runs/r",
         )
-        plan = plan_role(engine, ctx)
+        plan = get_engine(engine).plan(ctx)
         job = _job(
             tmp_path,
             plan.processes,

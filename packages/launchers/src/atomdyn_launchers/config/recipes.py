@@ -4,8 +4,8 @@ smoke traffic, the serving benchmark); the cluster it runs on stays in cluster.e
 The schema is one JSON Schema document, :data:`SCHEMA`; the same dictionary validates every recipe (strictly:
 an unknown key is an error naming it and its path) and is published as ``recipes/schema.json``
 (``python -m atomdyn_launchers.config.recipes --write-schema PATH``; a test keeps the published file equal).
-:func:`load_recipe` returns a typed :class:`Recipe`; :meth:`Recipe.launch_options` turns it into the
-launcher's options, with the command line's explicit flags applied over it (see :func:`merge_flags`).
+:func:`load_recipe` returns a typed :class:`Recipe`; :func:`atomdyn_launchers.run.options.resolve` turns it into
+the launcher's options, with the command line's explicit flags applied over it.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from typing import Any
 import yaml  # type: ignore[import-untyped]  # no stubs in the project venv
 
 from atomdyn_core.atomic import atomic_write_text
+from atomdyn_launchers.engines import ENGINE_NAMES
 
 SCHEMA_VERSION = 1
 SCHEMA_ID = "https://atomdyn.invalid/recipe.schema.json"  # a name, not a location: nothing fetches it
 
-_ENGINES = ["mocker", "vllm", "atom", "vllm-cpu"]
 ROUTER_MODES = ["kv", "round-robin", "random"]
 _TIME = r"^([0-9]+-)?[0-9]{1,2}:[0-9]{2}:[0-9]{2}$"  # Slurm's --time: [days-]hours:minutes:seconds
 _NAME = r"^[a-z0-9][a-z0-9._-]*$"
@@ -73,7 +73,7 @@ SCHEMA: dict[str, Any] = {
             "schema_version": {"const": SCHEMA_VERSION, "description": "recipe format version"},
             "name": {"type": "string", "pattern": _NAME, "description": "short name, used in reports"},
             "description": {"type": "string"},
-            "engine": {"enum": _ENGINES, "description": "engine profile"},
+            "engine": {"enum": list(ENGINE_NAMES), "description": "engine profile"},
             "model": {"type": "string", "description": "model profile (profiles/models.json)"},
             "kind": {"enum": ["agg", "disagg"], "description": "aggregated or disaggregated prefill/decode"},
             "layout": _obj(
@@ -425,41 +425,6 @@ def load_recipe(path: Path) -> Recipe:
 
 
 # -- recipe + command-line flags -------------------------------------------------------------------------------
-
-
-def merge_flags(recipe: Recipe, command: str, flags: Mapping[str, object]) -> dict[str, object]:
-    """The launcher's options from a recipe, with every flag given explicitly on the command line over it.
-
-    ``command`` is ``agg`` or ``disagg``: a recipe of the other kind is refused (the command is how the run is
-    asked for). A flag overrides the recipe's value and the override is reported in the resolved recipe.
-    """
-    if recipe.kind != command:
-        raise RecipeError(
-            f"{recipe.source}: a kind {recipe.kind} recipe; run it with `invoke {recipe.kind}.run --recipe`"
-        )
-    options: dict[str, object] = {
-        "engine": recipe.engine,
-        "model": recipe.model,
-        "requests": recipe.requests,
-        "concurrency": recipe.concurrency,
-        "max_tokens": recipe.max_tokens,
-        "time_limit": recipe.time_limit,
-        "router_mode": recipe.router_mode,
-        "recipe": recipe,
-    }
-    if recipe.kind == "disagg":
-        assert recipe.prefill is not None and recipe.decode is not None
-        options["prefill_workers"] = recipe.prefill.workers
-        options["decode_workers"] = recipe.decode.workers
-    if recipe.nodes:
-        options["nodes"] = recipe.nodes
-    if recipe.mocker is not None:
-        options["speedup_ratio"] = recipe.mocker.speedup_ratio
-        options["kv_transfer_bandwidth_gbps"] = recipe.mocker.kv_transfer_bandwidth_gbps
-        options["kv_bytes_per_token"] = recipe.mocker.kv_bytes_per_token
-    options.update({k: v for k, v in flags.items() if v is not None})
-    options["kind"] = recipe.run_kind()
-    return {k: v for k, v in options.items() if v is not None}
 
 
 def resource_problems(recipe: Recipe, needs_gpus: bool, model_gpus: int) -> list[str]:

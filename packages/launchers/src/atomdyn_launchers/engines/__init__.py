@@ -25,10 +25,3 @@ def get_engine(name: str) -> Engine:
     if name not in _ENGINES:
         raise EngineError(f"unknown engine profile {name!r}; known: {', '.join(ENGINE_NAMES)}")
     return _ENGINES[name]
-
-
-def plan_role(engine: str, ctx: RoleContext) -> RolePlan:
-    """One role's plan from the named engine (checks the mode first)."""
-    if ctx.mode not in MODES:
-        raise EngineError(f"unknown role mode {ctx.mode!r}; known: {', '.join(MODES)}")
-    return get_engine(engine).plan(ctx)

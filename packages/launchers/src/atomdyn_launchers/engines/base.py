@@ -100,6 +100,10 @@ class RoleContext:
     # vLLM's cross-layer KV layout for the NixlConnector (KV_CROSS_LAYER_BLOCKS=yes).
     kv_cross_layer_blocks: bool = False
 
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise EngineError(f"unknown role mode {self.mode!r}; known: {', '.join(MODES)}")
+
 
 @dataclass(frozen=True)
 class RolePlan:

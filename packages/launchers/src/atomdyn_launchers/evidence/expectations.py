@@ -12,14 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from atomdyn_launchers.contract.expectations import GateExpectations
+from atomdyn_launchers.engines import get_engine
 
 
 def _engine(name: object) -> Any | None:
     """The registered engine object called ``name``, or None."""
     if not isinstance(name, str):
         return None
-    from atomdyn_launchers.engines import get_engine  # the engines import the run record: import late
-
     try:
         return get_engine(name)
     except (LookupError, ValueError):

@@ -1,7 +1,6 @@
 """The invoke collection ``evidence``: collect | verify | report | sanitize | bench.
 
-Each task calls the CLI in atomdyn_launchers.evidence.cli and fails (non-zero exit) where it does; the CLI
-is imported when a task runs, so listing the tasks does not load the evidence code.
+Each task calls the CLI in atomdyn_launchers.evidence.cli and fails (non-zero exit) where it does.
 """
 
 from __future__ import annotations
@@ -13,6 +12,9 @@ from invoke.collection import Collection
 from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
+
+from atomdyn_launchers.evidence import bench as bench_module
+from atomdyn_launchers.evidence import cli
 
 
 def _done(command: Callable[[], int]) -> None:
@@ -27,16 +29,12 @@ def _done(command: Callable[[], int]) -> None:
 @task(help={"run_dir": "a runs/<run-id> directory", "evidence": "evidence root (default: evidence)"})
 def collect(c: Context, run_dir: str, evidence: str = "evidence") -> None:
     """Write sanitized evidence/<run-id>/ (summary.json, summary.md, excerpts, PNGs) for a run."""
-    from atomdyn_launchers.evidence import cli
-
     _done(lambda: cli.collect(Path(run_dir), Path(evidence)))
 
 
 @task(help={"path": "a run directory or an evidence/<run-id> directory"})
 def verify(c: Context, path: str) -> None:
     """Judge a run's validity gates, or check collected evidence; fails naming each failed gate."""
-    from atomdyn_launchers.evidence import cli
-
     _done(lambda: cli.verify([Path(path)]))
 
 
@@ -51,24 +49,18 @@ def report(
     c: Context, evidence: str = "evidence", results: str = "results/RESULTS.md", readme: str = "README.md"
 ) -> None:
     """Append new runs to results/RESULTS.md and regenerate the README's "Result at a glance"."""
-    from atomdyn_launchers.evidence import cli
-
     _done(lambda: cli.report(Path(evidence), Path(results), Path(readme) if readme else None))
 
 
 @task(help={"path": "any text file (a log, a job script, run.json)"})
 def sanitize(c: Context, path: str) -> None:
     """Print the sanitized text of a file."""
-    from atomdyn_launchers.evidence import cli
-
     _done(lambda: cli.print_sanitized(Path(path)))
 
 
 @task(help={"size_mb": "size of the generated log in MiB"})
 def bench(c: Context, size_mb: int = 512) -> None:
     """Parsing bench: MB/s and peak memory over a generated log."""
-    from atomdyn_launchers.evidence import bench as bench_module
-
     _done(lambda: bench_module.main(["--size-mb", str(size_mb)]))
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.evidence.summary import SCHEMA_VERSION, verdict_words
+from atomdyn_launchers.evidence.verify import verify_evidence
 
 GLANCE_BEGIN = "<!-- result-at-a-glance:begin -->"
 GLANCE_END = "<!-- result-at-a-glance:end -->"
@@ -42,8 +43,6 @@ class ReportError(ValueError):
 def load_summaries(evidence_root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """The summaries of ``evidence_root/<run-id>/`` that verify, oldest run first, and a line for each one
     left out (collected in an older format). Evidence that does not verify otherwise raises ReportError."""
-    from atomdyn_launchers.evidence.verify import verify_evidence  # verify reads summaries: import late
-
     found, skipped = [], []
     for path in sorted(evidence_root.glob("*/summary.json")):
         try:

@@ -31,7 +31,6 @@ from atomdyn_launchers.contract.rundir import (
 )
 from atomdyn_launchers.evidence import logscan, prom
 
-REAL_ENGINES = ("vllm", "atom")
 _RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(" + "|".join(map(re.escape, KINDS)) + r")-([A-Za-z0-9_-]+)$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,127}$")

@@ -182,7 +182,7 @@ class OwnedEtcd:
             if info.terminal:
                 raise OwnedEtcdError(
                     f"the run-owned etcd job {job_id} on {node} ended {info.state} before publishing "
-                    f"{record.name}; last lines of {output}:\n{_tail(output)}"
+                    f"{record.name}; last lines of {output}:\n{jobs.tail(output, 15)}"
                 )
             if time.monotonic() >= deadline:
                 slurm.cancel([job_id])
@@ -213,13 +213,6 @@ class OwnedEtcd:
         if not gone:
             raise OwnedEtcdError(f"the run-owned etcd at {self.endpoint} still answers after its job ended")
         return {"job_state": info.state, "endpoint_gone": gone, "stopped": record.get("stopped")}
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no output)"
 
 
 def owned_etcd_node(config: ClusterConfig, kind: str) -> str:

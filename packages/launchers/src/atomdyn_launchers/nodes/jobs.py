@@ -103,7 +103,7 @@ def submit_and_wait(
                 continue
             info = slurm.job(job_id)
             if info.terminal:
-                runs[node] = NodeRun(node, job_id, info.state, _read(result), _tail(out))
+                runs[node] = NodeRun(node, job_id, info.state, _read(result), tail(out))
             elif (
                 info.state == "PENDING"
                 and pending_grace_s is not None
@@ -130,8 +130,9 @@ def _read(path: Path) -> dict[str, Any] | None:
     return loaded if isinstance(loaded, dict) else None
 
 
-def _tail(path: Path, lines: int = 12) -> str:
+def tail(path: Path, lines: int = 12, missing: str = "(no output)") -> str:
+    """The last ``lines`` lines of a job's output or a daemon's log; ``missing`` when it cannot be read."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
-        return "(no output)"
+        return missing

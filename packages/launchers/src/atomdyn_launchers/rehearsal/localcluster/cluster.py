@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 import urllib.error
 from collections.abc import Callable, Iterator
@@ -42,6 +41,7 @@ from atomdyn_launchers.config.cluster import (
     load_cluster_config,
 )
 from atomdyn_launchers.contract.direct_http import DIRECT
+from atomdyn_launchers.nodes.jobs import tail
 from atomdyn_launchers.rehearsal.localcluster import dockerd, netns, procs, slurmconf
 from atomdyn_launchers.rehearsal.localcluster.layout import (
     ACCOUNT,
@@ -292,11 +292,6 @@ class LocalCluster:
                 return ["nsenter", "-t", str(proc.pid), "--net", "--mount", "--uts", "--", *argv]
         raise LocalClusterError(f"no node {node!r} in the local cluster at {self.state_dir}")
 
-    @property
-    def slurm_env(self) -> dict[str, str]:
-        """Environment for Slurm client commands against this cluster."""
-        return {**os.environ, "SLURM_CONF": str(self.layout().slurm_conf)}
-
     # -- bring-up ----------------------------------------------------------------------------------------
 
     def _preconditions(self) -> None:
@@ -461,7 +456,8 @@ class LocalCluster:
             if dead:
                 out = layout.log_dir / f"{dead[0].name}.out"
                 raise LocalClusterError(
-                    f"{dead[0].name} exited while waiting for {what}; last lines of {out}:\n" + _tail(out)
+                    f"{dead[0].name} exited while waiting for {what}; last lines of {out}:\n"
+                    + tail(out, 15, missing="(no log)")
                 )
             if time.monotonic() >= deadline:
                 raise LocalClusterError(f"timed out after {UP_TIMEOUT_S:.0f} s waiting for {what}")
@@ -626,14 +622,3 @@ def _etcd_health(endpoint: str) -> str:
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return f"unreachable ({getattr(exc, 'reason', exc)})"
     return "healthy" if isinstance(body, dict) and body.get("health") == "true" else f"unhealthy: {body}"
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def main_log(message: str) -> None:
-    print(message, file=sys.stderr)
