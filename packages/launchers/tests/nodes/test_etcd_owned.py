@@ -19,7 +19,7 @@ from atomdyn_launchers.config.cluster import ClusterConfig, parse_cluster_env
 from atomdyn_launchers.job.owned_etcd import OwnedEtcdError
 from atomdyn_launchers.nodes.etcd_owned import etcd_binary, extract_etcd
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 IN_CI = os.environ.get("CI") == "true"
 
 

@@ -40,7 +40,7 @@ from atomdyn_launchers.slurm.client import Slurm
 
 pytestmark = pytest.mark.integration
 IN_CI = os.environ.get("CI") == "true"
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 NODES = ["node1", "node2"]
 
 

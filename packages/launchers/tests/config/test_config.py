@@ -23,7 +23,7 @@ from atomdyn_launchers.config.cluster import (
 )
 from atomdyn_launchers.run.preflight import check_etcd, check_model_path
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "config" / "cluster.env.example"
+EXAMPLE = Path(__file__).resolve().parents[4] / "config" / "cluster.env.example"
 
 MINIMAL = """\
 SLURM_ACCOUNT=acct

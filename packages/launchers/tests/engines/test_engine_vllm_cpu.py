@@ -102,7 +102,7 @@ def test_platform_label_says_rehearsal_on_cpu() -> None:
 
 def test_bench_reads_the_kv_transfers_from_a_real_runs_metrics() -> None:
     fixture = (
-        Path(__file__).parent
+        Path(__file__).parents[1]
         / "evidence"
         / "fixtures"
         / "vllm-cpu-disagg"
@@ -122,7 +122,7 @@ def test_vllm_cpu_roles_tolerate_a_stalled_node_longer_than_their_lease_would() 
     assert get_engine("mocker").timeouts.etcd_grace_s == ETCD_LOST_S  # the fault bounds stay as documented
     # Its etcd calls wait longer too (etcd answered in 4-5 s on the starved machine); the others' do not.
     assert (call_timeout_for(60.0, 2.0), call_timeout_for(ETCD_LOST_S, 2.0)) == (8.0, 2.0)
-    golden = Path(__file__).parent / "golden" / "disagg-vllm-cpu-venv" / "decode.sbatch"
+    golden = Path(__file__).parents[1] / "golden" / "disagg-vllm-cpu-venv" / "decode.sbatch"
     register = next(line for line in golden.read_text().splitlines() if line.startswith("start register "))
     words = register.split()
     assert words[words.index("--etcd-lost-s") + 1] == "60"
@@ -130,5 +130,5 @@ def test_vllm_cpu_roles_tolerate_a_stalled_node_longer_than_their_lease_would() 
     # Dynamo's own lease (worker and frontend) outlives the stall too: with its default 10 s a stalled prefill
     # worker lost its lease, shut itself down mid-run, and the frontend answered 503 (measured).
     assert "export ETCD_LEASE_TTL=300" in golden.read_text().splitlines()
-    mocker = Path(__file__).parent / "golden" / "disagg-mocker-venv" / "decode.sbatch"
+    mocker = Path(__file__).parents[1] / "golden" / "disagg-mocker-venv" / "decode.sbatch"
     assert "ETCD_LEASE_TTL" not in mocker.read_text()  # production engines keep Dynamo's default

@@ -19,7 +19,11 @@ from atomdyn_launchers.run.stages.record import Outcome
 pytestmark = pytest.mark.integration
 
 REAL_RUN = (
-    Path(__file__).parent / "evidence" / "fixtures" / "vllm-cpu-disagg" / "20261201T124322Z-disagg-vllm-cpu"
+    Path(__file__).parents[1]
+    / "evidence"
+    / "fixtures"
+    / "vllm-cpu-disagg"
+    / "20261201T124322Z-disagg-vllm-cpu"
 )
 
 

@@ -32,8 +32,8 @@ from atomdyn_launchers.rehearsal.localcluster.dockerd import ping
 from atomdyn_launchers.sbatch import Shell
 
 VENV = Path(sys.executable).parent.parent
-FIXTURES = Path(__file__).parent / "fixtures" / "ibv_devinfo"
-SRC = [str(Path(__file__).resolve().parents[2] / p / "src") for p in ("launchers", "core")]
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "ibv_devinfo"
+SRC = [str(Path(__file__).resolve().parents[3] / p / "src") for p in ("launchers", "core")]
 
 
 def _ctx(tmp: Path, mode: str = "prefill", **changes: object) -> RoleContext:

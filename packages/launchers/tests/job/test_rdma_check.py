@@ -10,7 +10,7 @@ from pathlib import Path
 
 from atomdyn_launchers.job.rdma import RdmaDevice, check_devices, parse_devinfo
 
-FIXTURES = Path(__file__).parent / "fixtures" / "ibv_devinfo"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "ibv_devinfo"
 
 
 def _devices(name: str) -> list[RdmaDevice]:

@@ -72,7 +72,7 @@ def test_aiperf_command_line() -> None:
     assert "ignore_eos:true" in argv
 
 
-FIXTURE = Path(__file__).parent / "fixtures" / "aiperf" / "profile_export_aiperf.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "aiperf" / "profile_export_aiperf.json"
 
 
 def test_parse_a_real_aiperf_export() -> None:

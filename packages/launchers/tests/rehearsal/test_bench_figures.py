@@ -16,7 +16,11 @@ from atomdyn_launchers.rehearsal.tasks import _bench_one
 from atomdyn_launchers.run.stages.record import Outcome
 
 REAL_RUN = (
-    Path(__file__).parent / "evidence" / "fixtures" / "vllm-cpu-disagg" / "20261201T124322Z-disagg-vllm-cpu"
+    Path(__file__).parents[1]
+    / "evidence"
+    / "fixtures"
+    / "vllm-cpu-disagg"
+    / "20261201T124322Z-disagg-vllm-cpu"
 )
 
 # vLLM 0.32's lines, as a cold start and a start with the cache of an earlier run wrote them here.
