@@ -163,9 +163,17 @@ def patch(session: nox.Session) -> None:
 @nox.session
 def snapshots(session: nox.Session) -> None:
     """Regenerate what is generated from the launchers' code: the golden launch snapshots
-    (packages/launchers/tests/golden) and config/cluster.env.example; review the diff (not a default session)."""
+    (packages/launchers/tests/golden), config/cluster.env.example and recipes/schema.json; review the diff (not
+    a default session)."""
     python(session, str(ROOT / "packages" / "launchers" / "tests" / "golden_launch.py"), "--write")
     python(session, "-m", "atomdyn_launchers.config", "--write", str(ROOT / "config" / "cluster.env.example"))
+    python(
+        session,
+        "-m",
+        "atomdyn_launchers.config.recipes",
+        "--write-schema",
+        str(ROOT / "recipes" / "schema.json"),
+    )
 
 
 def source_date_epoch() -> str:
