@@ -38,24 +38,23 @@ from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.config.cluster import (
     ClusterConfig,
     PreflightError,
-    find_repo_root,
     load_cluster_config,
     resolve_cluster_config,
 )
 from atomdyn_launchers.contract.readiness import ReadinessError
-from atomdyn_launchers.contract.rundir import RunDir
 from atomdyn_launchers.engines import Engine, get_engine
 from atomdyn_launchers.nodes.check import CheckReport
 from atomdyn_launchers.profiles.models import ModelProfile, get_model
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run import ports as port_leases
-from atomdyn_launchers.run.context import Hook, LaunchFailure, RunContext, ready_timeout_s
+from atomdyn_launchers.run.context import Hook, LaunchFailure, RunContext
+from atomdyn_launchers.run.dry_run import write_dry_run
 from atomdyn_launchers.run.etcd_session import close_session, open_session
 from atomdyn_launchers.run.metrics import scrape_metrics
 from atomdyn_launchers.run.monitor import Monitor
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.orphans import clean_before_run
-from atomdyn_launchers.run.plan import plan_roles, required_instances, write_resolved_recipe
+from atomdyn_launchers.run.plan import new_run_dir, plan_roles
 from atomdyn_launchers.run.preflight import check_run
 from atomdyn_launchers.run.stages.benchmark import benchmark
 from atomdyn_launchers.run.stages.etcd import watch_etcd
@@ -64,7 +63,6 @@ from atomdyn_launchers.run.stages.smoke import smoke
 from atomdyn_launchers.run.stages.stop import cancel_hard, stop
 from atomdyn_launchers.run.stages.submit import submit
 from atomdyn_launchers.run.stages.watch import watch
-from atomdyn_launchers.run.submission import Submission, write_jobs
 from atomdyn_launchers.slurm.client import Slurm, SlurmError
 
 Stage = Callable[[RunContext, Monitor], None]
@@ -118,7 +116,9 @@ class Launch:
         """Run once. Preflight errors raise PreflightError before anything is created or submitted."""
         self.clean_orphans()
         report = self.preflight()
-        rundir = self._run_dir(self.options.runs_root or self.config.runs_dir)
+        rundir = new_run_dir(
+            self.options.runs_root or self.config.runs_dir, self.options, self.engine, self.model, self.roles
+        )
         self.progress.line(f"run {rundir.run_id} -> {rundir.path}")
         if report is not None:  # the node check, kept as evidence
             atomic_write_text(rundir.path / "node-check.json", json.dumps(report.to_json(), indent=2) + "\n")
@@ -165,60 +165,16 @@ class Launch:
         else:
             self.preflight()
             preflight_state = "passed"
-        runs_root = (self.options.runs_root or self.config.runs_dir) / "dry-run"
-        if self.options.offline and self.options.runs_root is None and not self.config.shared_dir.is_dir():
-            # The cluster's shared filesystem is not mounted here: the review goes into this checkout.
-            runs_root = find_repo_root() / ".atomdyn" / "dry-run"
-            self.progress.line(f"SHARED_DIR {self.config.shared_dir} is not here: writing under {runs_root}")
-        rundir = self._run_dir(runs_root)
-        owned = self.config.etcd_endpoint is None
-        endpoint = "http://run-owned-etcd.invalid:2379" if owned else self.config.require_etcd()
-        submission = Submission(
+        return write_dry_run(
             self.config,
             self.options,
             self.engine,
             self.model,
-            rundir,
-            endpoint,
-            ready_timeout_s(self.options, self.engine),
+            self.roles,
+            slurm=self.slurm,
+            progress=self.progress,
+            preflight_state=preflight_state,
         )
-        roles: list[dict[str, object]] = []
-        for role_job in write_jobs(submission, self.roles):
-            spec = role_job.spec
-            sbatch = self.slurm.sbatch_args(
-                job_name=role_job.job.job_name,
-                nodelist=spec.node,
-                gres=role_job.gres,
-                output=role_job.output,
-                chdir=rundir.path,
-            )
-            roles.append(
-                {"role": spec.role, "mode": spec.mode, "node": spec.node, "frontend": spec.with_frontend,
-                 "script": str(role_job.script.relative_to(rundir.path)),
-                 "sbatch": [*sbatch, str(role_job.script)]}
-            )  # fmt: skip
-            self.progress.line(f"dry run: {spec.role} ({spec.mode}) on {spec.node} -> {role_job.script}")
-        plan = {
-            "dry_run": True,
-            "submitted": [],
-            "preflight": preflight_state,
-            "etcd": "run-owned: started in a job of its own at submit (endpoint known then)"
-            if owned
-            else endpoint,
-            "roles": roles,
-            "frontend_must_list": required_instances(
-                self.options.kind, self.options.prefill_workers, self.options.decode_workers
-            ),
-        }
-        atomic_write_text(rundir.path / "dry-run.json", json.dumps(plan, indent=2) + "\n")
-        self.progress.line(f"dry run: nothing submitted; scripts and recipe.json in {rundir.path}")
-        return rundir.path
-
-    def _run_dir(self, runs_root: Path) -> RunDir:
-        """A new run directory with the resolved recipe in it."""
-        rundir = RunDir.create(runs_root, self.options.kind, self.engine.name)
-        write_resolved_recipe(rundir.path, self.options, self.engine, self.model, self.roles)
-        return rundir
 
 
 def serve(ctx: RunContext, monitor: Monitor) -> Outcome:

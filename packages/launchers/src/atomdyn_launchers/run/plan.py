@@ -10,6 +10,7 @@ from pathlib import Path
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.contract.kinds import KINDS
+from atomdyn_launchers.contract.rundir import RunDir
 from atomdyn_launchers.engines import Engine
 from atomdyn_launchers.profiles.models import ModelProfile
 from atomdyn_launchers.run.options import LaunchOptions
@@ -127,3 +128,12 @@ def write_resolved_recipe(
     recipe = options.recipe.to_json() if options.recipe is not None else None
     text = json.dumps({"recipe": recipe, "resolved": resolved}, indent=2) + "\n"
     atomic_write_text(path / "recipe.json", text)
+
+
+def new_run_dir(
+    runs_root: Path, options: LaunchOptions, engine: Engine, model: ModelProfile, roles: list[RoleSpec]
+) -> RunDir:
+    """A new run directory under ``runs_root`` with the resolved recipe in it."""
+    rundir = RunDir.create(runs_root, options.kind, engine.name)
+    write_resolved_recipe(rundir.path, options, engine, model, roles)
+    return rundir

@@ -1,0 +1,74 @@
+"""A dry run: the pipeline of a run stopped before submit. After the preflight (or none, offline), every job
+script is written by the submit stage's own :func:`~atomdyn_launchers.run.submission.write_jobs`, with the sbatch
+command that would submit it, ``recipe.json`` and ``dry-run.json``; nothing is submitted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from atomdyn_core.atomic import atomic_write_text
+from atomdyn_launchers.config.cluster import ClusterConfig, find_repo_root
+from atomdyn_launchers.engines import Engine
+from atomdyn_launchers.profiles.models import ModelProfile
+from atomdyn_launchers.progress import Progress
+from atomdyn_launchers.run.context import ready_timeout_s
+from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.run.plan import RoleSpec, new_run_dir, required_instances
+from atomdyn_launchers.run.submission import Submission, write_jobs
+from atomdyn_launchers.slurm.client import Slurm
+
+
+def write_dry_run(
+    config: ClusterConfig,
+    options: LaunchOptions,
+    engine: Engine,
+    model: ModelProfile,
+    roles: list[RoleSpec],
+    *,
+    slurm: Slurm,
+    progress: Progress,
+    preflight_state: str,
+) -> Path:
+    """Every job script and the resolved recipe in a run directory under <runs>/dry-run; its path."""
+    runs_root = (options.runs_root or config.runs_dir) / "dry-run"
+    if options.offline and options.runs_root is None and not config.shared_dir.is_dir():
+        # The cluster's shared filesystem is not mounted here: the review goes into this checkout.
+        runs_root = find_repo_root() / ".atomdyn" / "dry-run"
+        progress.line(f"SHARED_DIR {config.shared_dir} is not here: writing under {runs_root}")
+    rundir = new_run_dir(runs_root, options, engine, model, roles)
+    owned = config.etcd_endpoint is None
+    endpoint = "http://run-owned-etcd.invalid:2379" if owned else config.require_etcd()
+    submission = Submission(
+        config, options, engine, model, rundir, endpoint, ready_timeout_s(options, engine)
+    )
+    planned: list[dict[str, object]] = []
+    for role_job in write_jobs(submission, roles):
+        spec = role_job.spec
+        sbatch = slurm.sbatch_args(
+            job_name=role_job.job.job_name,
+            nodelist=spec.node,
+            gres=role_job.gres,
+            output=role_job.output,
+            chdir=rundir.path,
+        )
+        planned.append(
+            {"role": spec.role, "mode": spec.mode, "node": spec.node, "frontend": spec.with_frontend,
+             "script": str(role_job.script.relative_to(rundir.path)), "sbatch": [*sbatch, str(role_job.script)]}
+        )  # fmt: skip
+        progress.line(f"dry run: {spec.role} ({spec.mode}) on {spec.node} -> {role_job.script}")
+    plan = {
+        "dry_run": True,
+        "submitted": [],
+        "preflight": preflight_state,
+        "etcd": "run-owned: started in a job of its own at submit (endpoint known then)"
+        if owned
+        else endpoint,
+        "roles": planned,
+        "frontend_must_list": required_instances(
+            options.kind, options.prefill_workers, options.decode_workers
+        ),
+    }
+    atomic_write_text(rundir.path / "dry-run.json", json.dumps(plan, indent=2) + "\n")
+    progress.line(f"dry run: nothing submitted; scripts and recipe.json in {rundir.path}")
+    return rundir.path
