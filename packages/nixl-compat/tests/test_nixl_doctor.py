@@ -6,7 +6,7 @@ from pathlib import Path
 
 from nixl_helpers import doctor, env_for, make_fake_torch, make_nixl_rocm
 
-from nixl_compat.doctor import NVIDIA_DRIVER, nvidia_warnings
+from nixl_compat.doctor import NVIDIA_DRIVER, _ucx_warnings, nvidia_warnings
 
 
 def warnings(report: dict[str, object]) -> str:
@@ -97,3 +97,24 @@ def test_doctor_on_this_host_with_a_cuda_torch_names_the_missing_driver(tmp_path
     else:
         assert "torch is a CUDA build but no NVIDIA kernel driver is loaded" in text
     assert report["selftest"]["DRAM"]["ok"], "host memory still moves"
+
+
+def _rc_row(device: str) -> dict[str, object]:
+    # One inter-node put row as the doctor's report keeps it (ucxinfo.ProtoChoice.as_dict).
+    return {
+        "scope": "inter-node",
+        "operation": "remote memory write by ucp_put* from host memory to host",
+        "size_range": "0..inf",
+        "method": "zero-copy",
+        "transports": [f"rc_verbs/{device}"],
+    }
+
+
+def test_an_expected_device_with_its_port_is_compared_whole() -> None:
+    # UCX names the device it used with its port (ionic_0:1), and so does UCX_NET_DEVICES: the same text is no
+    # surprise; another port of the same NIC is one.
+    assert _ucx_warnings([_rc_row("ionic_0:1")], ("ionic_0:1",), None) == []
+    assert _ucx_warnings([_rc_row("ionic_0:1")], ("ionic_0",), None) == []
+    assert _ucx_warnings([_rc_row("ionic_0:2")], ("ionic_0:1",), None) == [
+        "UCX used network device(s) ionic_0:2; expected only ionic_0:1"
+    ]
