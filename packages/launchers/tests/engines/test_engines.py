@@ -282,8 +282,14 @@ def test_one_gpu_selection_variable_per_vendor(
     end = next(i for i, line in enumerate(plan.prelude) if line.startswith("unset ") and i > start)
     lines = plan.prelude[start : end + 1]
     script = tmp_path / "select.sh"
-    script.write_text("\n".join([*lines, "env | grep VISIBLE_DEVICES | sort", ""]))
-    env = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "2,3", "HIP_VISIBLE_DEVICES": "2,3"}
+    script.write_text("\n".join([*lines, "env | grep -E 'VISIBLE_DEVICES|DEVICE_ORDINAL' | sort", ""]))
+    # Slurm's GPU environment can also set GPU_DEVICE_ORDINAL, which HIP applies after ROCR_VISIBLE_DEVICES.
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "CUDA_VISIBLE_DEVICES": "2,3",
+        "HIP_VISIBLE_DEVICES": "2,3",
+        "GPU_DEVICE_ORDINAL": "2,3",
+    }
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=True)
     assert done.stdout.split() == [f"{kept}=2,3"]
 

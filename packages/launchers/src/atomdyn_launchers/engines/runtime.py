@@ -86,8 +86,14 @@ class DeviceAccess:
 
 
 NO_DEVICES = DeviceAccess("none")
-# Every variable that selects GPUs: ROCm reads the first two (HIP's on top of ROCR's) and also the third.
-GPU_VISIBILITY_VARS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+# Every variable that selects GPUs: ROCm reads the first two (HIP's on top of ROCR's) and also the third; HIP also
+# applies GPU_DEVICE_ORDINAL (which Slurm's GPU environment can set) after ROCR_VISIBLE_DEVICES.
+GPU_VISIBILITY_VARS = (
+    "ROCR_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL",
+)
 
 
 @dataclass(frozen=True)
