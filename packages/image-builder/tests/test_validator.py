@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from dynamo_fakes import BACKEND_ARGS
 
 from atomdyn_images import validator
 from atomdyn_images.wheelfile import write_wheel
@@ -56,12 +57,14 @@ def make_env(
     other_platform: bool = False,
     general_ep: bool = True,
     frontend: bool = True,
+    backend_args: str = "1.3",
 ) -> Path:
     site, wheels = tmp / "site", tmp / "wheels"
     site.mkdir()
     wheels.mkdir()
     if dynamo is not None:
         files = {"dynamo/__init__.py": "", "dynamo/vllm/__init__.py": ""}
+        files["dynamo/vllm/backend_args.py"] = BACKEND_ARGS[backend_args]
         if frontend:
             files["dynamo/frontend/__init__.py"] = ""
         install(site, write_wheel(wheels, "ai-dynamo", dynamo, files))
@@ -109,7 +112,7 @@ def test_complete_environment_passes(tmp_path: Path) -> None:
     result = run(make_env(tmp_path), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert [line.split()[0] for line in lines[:-1]] == ["PASS"] * 6
+    assert [line.split()[0] for line in lines[:-1]] == ["PASS"] * 7
     assert "PASS atom-qwen3: Qwen3ForCausalLM -> atom.models.qwen3" in lines
     assert lines[-1] == "RESULT PASS"
 
@@ -121,6 +124,7 @@ def test_json_output_for_evidence(tmp_path: Path) -> None:
     assert body["expected"] == EXPECTED
     assert [c["name"] for c in body["checks"]] == [
         "dynamo-version", "atom-version", "torch-rocm", "atom-platform", "atom-qwen3", "dynamo-imports",
+        "dynamo-disaggregation-flag",
     ]  # fmt: skip
 
 
@@ -218,3 +222,19 @@ def test_bad_expected_file(tmp_path: Path, content: str | None, message: str) ->
     )
     assert result.returncode == 2
     assert message in result.stderr
+
+
+def test_a_dynamo_without_the_role_flag_the_jobs_write_fails(tmp_path: Path) -> None:
+    result = run(make_env(tmp_path, backend_args="older"), tmp_path, "--json")
+    assert result.returncode == 1
+    assert checks(result)["dynamo-disaggregation-flag"] == (
+        False,
+        "dynamo.vllm has no --disaggregation-mode (the job scripts write it)",
+    )
+
+
+def test_the_pinned_dynamo_takes_the_role_flag() -> None:
+    # The real ai-dynamo 1.3.0.post1 of the project environment: its argument group, no vLLM import.
+    assert validator.check_dynamo_disaggregation_flag() == validator.Check(
+        "dynamo-disaggregation-flag", True, "dynamo.vllm takes --disaggregation-mode agg|prefill|decode"
+    )

@@ -9,7 +9,9 @@ is read. Each check prints PASS or FAIL with the reason; the exit status is 0 on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import json
 import os
 import sys
@@ -200,6 +202,32 @@ def check_dynamo_imports() -> Check:
     return Check("dynamo-imports", True, "imported " + ", ".join(imported))
 
 
+# How the launchers' job scripts tell dynamo.vllm a worker's role: Dynamo 1.3.0's flag (its backend_args.py), written
+# into every job instead of probed there with --help. The image's Dynamo must accept it for each mode.
+DISAGGREGATION_FLAG = "--disaggregation-mode"
+DISAGGREGATION_MODES = ("agg", "prefill", "decode")
+
+
+def check_dynamo_disaggregation_flag() -> Check:
+    """Dynamo's own argument group (no vLLM import, no GPU needed) parses the flag for every mode."""
+    name = "dynamo-disaggregation-flag"
+    try:
+        group = importlib.import_module("dynamo.vllm.backend_args").DynamoVllmArgGroup()
+        parser = argparse.ArgumentParser(prog="dynamo.vllm", add_help=False, exit_on_error=False)
+        group.add_arguments(parser)
+    except Exception as exc:
+        return Check(name, False, f"dynamo.vllm's arguments cannot be read: {type(exc).__name__}: {exc}")
+    for mode in DISAGGREGATION_MODES:
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                parsed, _ = parser.parse_known_args([DISAGGREGATION_FLAG, mode])
+        except (argparse.ArgumentError, SystemExit) as exc:
+            return Check(name, False, f"dynamo.vllm refuses {DISAGGREGATION_FLAG} {mode}: {exc}")
+        if getattr(parsed, "disaggregation_mode", None) != mode:
+            return Check(name, False, f"dynamo.vllm has no {DISAGGREGATION_FLAG} (the job scripts write it)")
+    return Check(name, True, f"dynamo.vllm takes {DISAGGREGATION_FLAG} {'|'.join(DISAGGREGATION_MODES)}")
+
+
 def check_torch_cpu() -> Check:
     build = _torch_build("torch-cpu")
     if isinstance(build, Check):
@@ -243,6 +271,7 @@ def run_checks(expected: dict[str, str]) -> list[Check]:
             check_vllm_cpu_platform,
             check_nixl_imports,
             check_dynamo_imports,
+            check_dynamo_disaggregation_flag,
         ]
         return [step() for step in cpu_steps]
     steps: list[Callable[[], Check]] = [
@@ -252,6 +281,7 @@ def run_checks(expected: dict[str, str]) -> list[Check]:
         check_atom_platform,
         check_atom_qwen3,
         check_dynamo_imports,
+        check_dynamo_disaggregation_flag,
     ]
     return [step() for step in steps]
 

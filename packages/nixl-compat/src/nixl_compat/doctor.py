@@ -141,7 +141,7 @@ def _ucx_warnings(choices: list[dict[str, Any]], expect: tuple[str, ...], host_k
         }
     )
     if expect:
-        # UCX_NET_DEVICES names a device with its port (ionic_0:1) or without it (eth0); UCX names it with one.
+        # UCX_NET_DEVICES names a device with its port (ionic_0:1) or without (eth0); UCX names it with one.
         odd = [d for d in used if d not in expect and d.split(":")[0] not in expect]
         if odd:
             out.append(f"UCX used network device(s) {', '.join(odd)}; expected only {', '.join(expect)}")

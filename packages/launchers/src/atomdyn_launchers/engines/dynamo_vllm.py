@@ -37,6 +37,10 @@ def kv_transfer_config(kv_buffer_device: str | None = None, cross_layer_blocks: 
 
 
 KV_TRANSFER_CONFIG = kv_transfer_config()
+# How Dynamo 1.3.0's dynamo.vllm is told a worker's role (its backend_args.py: agg | prefill | decode; the
+# --is-prefill-worker flags of older releases are deprecated there). The pin is known, so the flag is written,
+# not probed with --help in every job; the in-image validator checks that the image's Dynamo accepts it.
+DISAGGREGATION_FLAG = "--disaggregation-mode"
 
 
 @dataclass(frozen=True)
@@ -68,25 +72,6 @@ def devices(platform: VllmPlatform, rdma: RdmaMounts) -> DeviceAccess:
         rdma_required=platform.rdma_required,
         rdma=rdma if platform.rdma_required else None,
     )
-
-
-def probe_disagg_prelude(ctx: RoleContext) -> list[str]:
-    """Shell asking the installed dynamo.vllm which disaggregation flag it takes (renamed across releases)."""
-    probe = quoted(ctx.runtime.tool(["python", "-m", "dynamo.vllm", "--help"]))
-    legacy = {"agg": "", "prefill": "--is-prefill-worker", "decode": "--is-decode-worker"}[ctx.mode]
-    return [
-        "# Which disaggregation flag does this dynamo.vllm take? (older: --is-prefill-worker)",
-        f'VLLM_HELP=$({probe} 2>&1) || {{ log "dynamo.vllm --help failed: $VLLM_HELP"; exit 2; }}',
-        'if grep -q -- "--disaggregation-mode" <<<"$VLLM_HELP"; then',
-        f"  DISAGG_ARGS=(--disaggregation-mode {ctx.mode})",
-        'elif grep -q -- "--is-prefill-worker" <<<"$VLLM_HELP"; then',
-        f"  DISAGG_ARGS=({legacy})",
-        "else",
-        '  log "dynamo.vllm --help shows neither --disaggregation-mode nor --is-prefill-worker"',
-        "  exit 2",
-        "fi",
-        'log "disaggregation flags: ${DISAGG_ARGS[*]:-(none)}"',
-    ]
 
 
 def mgmt_prelude(ctx: RoleContext) -> list[str]:
@@ -187,7 +172,7 @@ def doctor_prelude(ctx: RoleContext, access: DeviceAccess, env: Mapping[str, Arg
 def plan_vllm_role(ctx: RoleContext, platform: VllmPlatform) -> RolePlan:
     model = ctx.model
     argv: list[Arg] = [ctx.runtime.python, "-m", "dynamo.vllm", "--model", ctx.model_path]
-    argv += ["--served-model-name", model.served_model_name, Shell('"${DISAGG_ARGS[@]}"')]
+    argv += ["--served-model-name", model.served_model_name, DISAGGREGATION_FLAG, ctx.mode]
     if ctx.mode != "agg":
         argv += [
             "--kv-transfer-config",
@@ -209,7 +194,7 @@ def plan_vllm_role(ctx: RoleContext, platform: VllmPlatform) -> RolePlan:
     if platform.model_args:
         env.update(model.atom_env)
     access = devices(platform, ctx.rdma)
-    prelude = record_preludes(ctx) + probe_disagg_prelude(ctx) + mgmt_prelude(ctx)
+    prelude = record_preludes(ctx) + mgmt_prelude(ctx)
     prelude += access.selection_prelude() + ctx.runtime.prelude(access)
     if platform.preload_helper(ctx):
         env["LD_PRELOAD"] = Shell('"$SHIM_PRELOAD"')
