@@ -55,7 +55,9 @@ def daemon() -> Iterator[Daemon]:
     root = Path(tempfile.mkdtemp(prefix="atomdyn-img-dockerd-"))
     private = start_daemon(root, reuse=False)
     try:
-        standin = f"atomdyn-standin-{root.name.lower()}:test"
+        # The daemon is this session's alone: a fixed tag (one made from mkdtemp's name was refused by docker
+        # when the name ended in "_", about one session in 37: "invalid reference format").
+        standin = "atomdyn-standin:test"
         make_standin(private.docker(), standin)
         yield Daemon(private.docker(), root, standin)
     finally:
