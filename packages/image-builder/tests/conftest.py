@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from dynamo_fakes import BACKEND_ARGS
 
 from atomdyn_images import standin_inputs
 from atomdyn_images.daemon import start_daemon
@@ -97,8 +98,10 @@ def make_fixture(tmp: Path, name: str) -> Fixture:
     mirror, sources, compat = tmp / "mirror", tmp / "sources", tmp / "compat"
     for directory in (mirror, sources, compat):
         directory.mkdir(parents=True)
-    dynamo = write_wheel(mirror, "ai-dynamo", "1.3.0.post1",
-                         {"dynamo/frontend/__init__.py": "", "dynamo/vllm/__init__.py": ""})  # fmt: skip
+    dynamo = write_wheel(mirror, "ai-dynamo", "1.3.0.post1", {
+        "dynamo/frontend/__init__.py": "", "dynamo/vllm/__init__.py": "",
+        "dynamo/vllm/backend_args.py": BACKEND_ARGS["1.3"],  # the role flag the validator has Dynamo parse
+    })  # fmt: skip
     runtime = write_wheel(mirror, "ai-dynamo-runtime", "1.3.0.post1", {"dynamo/runtime/__init__.py": ""})
     atom = standin_inputs.write_atom_wheel(mirror, "0.1.6rc0+rocm7.1")
     write_wheel(compat, "nixl-compat", "0.1.0", {"rixl/__init__.py": "", "nixl_compat/__init__.py": ""})

@@ -68,6 +68,7 @@ def test_validator_in_stand_in_image_reports_each_check(fixture: Fixture, daemon
     assert found == {
         "dynamo-version": True, "atom-version": True, "torch-rocm": False,
         "atom-platform": True, "atom-qwen3": False, "dynamo-imports": True,
+        "dynamo-disaggregation-flag": True,
     }  # fmt: skip
 
 

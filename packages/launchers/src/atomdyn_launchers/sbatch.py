@@ -8,6 +8,11 @@ headline), stops the rest and exits non-zero so Slurm records the failure at onc
 it forwards SIGTERM to every process and waits until all have exited: otherwise slurmstepd kills them
 mid-shutdown and their etcd registrations outlive them. A process still running ``stop_grace_s`` after
 SIGTERM (one blocked on a hung etcd, say) gets SIGKILL: a job honours SIGTERM within seconds.
+
+A process that is a container's client (``docker run``) is not the container: killing the client leaves the
+container running, holding the GPUs, the ports and its etcd lease. So the containers are stopped by name
+(``docker stop -t <grace>``) with their clients, removed (``docker rm -f``) on every exit path of the script,
+and removed before anything starts when an earlier attempt left one of the same name.
 """
 
 from __future__ import annotations
@@ -32,12 +37,21 @@ _PROCESS = re.compile(r"^[a-z][a-z0-9_-]*$")
 
 
 @dataclass(frozen=True)
+class Container:
+    """The container a process's client runs, by name, and the client that can stop it."""
+
+    name: str
+    cli: str = "docker"
+
+
+@dataclass(frozen=True)
 class ProcessSpec:
     """One long-running process of a role; ``name`` names its log (frontend, prefill, decode, worker)."""
 
     name: str
     argv: Sequence[Arg]
     env: Mapping[str, Arg] = field(default_factory=dict)
+    container: Container | None = None  # set when the process is a container's client (docker run)
 
 
 @dataclass(frozen=True)
@@ -124,6 +138,39 @@ def _sbatch_value(key: str, value: str) -> str:
     return f"#SBATCH --{key}={value}"
 
 
+def _container_functions(containers: Sequence[Container]) -> list[str]:
+    if not containers:
+        return []
+    clis = {c.cli for c in containers}
+    if len(clis) != 1:
+        raise ValueError(f"one job's containers are stopped with one client, not {sorted(clis)}")
+    cli = shlex.quote(clis.pop())
+    names = " ".join(shlex.quote(c.name) for c in containers)
+    return [
+        "",
+        "# This job's containers, by name: a container outlives its client (its PID 1 may ignore the TERM the",
+        "# client forwards), keeping the GPUs, the ports and its etcd lease. Stopped with the clients, removed on",
+        "# every exit path, and removed before anything starts when an earlier attempt left one.",
+        f"CONTAINERS=({names})",
+        "stop_containers() {",
+        "  local name",
+        '  for name in "${CONTAINERS[@]}"; do',
+        f'    {cli} stop -t "$STOP_GRACE_S" "$name" >/dev/null 2>&1 &',
+        "  done",
+        "}",
+        "# shellcheck disable=SC2317  # also called from the EXIT trap",
+        "remove_containers() {",
+        "  local name",
+        '  [ "$BASHPID" = "$$" ] || return 0  # the grace timer, a subshell, runs this EXIT trap too',
+        '  for name in "${CONTAINERS[@]}"; do',
+        f'    {cli} container inspect "$name" >/dev/null 2>&1 || continue',
+        f'    if {cli} rm -f "$name" >/dev/null; then log "removed container $name"; fi',
+        "  done",
+        "}",
+        "trap remove_containers EXIT",
+    ]
+
+
 def pid_var(process: str) -> str:
     return "PID_" + process.upper().replace("-", "_")
 
@@ -154,6 +201,7 @@ def render(job: JobSpec) -> str:
     ]
     if job.gpus:
         lines.append(f"#SBATCH --gres=gpu:{int(job.gpus)}")
+    containers = [p.container for p in job.processes if p.container is not None]
     lines += [
         "set -u",
         "",
@@ -186,9 +234,11 @@ def render(job: JobSpec) -> str:
         "  done",
         "}",
         "trap kill_stragglers USR1",
+        *_container_functions(containers),
         "",
         "stop_all() {",
         '  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done',
+        *(["  stop_containers"] if containers else []),
         "  # A timer sends USR1 after the grace period; it is stopped (with its sleep) once all have exited.",
         '  if [ -z "$KILL_TIMER" ] && [ "${#PIDS[@]}" -gt 0 ]; then',
         "    # shellcheck disable=SC2016  # expanded by the timer's own shell",
@@ -269,6 +319,8 @@ def render(job: JobSpec) -> str:
         lines.append(f"export {render_assignment(key, value)}")
     if job.prelude:
         lines += ["", *job.prelude]
+    if containers:
+        lines += ["", "remove_containers  # an earlier attempt's, before the ports are checked"]
     lines += _port_checks(job.ports)
     lines.append("")
     registered = " ".join(render_arg(a) for a in job.register or ())

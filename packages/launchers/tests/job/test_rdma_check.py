@@ -82,3 +82,38 @@ def test_command_writes_the_report_and_fails_the_role(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0 and json.loads(out.read_text())["ok"] is True
+
+
+def test_the_configured_gid_index_must_name_an_ipv4_roce_v2_gid_on_the_port() -> None:
+    # ionic puts its IPv4 RoCE v2 GID at index 1 (the default); mlx5 here at index 3, with RoCE v1 and a
+    # link-local RoCE v2 GID before it: index 1 there would not route between the nodes.
+    assert check_devices(_devices("ionic.txt"), ["ionic_0:1"], gid_index="1") == []
+    assert check_devices(_devices("ionic.txt"), ["ionic_0:1"], gid_index="0") == [
+        "ionic_0:1 GID[0] is fe80::690:81ff:fe30:2a48 (RoCE v2), not an IPv4 RoCE v2 GID (UCX_IB_GID_INDEX=0); "
+        "IPv4 RoCE v2 GIDs at: 1"
+    ]
+    assert check_devices(_devices("mlx5.txt"), ["mlx5_0:1"], gid_index="1") == [
+        "mlx5_0:1 GID[1] is fe80::ba3f:d2ff:fe47:11c2 (RoCE v2), not an IPv4 RoCE v2 GID (UCX_IB_GID_INDEX=1); "
+        "IPv4 RoCE v2 GIDs at: 3"
+    ]
+    assert check_devices(_devices("mlx5.txt"), ["mlx5_0:1"], gid_index="3") == []
+    assert check_devices(_devices("ionic.txt"), ["ionic_0:1"], gid_index="7") == [
+        "ionic_0:1 has no GID[7] (UCX_IB_GID_INDEX=7); IPv4 RoCE v2 GIDs at: 1"
+    ]
+    # auto: UCX picks; nothing to refuse, the report says which indexes it could pick.
+    assert check_devices(_devices("mlx5.txt"), ["mlx5_0:1"], gid_index="auto") == []
+    # Without UCX_NET_DEVICES, UCX may use any active port: the index must be right on one of them.
+    assert check_devices(_devices("mlx5.txt"), None, gid_index="3") == []
+    assert len(check_devices(_devices("mlx5.txt"), None, gid_index="1")) == 1  # mlx5_1 is down: one named
+
+
+def test_the_report_records_the_gid_index_and_the_candidates(tmp_path: Path) -> None:
+    out = tmp_path / "decode.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "atomdyn_launchers.job.rdma", str(FIXTURES / "mlx5.txt"), "--json", str(out),
+         "--net-devices", "mlx5_0:1", "--gid-index", "1"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1 and "not an IPv4 RoCE v2 GID (UCX_IB_GID_INDEX=1)" in done.stderr
+    report = json.loads(out.read_text())
+    assert report["gid_index"] == "1" and report["devices"][0]["ports"][0]["ipv4_gid_indexes"] == [3]

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 from atomdyn_core.dockerd import find_dockerd
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.contract.readiness import ReadinessError
+from atomdyn_launchers.engines.runtime import NO_DEVICES, DockerRuntime
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.job import images
 from atomdyn_launchers.job.node_check import FAIL, NOT_NEEDED, PASS, UNKNOWN
@@ -36,6 +38,7 @@ from atomdyn_launchers.rehearsal.localcluster.dockerd import exec_root as docker
 from atomdyn_launchers.rehearsal.localcluster.procs import Proc, alive
 from atomdyn_launchers.run.launch import Launch, run
 from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.sbatch import JobSpec, render
 from atomdyn_launchers.slurm.client import Slurm
 
 pytestmark = pytest.mark.integration
@@ -175,6 +178,77 @@ def test_prepare_both_strategies_from_empty_caches_and_second_prepare_is_a_no_op
         )
         assert noop.nodes[node]["images"] == manifest.images
     assert images.read_manifest(archive_dir(config)) == manifest  # nothing re-saved
+
+
+# A process with no SIGTERM handler, as python is while a model loads. As a container's PID 1 it ignores the
+# TERM its docker client forwards; only the init that --init adds passes it on.
+LOADING = "import time; time.sleep(600)"
+
+
+def _container_job(config: ClusterConfig, work: Path, name: str) -> tuple[Path, DockerRuntime]:
+    runtime = DockerRuntime(IMAGE_TAG, f"atomdyn-{name}", [], lock_memory=False)
+    job = JobSpec(
+        role="agg",
+        job_name="atomdyn-agg",
+        node="node1",
+        account=config.slurm_account,
+        partition=config.slurm_partition,
+        qos=config.slurm_qos,
+        output=str(work / "logs" / "agg.slurm.out"),
+        log_dir=str(work / "logs"),
+        processes=[runtime.wrap("worker", ["python3", "-c", LOADING], {}, NO_DEVICES)],
+    )
+    script = work / "agg.sbatch"
+    (work / "logs").mkdir(parents=True, exist_ok=True)  # Slurm opens the output file before the script runs
+    script.write_text(render(job))
+    return script, runtime
+
+
+def _containers(docker: images.DockerCLI, name: str) -> list[str]:
+    return docker.run("ps", "-aq", "--filter", f"name=^{name}$").split()
+
+
+def test_a_job_stopped_while_its_engine_loads_leaves_no_container_and_runs_again(
+    config: ClusterConfig, shim_wheel: Path, tmp_path: Path
+) -> None:
+    """The launcher stops a job with SIGTERM to its script; the container must go with it (issue 23, item 1)."""
+    prepare(
+        config, rehearsal_spec(config, shim_wheel=shim_wheel), strategy="build", nodes=("node1",)
+    )  # raises
+    slurm = Slurm(config)
+    work = config.shared_dir / "container-stop" / tmp_path.name
+    script, runtime = _container_job(config, work, tmp_path.name.lower())
+    name = runtime.container_name("worker")
+    host = jobs.docker_host(config, "node1")
+    docker = images.DockerCLI(host)
+    try:
+        _stop_while_loading_twice(slurm, script, work, docker, name, host)
+    finally:
+        subprocess.run([images.docker_client(), "rm", "-f", name], env={**os.environ, "DOCKER_HOST": host},
+                       capture_output=True, check=False)  # fmt: skip
+
+
+def _stop_while_loading_twice(
+    slurm: Slurm, script: Path, work: Path, docker: images.DockerCLI, name: str, host: str
+) -> None:
+    for attempt in (1, 2):  # the second attempt reuses the container name: a stale one would refuse it
+        job_id = slurm.submit(
+            script, job_name="atomdyn-agg", nodelist="node1", output=work / "logs" / "agg.slurm.out",
+            chdir=work, env={"DOCKER_HOST": host},
+        )  # fmt: skip
+        try:
+            slurm.wait_for(job_id, lambda info: info.state == "RUNNING", timeout=60, what="running")
+            deadline = time.monotonic() + 60
+            while not docker.run("ps", "-q", "--filter", f"name=^{name}$").strip():
+                assert time.monotonic() < deadline, f"attempt {attempt}: the container never started"
+                time.sleep(0.2)  # polling the daemon for the container, with a deadline
+            slurm.signal_batch([job_id])  # as the launcher stops a job
+            info = slurm.wait_terminal(job_id, timeout=60)
+        finally:
+            slurm.cancel([job_id])
+        out = (work / "logs" / "agg.slurm.out").read_text()
+        assert info.state == "COMPLETED", (attempt, info, out)
+        assert _containers(docker, name) == [], f"attempt {attempt}: the container outlived its job\n{out}"
 
 
 def test_tampered_image_archive_is_refused(config: ClusterConfig) -> None:

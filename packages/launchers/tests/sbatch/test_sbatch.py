@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,9 @@ import pytest
 from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.engines.base import RoleContext
-from atomdyn_launchers.engines.runtime import DockerRuntime, VenvRuntime
+from atomdyn_launchers.engines.runtime import NO_DEVICES, DockerRuntime, VenvRuntime
 from atomdyn_launchers.profiles.models import get_model
-from atomdyn_launchers.sbatch import JobSpec, ProcessSpec, Shell, render, render_arg
+from atomdyn_launchers.sbatch import Container, JobSpec, ProcessSpec, Shell, render, render_arg
 
 IN_CI = os.environ.get("CI") == "true"
 
@@ -258,3 +259,34 @@ def test_every_engine_and_runtime_renders_shellcheck_clean(
         script = tmp_path / f"{engine}-{runtime_kind}-{mode}.sbatch"
         script.write_text(render(job))
         _shellcheck(script)
+
+
+def _docker_job(**changes: object) -> JobSpec:
+    runtime = DockerRuntime("img:1", "atomdyn-r", ["/shared"])
+    processes = [runtime.wrap(name, ["python3", "-V"], {}, NO_DEVICES) for name in ("frontend", "decode")]
+    job = JobSpec(
+        role="decode", job_name="atomdyn-decode", node="n2", account="a", partition="p", qos="q",
+        output="/l/decode.slurm.out", log_dir="/l", processes=processes, ports={"system": 8081},
+    )  # fmt: skip
+    return replace(job, **changes)  # type: ignore[arg-type]
+
+
+def test_a_jobs_containers_are_stopped_and_removed_by_name() -> None:
+    text = render(_docker_job())
+    assert "docker run --rm --init --name atomdyn-r-decode" in text
+    assert "CONTAINERS=(atomdyn-r-frontend atomdyn-r-decode)" in text
+    assert 'for name in "${CONTAINERS[@]}"; do\n    docker stop -t "$STOP_GRACE_S" "$name"' in text
+    assert "trap remove_containers EXIT" in text  # every exit path, a failed prelude's too
+    stop_all = text[text.index("stop_all() {") :]
+    assert stop_all.index("\n  stop_containers\n") < stop_all.index("\n}\n")  # with the clients
+    # A stale container of the same name (an earlier attempt's) would hold the ports: removed before the check.
+    assert text.index("remove_containers  # an earlier attempt's") < text.index("check_ports system=8081")
+    venv = _job(Path("/t"), [ProcessSpec("decode", ["python3", "-V"])])
+    assert "remove_containers" not in render(venv)  # the venv runtime starts no container
+
+
+def test_one_jobs_containers_share_one_client() -> None:
+    job = _docker_job()
+    other = replace(job.processes[1], container=Container("atomdyn-r-decode", "podman"))
+    with pytest.raises(ValueError, match=r"one client, not \['docker', 'podman'\]"):
+        render(replace(job, processes=[job.processes[0], other]))

@@ -127,10 +127,12 @@ def test_validate_gpu_submits_one_job_and_reports_each_check(
     assert result.job.nodes == node
     assert result.report is not None, (result.run_dir / f"slurm-{result.job.job_id}.out").read_text()
     found = {c["name"]: c["ok"] for c in result.report["checks"]}
-    # The stand-in image has the lock's wheels but no ROCm torch and no vLLM: exactly those checks fail.
+    # The stand-in image has the lock's wheels but no ROCm torch and no vLLM, and its Dynamo wheel is a stub without
+    # dynamo.vllm's arguments: exactly those checks fail.
     assert found == {
         "dynamo-version": True, "atom-version": True, "torch-rocm": False,
         "atom-platform": True, "atom-qwen3": False, "dynamo-imports": True,
+        "dynamo-disaggregation-flag": False,
     }  # fmt: skip
     assert result.job.state == "FAILED" and result.job.exit_code == (1, 0)
     assert not result.ok

@@ -94,6 +94,9 @@ class ClusterConfig:
     # The MI355X launch path: RDMA NICs per node, the UCX path, what containers mount, GPU binding by Slurm.
     ucx_net_devices: tuple[tuple[str, str], ...] = ()
     atom_ucx_path: str = "host-vram"
+    # UCX_IB_GID_INDEX on the RDMA path: a GID index the RDMA check verifies (an IPv4 RoCE v2 GID on the port UCX
+    # uses), or "auto" (UCX picks; the check records the candidates).
+    ucx_ib_gid_index: str = "1"
     kv_cross_layer_blocks: str = "no"
     rdma_verbs_config_dir: Path = Path("/etc/libibverbs.d")
     rdma_provider_libs: tuple[Path, ...] = ()
@@ -299,6 +302,12 @@ def _docker_host(value: str) -> str:
     return value
 
 
+def _gid_index(value: str) -> str:
+    if value == "auto" or (value.isdigit() and int(value) < 256):
+        return value if value == "auto" else str(int(value))
+    raise ValueError(f"{value!r} is neither a GID index (0-255) nor 'auto'")
+
+
 def _yes_no(value: str) -> bool:
     if value not in ("yes", "no"):
         raise ValueError(f"{value!r} is not yes or no")
@@ -409,6 +418,10 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("ATOM_UCX_PATH", _choice(("host-vram", "rocm")), required=False, example="host-vram",
           doc="host-vram: the validated path (VRAM seen by UCX as host memory, registered through the "
           "dma-buf\nhelper and NIXL's opt-in); rocm: UCX's ROCm transports and its own dma-buf support"),
+    _Spec("UCX_IB_GID_INDEX", _gid_index, required=False, example="1",
+          doc="the RoCE GID UCX uses on the RDMA path (default 1, the IPv4 RoCE v2 GID on ionic), checked on "
+          "every P/D\nworker's port before the engine starts; auto: UCX picks, the check records the IPv4 "
+          "RoCE v2 GIDs it could"),
     _Spec("KV_CROSS_LAYER_BLOCKS", _choice(("no", "yes")), required=False, example="no",
           doc="yes: vLLM's NixlConnector allocates the KV cache across layers (one range per block, "
           "kv_connector_extra_config\nenable_cross_layers_blocks; HND layout backends only); not on "

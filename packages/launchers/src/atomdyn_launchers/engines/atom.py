@@ -15,10 +15,11 @@ from atomdyn_launchers.engines.runtime import DeviceAccess, RdmaMounts
 
 # The KV path on ionic RoCE. Reliable-connected verbs only: UD queue pairs fail on ionic, so neither UD
 # transports nor the `ib` alias that pulls them in; and never `tcp`, which would let a P/D run fall back to
-# TCP silently instead of failing. GID index 1 is the IPv4 RoCE v2 GID on ionic.
+# TCP silently instead of failing. The GID index (UCX_IB_GID_INDEX, default 1: the IPv4 RoCE v2 GID on ionic) is
+# the config's, checked on the worker's port before the engine starts.
 UCX_PATHS = ("host-vram", "rocm")
 # UCX_PROTO_INFO=y prints, per endpoint, the protocol table the evidence reads to prove which transport moved KV.
-UCX_COMMON: Mapping[str, str] = {"UCX_IB_GID_INDEX": "1", "UCX_PROTO_INFO": "y"}
+UCX_COMMON: Mapping[str, str] = {"UCX_PROTO_INFO": "y"}
 # The validated path (default): no ROCm transport, so UCX classifies VRAM as host memory and registers it
 # with a plain ibv_reg_mr, which the dma-buf helper turns into a dma-buf registration at the right offset;
 # NIXL keeps a registration of VRAM classified as host only with the compatibility patch's opt-in.
@@ -45,7 +46,8 @@ def ucx_path(ctx: RoleContext) -> str:
 
 
 def _ucx_env(ctx: RoleContext) -> Mapping[str, str]:
-    return {**UCX_COMMON, **(UCX_HOST_VRAM if ucx_path(ctx) == "host-vram" else UCX_ROCM)}
+    gid = {} if ctx.ucx_gid_index == "auto" else {"UCX_IB_GID_INDEX": ctx.ucx_gid_index}
+    return {**UCX_COMMON, **gid, **(UCX_HOST_VRAM if ucx_path(ctx) == "host-vram" else UCX_ROCM)}
 
 
 def _needs_helper(ctx: RoleContext) -> bool:

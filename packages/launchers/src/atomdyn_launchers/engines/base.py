@@ -94,6 +94,8 @@ class RoleContext:
     ucx_net_devices: str | None = None
     # Which UCX path the atom engine takes: "host-vram" (validated) or "rocm" (ROCm transports).
     ucx_path: str = "host-vram"
+    # UCX_IB_GID_INDEX on the RDMA path: an index ("1") the RDMA check verifies, or "auto" (UCX picks).
+    ucx_gid_index: str = "1"
     rdma: RdmaMounts = field(default_factory=RdmaMounts)
     # Dynamo's own etcd lease (ETCD_LEASE_TTL, seconds) for the engine's etcd grace; 0: Dynamo's default (10 s).
     dynamo_lease_ttl_s: int = 0

@@ -128,7 +128,7 @@ def rdma_check_prelude(ctx: RoleContext, access: DeviceAccess, env: Mapping[str,
     else:
         probe = ["ibv_devinfo", "-v"]
     check: list[Arg] = [*ctx.node_python, "-m", "atomdyn_launchers.job.rdma", base + ".devinfo.txt"]
-    check += ["--json", base + ".json", "--need-srq"]
+    check += ["--json", base + ".json", "--need-srq", "--gid-index", ctx.ucx_gid_index]
     if ctx.ucx_net_devices:
         check += ["--net-devices", ctx.ucx_net_devices]
     return [

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from atomdyn_launchers.sbatch import Arg, ProcessSpec, Shell
+from atomdyn_launchers.sbatch import Arg, Container, ProcessSpec, Shell
 
 
 @dataclass(frozen=True)
@@ -140,8 +140,13 @@ class DockerRuntime:
     # 8: operation not permitted", seen with the local cluster's per-node dockerd), and nothing is pinned.
     lock_memory: bool = True
 
+    def container_name(self, name: str) -> str:
+        return f"{self.container_prefix}-{name}"
+
     def _base(self, name: str, devices: DeviceAccess) -> list[Arg]:
-        args: list[Arg] = [self.docker, "run", "--rm", "--name", f"{self.container_prefix}-{name}"]
+        # --init: the container's PID 1 is an init that forwards the client's SIGTERM to the process, which
+        # (python during a model load) may have no handler for it; a PID 1 without one ignores it.
+        args: list[Arg] = [self.docker, "run", "--rm", "--init", "--name", self.container_name(name)]
         args += ["--network", "host", "--ipc", "host"]
         if self.lock_memory:
             args += ["--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1"]
@@ -166,7 +171,9 @@ class DockerRuntime:
         args += _env_args({k: v for k, v in env.items() if k not in inherit})
         for key in sorted(inherit):
             args += ["-e", key]
-        return ProcessSpec(name, [*args, self.image, *argv], {})
+        return ProcessSpec(
+            name, [*args, self.image, *argv], {}, Container(self.container_name(name), self.docker)
+        )
 
     def tool(
         self,
@@ -183,6 +190,7 @@ class DockerRuntime:
                 self.docker,
                 "run",
                 "--rm",
+                "--init",
                 "--network",
                 "host",
                 *_env_args(env or {}),

@@ -4,9 +4,12 @@
 What is checked: at least one device is visible (a container without the NIC's verbs provider configuration
 and library sees none); each device UCX_NET_DEVICES names exists with that port ACTIVE and a RoCE v2 GID
 (or an InfiniBand link); and, where UCX's ``rc_verbs`` transport is used, each such device supports shared
-receive queues: ``max_srq`` 0 (what ionic NICs report) leaves rc_verbs unable to connect, a known UCX gap.
+receive queues: ``max_srq`` 0 (what ionic NICs report) leaves rc_verbs unable to connect, a known UCX gap;
+and the GID index UCX will use (``UCX_IB_GID_INDEX``) names an IPv4 RoCE v2 GID on that port (a link-local or
+RoCE v1 GID there does not route between the nodes), or with ``auto`` which indexes UCX could pick.
 
-``python -m atomdyn_launchers.job.rdma DEVINFO --json OUT [--need-srq] [--net-devices D,...]`` writes the
+``python -m atomdyn_launchers.job.rdma DEVINFO --json OUT [--need-srq] [--net-devices D,...] [--gid-index N]``
+writes the
 parsed devices and the problems to OUT (always) and exits 1 when there is a problem. Standard library only:
 it runs with the node's Python.
 """
@@ -14,6 +17,7 @@ it runs with the node's Python.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import re
 import sys
 from dataclasses import asdict, dataclass, field
@@ -31,6 +35,15 @@ class RdmaGid:
     gid: str
     kind: str  # "RoCE v2", "RoCE v1", "" (InfiniBand)
 
+    @property
+    def ipv4_roce_v2(self) -> bool:
+        """A RoCE v2 GID made from an IPv4 address (::ffff:a.b.c.d): what a routed IPv4 fabric needs."""
+        try:
+            mapped = ipaddress.IPv6Address(self.gid).ipv4_mapped
+        except ValueError:
+            return False
+        return self.kind == "RoCE v2" and mapped is not None
+
 
 @dataclass
 class RdmaPortInfo:
@@ -42,6 +55,10 @@ class RdmaPortInfo:
     @property
     def active(self) -> bool:
         return self.state.startswith("PORT_ACTIVE")
+
+    @property
+    def ipv4_gid_indexes(self) -> list[int]:
+        return [g.index for g in self.gids if g.ipv4_roce_v2]
 
     @property
     def usable(self) -> bool:
@@ -98,8 +115,28 @@ def parse_devinfo(text: str) -> list[RdmaDevice]:
     return devices
 
 
+def gid_problem(entry: str, port: RdmaPortInfo, gid_index: str) -> str | None:
+    """Why UCX_IB_GID_INDEX=``gid_index`` is wrong on this port (RoCE: it must name an IPv4 RoCE v2 GID)."""
+    if gid_index == "auto" or port.link_layer == "InfiniBand":
+        return None
+    index = int(gid_index)
+    candidates = ", ".join(map(str, port.ipv4_gid_indexes)) or "none"
+    gid = next((g for g in port.gids if g.index == index), None)
+    if gid is None:
+        return f"{entry} has no GID[{index}] (UCX_IB_GID_INDEX={index}); IPv4 RoCE v2 GIDs at: {candidates}"
+    if not gid.ipv4_roce_v2:
+        return (
+            f"{entry} GID[{index}] is {gid.gid} ({gid.kind or 'no type'}), not an IPv4 RoCE v2 GID "
+            f"(UCX_IB_GID_INDEX={index}); IPv4 RoCE v2 GIDs at: {candidates}"
+        )
+    return None
+
+
 def check_devices(
-    devices: list[RdmaDevice], net_devices: list[str] | None = None, need_srq: bool = False
+    devices: list[RdmaDevice],
+    net_devices: list[str] | None = None,
+    need_srq: bool = False,
+    gid_index: str = "auto",
 ) -> list[str]:
     """Problems, each naming the device and what is wrong; empty when the KV path can use the devices."""
     if not devices:
@@ -127,10 +164,16 @@ def check_devices(
                 f"{entry} is not usable: state {port.state or '?'}, link {port.link_layer or '?'}, "
                 f"{sum(g.kind == 'RoCE v2' for g in port.gids)} RoCE v2 GID(s)"
             )
+        elif (why := gid_problem(entry, port, gid_index)) is not None:
+            problems.append(why)
     if not net_devices:
         used = devices
-        if not any(p.usable for d in devices for p in d.ports):
+        usable = [(f"{d.name}:{p.port}", p) for d in devices for p in d.ports if p.usable]
+        if not usable:
             problems.append("no RDMA port is ACTIVE with a RoCE v2 GID or an InfiniBand link")
+        elif all(gid_problem(entry, port, gid_index) for entry, port in usable):
+            # UCX may take any of them: the index must be right on at least one (each is named).
+            problems += [str(gid_problem(entry, port, gid_index)) for entry, port in usable]
     if need_srq:
         for device in used:
             if device.max_srq == 0:
@@ -144,11 +187,13 @@ def check_devices(
     return problems
 
 
-def report(devices: list[RdmaDevice], problems: list[str]) -> dict[str, Any]:
+def report(devices: list[RdmaDevice], problems: list[str], gid_index: str = "auto") -> dict[str, Any]:
     return {
         "schema": "atomdyn-rdma-check/1",
         "ok": not problems,
         "problems": problems,
+        # "auto": UCX picks; each port's ipv4_gid_indexes say which it could pick on a routed IPv4 fabric.
+        "gid_index": gid_index,
         "devices": [
             {
                 "device": d.name,
@@ -156,7 +201,9 @@ def report(devices: list[RdmaDevice], problems: list[str]) -> dict[str, Any]:
                 "fw_ver": d.fields.get("fw_ver"),
                 "vendor_id": d.fields.get("vendor_id"),
                 "vendor_part_id": d.fields.get("vendor_part_id"),
-                "ports": [{**asdict(p), "active": p.active} for p in d.ports],
+                "ports": [
+                    {**asdict(p), "active": p.active, "ipv4_gid_indexes": p.ipv4_gid_indexes} for p in d.ports
+                ],
             }
             for d in devices
         ],
@@ -169,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, required=True, help="where to write the parsed devices")
     parser.add_argument("--need-srq", action="store_true", help="fail a device that reports max_srq 0")
     parser.add_argument("--net-devices", default="", help="UCX_NET_DEVICES (comma-separated)")
+    parser.add_argument(
+        "--gid-index", default="auto", help="UCX_IB_GID_INDEX: must be an IPv4 RoCE v2 GID (default: auto)"
+    )
     args = parser.parse_args(argv)
     try:
         text = args.devinfo.read_text(encoding="utf-8", errors="replace")
@@ -177,8 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     devices = parse_devinfo(text)
     wanted = [d for d in args.net_devices.split(",") if d]
-    problems = check_devices(devices, wanted or None, need_srq=args.need_srq)
-    atomic_write_json(args.json, report(devices, problems))
+    if args.gid_index != "auto" and not args.gid_index.isdigit():
+        print(f"rdma check: --gid-index {args.gid_index!r} is neither a number nor auto", file=sys.stderr)
+        return 2
+    problems = check_devices(devices, wanted or None, need_srq=args.need_srq, gid_index=args.gid_index)
+    atomic_write_json(args.json, report(devices, problems, args.gid_index))
     for device in devices:
         ports = ", ".join(f"{p.port} {p.state} {p.link_layer} ({len(p.gids)} GIDs)" for p in device.ports)
         print(f"{device.name}: max_srq {device.max_srq}; ports {ports}")
