@@ -212,6 +212,33 @@ def test_aggregated_atom_runs_load_no_helper_and_p_d_runs_do() -> None:
     assert atom.node_needs("disagg").dmabuf_shim and atom.node_needs(None).dmabuf_shim
 
 
+def _worker_argv(engine: str, mode: str, runtime: DockerRuntime) -> str:
+    plan = get_engine(engine).plan(_ctx(mode, runtime, index=1))
+    return " ".join(
+        render_arg(a) for a in next(p for p in plan.processes if p.name == plan.worker_process).argv
+    )
+
+
+def test_atom_containers_run_with_atoms_tested_settings() -> None:
+    """ATOM's README and CI run its containers unconfined by seccomp, with SYS_PTRACE and a 64 MiB stack; its P/D
+    job adds the open-files limit (issue 23, item 8). Other engines keep Docker's defaults."""
+    runtime = DockerRuntime("dynamo-atom-mi355x:1", "atomdyn-r", ["/shared"])
+    tested = "--security-opt seccomp=unconfined --cap-add SYS_PTRACE --ulimit stack=67108864"
+    for mode in ("agg", "prefill", "decode"):
+        argv = _worker_argv("atom", mode, runtime)
+        assert argv.startswith(
+            f"docker run --rm --init --name atomdyn-r-{mode if mode != 'agg' else 'worker'} "
+        )
+        assert tested in argv
+        assert ("--ulimit nofile=65536:524288" in argv) is (mode != "agg")
+    # The in-image validator runs the container as a P/D worker would.
+    validator = get_engine("atom").container_devices().container_args
+    assert validator == (*tested.split(), "--ulimit", "nofile=65536:524288")
+    for engine in ("vllm", "vllm-cpu"):
+        argv = _worker_argv(engine, "decode", runtime)
+        assert "seccomp" not in argv and "SYS_PTRACE" not in argv and "nofile" not in argv
+
+
 def test_atom_p_d_needs_the_overlay_image() -> None:
     atom = get_engine("atom")
     assert atom.images("agg-single", "base:1", "overlay:1") == ["base:1"]
@@ -225,22 +252,35 @@ def _tls(plan: RolePlan) -> list[str]:
 
 
 def test_atom_kv_path_never_allows_tcp_and_takes_the_validated_path_by_default() -> None:
-    # A P/D run whose KV could go over TCP can fall back to it silently: tcp is never in the KV path.
+    # A P/D run whose KV could go over TCP can fall back to it silently: tcp is never a data transport. It may be
+    # the wireup auxiliary (tcp:aux: UCX enables it for connection messages only), the default.
     atom = get_engine("atom")
     plan = atom.plan(_ctx("prefill", VENV, index=1))
     env = plan.processes[0].env
-    assert "tcp" not in _tls(plan)
+    assert _tls(plan) == ["rc_verbs", "self", "tcp:aux"]
     # The validated path: no ROCm transport (UCX sees VRAM as host), the helper registers it through dma-buf,
-    # and the patched NIXL keeps the registration only with the opt-in.
-    assert not {"rocm", "rocm_copy", "rocm_ipc"} & set(_tls(plan)) and "rc_v" in _tls(plan)
+    # and the patched NIXL keeps the registration only with the opt-in. No shared-memory transport: cma and
+    # posix would copy VRAM that UCX takes for host memory through the CPU.
     assert env["NIXL_COMPAT_ALLOW_HOST_VRAM"] == "1" and "LD_PRELOAD" in env
+
+
+def test_atom_wireup_transport_is_an_explicit_choice() -> None:
+    # rc_verbs alone cannot connect across nodes from a worker address (NIXL's way): UCX needs an auxiliary that
+    # reaches the peer's interface. tcp:aux or the UD of the rc_v alias, as the config says (issue 23, item 2).
+    atom = get_engine("atom")
+    ud = atom.plan(replace(_ctx("decode", VENV), ucx_wireup="ud"))
+    assert _tls(ud) == ["rc_v", "self"]
+    rocm = atom.plan(replace(_ctx("decode", VENV), ucx_path="rocm"))
+    assert _tls(rocm) == ["rc_verbs", "rocm_copy", "rocm_ipc", "rocm", "sm", "self", "tcp:aux"]
+    with pytest.raises(EngineError, match="unknown ATOM_UCX_WIREUP 'rdmacm'"):
+        atom.plan(replace(_ctx("decode", VENV), ucx_wireup="rdmacm"))
 
 
 def test_atom_rocm_transport_variant_is_an_explicit_option() -> None:
     atom = get_engine("atom")
     plan = atom.plan(replace(_ctx("decode", VENV), ucx_path="rocm"))
     env = plan.processes[0].env
-    assert {"rocm", "rocm_copy", "rocm_ipc", "rc_v"} <= set(_tls(plan)) and "tcp" not in _tls(plan)
+    assert {"rocm", "rocm_copy", "rocm_ipc", "rc_verbs"} <= set(_tls(plan)) and "tcp" not in _tls(plan)
     assert env["UCX_ROCM_COPY_DMABUF"] == "y"
     assert "NIXL_COMPAT_ALLOW_HOST_VRAM" not in env and "LD_PRELOAD" not in env
     with pytest.raises(EngineError, match="unknown ATOM_UCX_PATH 'ib'"):

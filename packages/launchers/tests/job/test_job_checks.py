@@ -115,7 +115,7 @@ def test_a_failed_doctor_fails_the_role_and_its_report_is_kept(tmp_path: Path) -
     assert "nixl-compat doctor failed (see doctor/prefill.json)" in done.stdout
     report = json.loads((tmp_path / "run" / "doctor" / "prefill.json").read_text())
     assert report["schema"] == "nixl-compat-doctor/1" and report["selftest"]["ok"] is False
-    assert report["environment"]["UCX_TLS"] == "rc_v,sm,self"
+    assert report["environment"]["UCX_TLS"] == "rc_verbs,self,tcp:aux"
 
 
 def test_a_passing_doctor_lets_the_role_go_on(tmp_path: Path) -> None:

@@ -94,6 +94,8 @@ class ClusterConfig:
     # The MI355X launch path: RDMA NICs per node, the UCX path, what containers mount, GPU binding by Slurm.
     ucx_net_devices: tuple[tuple[str, str], ...] = ()
     atom_ucx_path: str = "host-vram"
+    # How UCX connects its RC endpoints (the wireup auxiliary transport): "tcp" (wireup only) or "ud" (ud_verbs).
+    atom_ucx_wireup: str = "tcp"
     # UCX_IB_GID_INDEX on the RDMA path: a GID index the RDMA check verifies (an IPv4 RoCE v2 GID on the port UCX
     # uses), or "auto" (UCX picks; the check records the candidates).
     ucx_ib_gid_index: str = "1"
@@ -418,6 +420,10 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("ATOM_UCX_PATH", _choice(("host-vram", "rocm")), required=False, example="host-vram",
           doc="host-vram: the validated path (VRAM seen by UCX as host memory, registered through the "
           "dma-buf\nhelper and NIXL's opt-in); rocm: UCX's ROCm transports and its own dma-buf support"),
+    _Spec("ATOM_UCX_WIREUP", _choice(("tcp", "ud")), required=False, example="tcp",
+          doc="how UCX connects the RC queue pairs that carry KV (its wireup auxiliary transport): tcp: TCP "
+          "for the\nconnection messages only (UCX_TLS ...,tcp:aux), never for data; ud: UD queue pairs "
+          "(rc_v = rc_verbs plus\nud_verbs:aux), which failed on ionic NICs in field reports"),
     _Spec("UCX_IB_GID_INDEX", _gid_index, required=False, example="1",
           doc="the RoCE GID UCX uses on the RDMA path (default 1, the IPv4 RoCE v2 GID on ionic), checked on "
           "every P/D\nworker's port before the engine starts; auto: UCX picks, the check records the IPv4 "

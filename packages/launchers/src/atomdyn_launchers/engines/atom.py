@@ -13,30 +13,54 @@ from atomdyn_launchers.engines.base import Engine, EngineError, RoleContext, Rol
 from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, devices, plan_vllm_role
 from atomdyn_launchers.engines.runtime import DeviceAccess, RdmaMounts
 
-# The KV path on ionic RoCE. Reliable-connected verbs only: UD queue pairs fail on ionic, so neither UD
-# transports nor the `ib` alias that pulls them in; and never `tcp`, which would let a P/D run fall back to
-# TCP silently instead of failing. The GID index (UCX_IB_GID_INDEX, default 1: the IPv4 RoCE v2 GID on ionic) is
-# the config's, checked on the worker's port before the engine starts.
+# The KV path on ionic RoCE: reliable-connected verbs (rc_verbs) carry the KV, and never `tcp` as a data
+# transport, which would let a P/D run fall back to TCP silently instead of failing. The GID index
+# (UCX_IB_GID_INDEX, default 1: the IPv4 RoCE v2 GID on ionic) is the config's, checked on the worker's port
+# before the engine starts.
 UCX_PATHS = ("host-vram", "rocm")
+# NIXL makes each endpoint from the peer's worker address, and UCX then needs an auxiliary transport that can
+# reach the peer's interface to exchange the RC connection messages (src/ucp/wireup/select.c at the pinned UCX).
+# Across nodes that is UD or TCP: "tcp" names it `tcp:aux`, which UCX enables as an auxiliary only, never for a
+# data lane (UCP_TL_RSC_FLAG_AUX, src/ucp/core/ucp_context.c); "ud" is the `rc_v` alias (rc_verbs plus
+# ud_verbs:aux), whose UD queue pairs failed on ionic in field reports. The cross-node NIXL rung of the bring-up
+# settles which one a cluster's NICs take.
+UCX_WIREUP: Mapping[str, tuple[str, ...]] = {"tcp": ("rc_verbs", "tcp:aux"), "ud": ("rc_v",)}
 # UCX_PROTO_INFO=y prints, per endpoint, the protocol table the evidence reads to prove which transport moved KV.
 UCX_COMMON: Mapping[str, str] = {"UCX_PROTO_INFO": "y"}
 # The validated path (default): no ROCm transport, so UCX classifies VRAM as host memory and registers it
 # with a plain ibv_reg_mr, which the dma-buf helper turns into a dma-buf registration at the right offset;
-# NIXL keeps a registration of VRAM classified as host only with the compatibility patch's opt-in.
-UCX_HOST_VRAM: Mapping[str, str] = {"UCX_TLS": "rc_v,sm,self", "NIXL_COMPAT_ALLOW_HOST_VRAM": "1"}
+# NIXL keeps a registration of VRAM classified as host only with the compatibility patch's opt-in. No shared-
+# memory transport either: cma and posix/sysv copy through the CPU, and on VRAM that UCX takes for host memory
+# they would fail or read through the BAR; KV between two workers of one node goes through the NIC too.
+HOST_VRAM_TLS = ("self",)
+UCX_HOST_VRAM: Mapping[str, str] = {"NIXL_COMPAT_ALLOW_HOST_VRAM": "1"}
 # The ROCm-transport variant (ATOM_UCX_PATH=rocm): UCX classifies VRAM as ROCm memory and registers it through
-# its own dma-buf support (off by default in UCX); no helper, no opt-in.
-UCX_ROCM: Mapping[str, str] = {
-    "UCX_TLS": "rc_v,rocm_copy,rocm_ipc,rocm,sm,self",
-    "UCX_MEMTYPE_CACHE": "y",
-    "UCX_ROCM_COPY_DMABUF": "y",
-}
+# its own dma-buf support (off by default in UCX); no helper, no opt-in. Device memory between workers of one
+# node goes over rocm_ipc; `sm` (posix, sysv, xpmem, knem, cma) then sees only real host memory.
+ROCM_TLS = ("rocm_copy", "rocm_ipc", "rocm", "sm", "self")
+UCX_ROCM: Mapping[str, str] = {"UCX_MEMTYPE_CACHE": "y", "UCX_ROCM_COPY_DMABUF": "y"}
 # ATOM's own settings (its recipes and CI).
 ATOM_ENV: Mapping[str, str] = {
     "VLLM_ROCM_USE_AITER": "1",
     "SAFETENSORS_FAST_GPU": "1",
     "VLLM_RPC_TIMEOUT": "1800000",
 }
+
+# ATOM's tested container settings (its README and CI, read at f9017b58): Docker's default seccomp profile blocks
+# memory-policy calls ROCm may make (mbind, set_mempolicy) and the cross-process memory calls of UCX's shared-
+# memory transports; SYS_PTRACE allows those calls between a node's workers; a 64 MiB stack. Its P/D Slurm job adds
+# the open-files limit below (dma-buf exports, endpoints and sockets are file descriptors). Not its --privileged:
+# the devices are given one by one.
+ATOM_CONTAINER_ARGS = (
+    *("--security-opt", "seccomp=unconfined"),
+    *("--cap-add", "SYS_PTRACE"),
+    *("--ulimit", "stack=67108864"),
+)
+ATOM_PD_CONTAINER_ARGS = ("--ulimit", "nofile=65536:524288")
+
+
+def container_args(mode: str | None) -> tuple[str, ...]:
+    return ATOM_CONTAINER_ARGS + (() if mode == "agg" else ATOM_PD_CONTAINER_ARGS)
 
 
 def ucx_path(ctx: RoleContext) -> str:
@@ -45,9 +69,19 @@ def ucx_path(ctx: RoleContext) -> str:
     return ctx.ucx_path
 
 
+def ucx_tls(ctx: RoleContext) -> str:
+    """UCX_TLS of the KV path: the RC transport and its wireup auxiliary, then the path's own transports."""
+    if ctx.ucx_wireup not in UCX_WIREUP:
+        raise EngineError(f"unknown ATOM_UCX_WIREUP {ctx.ucx_wireup!r}; known: {', '.join(UCX_WIREUP)}")
+    rc, *aux = UCX_WIREUP[ctx.ucx_wireup]
+    path = HOST_VRAM_TLS if ucx_path(ctx) == "host-vram" else ROCM_TLS
+    return ",".join((rc, *path, *aux))
+
+
 def _ucx_env(ctx: RoleContext) -> Mapping[str, str]:
     gid = {} if ctx.ucx_gid_index == "auto" else {"UCX_IB_GID_INDEX": ctx.ucx_gid_index}
-    return {**UCX_COMMON, **gid, **(UCX_HOST_VRAM if ucx_path(ctx) == "host-vram" else UCX_ROCM)}
+    own = UCX_HOST_VRAM if ucx_path(ctx) == "host-vram" else UCX_ROCM
+    return {**UCX_COMMON, "UCX_TLS": ucx_tls(ctx), **gid, **own}
 
 
 def _needs_helper(ctx: RoleContext) -> bool:
@@ -67,6 +101,7 @@ MI355X = VllmPlatform(
     rdma_check=lambda ctx: ctx.mode != "agg",
     doctor=lambda ctx: ctx.mode != "agg",
     rdma_required=True,
+    container_args=container_args,
 )
 
 

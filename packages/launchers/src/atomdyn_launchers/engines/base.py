@@ -94,6 +94,8 @@ class RoleContext:
     ucx_net_devices: str | None = None
     # Which UCX path the atom engine takes: "host-vram" (validated) or "rocm" (ROCm transports).
     ucx_path: str = "host-vram"
+    # The atom engine's UCX wireup auxiliary: "tcp" (tcp:aux, connection messages only) or "ud" (ud_verbs).
+    ucx_wireup: str = "tcp"
     # UCX_IB_GID_INDEX on the RDMA path: an index ("1") the RDMA check verifies, or "auto" (UCX picks).
     ucx_gid_index: str = "1"
     rdma: RdmaMounts = field(default_factory=RdmaMounts)

@@ -63,14 +63,17 @@ class VllmPlatform:
     rdma_check: Callable[[RoleContext], bool] = lambda ctx: False
     doctor: Callable[[RoleContext], bool] = lambda ctx: False
     rdma_required: bool = False  # the container must get /dev/infiniband (else: when the node has it)
+    # Container settings by run mode ("agg", "prefill", "decode"; None: a check that stands for every mode).
+    container_args: Callable[[str | None], tuple[str, ...]] = lambda mode: ()
 
 
-def devices(platform: VllmPlatform, rdma: RdmaMounts) -> DeviceAccess:
+def devices(platform: VllmPlatform, rdma: RdmaMounts, mode: str | None = None) -> DeviceAccess:
     return DeviceAccess(
         platform.vendor,
         platform.gpu_visibility,
         rdma_required=platform.rdma_required,
         rdma=rdma if platform.rdma_required else None,
+        container_args=platform.container_args(mode),
     )
 
 
@@ -193,7 +196,7 @@ def plan_vllm_role(ctx: RoleContext, platform: VllmPlatform) -> RolePlan:
     env.update(platform.extra_env)
     if platform.model_args:
         env.update(model.atom_env)
-    access = devices(platform, ctx.rdma)
+    access = devices(platform, ctx.rdma, ctx.mode)
     prelude = record_preludes(ctx) + mgmt_prelude(ctx)
     prelude += access.selection_prelude() + ctx.runtime.prelude(access)
     if platform.preload_helper(ctx):

@@ -42,9 +42,11 @@ class DeviceAccess:
     gpu_visibility: str | None = None
     rdma_required: bool = False
     rdma: RdmaMounts | None = None
+    # The engine's own container settings (security options, limits), in the order it documents them.
+    container_args: tuple[str, ...] = ()
 
     def docker_args(self) -> list[Arg]:
-        args: list[Arg] = []
+        args: list[Arg] = list(self.container_args)
         if self.vendor == "amd":
             args += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
         elif self.vendor == "nvidia":

@@ -90,6 +90,7 @@ class Submission:
             dynamo_lease_ttl_s=self.dynamo_lease_ttl_s(),
             ucx_net_devices=self.config.ucx_net_devices_for(spec.node),
             ucx_path=self.config.atom_ucx_path,
+            ucx_wireup=self.config.atom_ucx_wireup,
             ucx_gid_index=self.config.ucx_ib_gid_index,
             kv_cross_layer_blocks=self.config.kv_cross_layer_blocks == "yes",
             rdma=RdmaMounts(
