@@ -12,13 +12,25 @@ from conftest import PATCHES, REPO, Daemon, Fixture
 
 from atomdyn_core.lock import load_lock
 from atomdyn_images import render
-from atomdyn_images.build import BuildError, BuildOptions, BuildRecord, build, build_staged, stage_base
+from atomdyn_images.build import (
+    VLLM_COMMIT_LABEL,
+    BuildError,
+    BuildOptions,
+    BuildRecord,
+    build,
+    build_staged,
+    stage_base,
+)
 from atomdyn_images.cli import main
 from atomdyn_images.engine import DaemonUnreachable, Docker, DockerError
 from atomdyn_images.patching import PatchError
 from atomdyn_images.wheelfile import write_wheel
 
 pytestmark = pytest.mark.integration
+
+VLLM_COMMIT = "0b3ba88f165976e77ca5e6a7a3f5bba4562b80af"  # the release lock's sources.vllm
+# The lock's ATOM base by tag (its digest is unrecorded): what the build uses with --allow-unrecorded, no --base.
+LOCK_BASE_TAG = "rocm/atom-dev:v0.1.6-rc0"
 
 
 def options(fx: Fixture, daemon: Daemon, **extra: object) -> BuildOptions:
@@ -64,12 +76,16 @@ def test_validator_in_stand_in_image_reports_each_check(fixture: Fixture, daemon
     )
     body, status = out.rsplit("\n", 1)
     assert status == "exit=1"
-    found = {c["name"]: c["ok"] for c in json.loads(body)["checks"]}
+    checks = {c["name"]: (c["ok"], c["reason"]) for c in json.loads(body)["checks"]}
+    found = {name: ok for name, (ok, _) in checks.items()}
     assert found == {
-        "dynamo-version": True, "atom-version": True, "torch-rocm": False,
+        "dynamo-version": True, "atom-version": True, "vllm-commit": False, "torch-rocm": False,
         "atom-platform": True, "atom-qwen3": False, "dynamo-imports": True,
         "dynamo-disaggregation-flag": True,
     }  # fmt: skip
+    assert checks["vllm-commit"][1].startswith(
+        "vLLM is not installed: the base is likely a native ATOM image"
+    )
 
 
 def test_unchanged_rebuild_hits_the_cache_in_every_layer(fixture: Fixture, daemon: Daemon) -> None:
@@ -243,3 +259,66 @@ def test_source_build_without_network_needs_the_subproject_archives(fixture: Fix
     assert (staged / "sources" / "dmabuf-shim" / "pyproject.toml").is_file()
     assert not (staged / "sources" / "dmabuf-shim" / "build").exists()
     assert daemon.docker.image_id(render.release_tag(lock, "-nixl-rocm")) is None
+
+
+def _with_vllm_source(fixture: Fixture) -> Fixture:
+    raw = fixture.raw
+    raw["sources"]["vllm"] = {  # type: ignore[index]
+        "repository": "https://github.com/vllm-project/vllm", "version": "0.22.0", "commit": VLLM_COMMIT,
+    }  # fmt: skip
+    fixture.write_lock(raw)
+    return fixture
+
+
+def _stand_in_as(daemon: Daemon, tmp: Path, tag: str, vllm_commit: str | None) -> None:
+    """The stand-in under ``tag`` (in this session's daemon only), with ATOM's vLLM label or, like a native
+    ATOM image, without it."""
+    if vllm_commit is None:
+        daemon.docker.tag(daemon.standin, tag)
+        return
+    context = tmp / "labelled-base"
+    context.mkdir()
+    (context / "Dockerfile").write_text(f'FROM {daemon.standin}\nLABEL {VLLM_COMMIT_LABEL}="{vllm_commit}"\n')
+    daemon.docker.tag(daemon.docker.build(context, context / "Dockerfile").image_id, tag)
+
+
+def test_a_base_by_tag_without_atom_s_vllm_label_is_refused(
+    fixture: Fixture, daemon: Daemon, tmp_path: Path
+) -> None:
+    """The lock's plain ATOM tag is a native image (no vLLM, no label): by tag alone, without --base, refused."""
+    lock = load_lock(_with_vllm_source(fixture).lock_path)
+    _stand_in_as(daemon, tmp_path, LOCK_BASE_TAG, None)
+    with pytest.raises(DockerError) as refused:
+        build(lock, options(fixture, daemon, base="", allow_unrecorded=True), daemon.docker)
+    message = str(refused.value)
+    assert f"base image {LOCK_BASE_TAG} carries no {VLLM_COMMIT_LABEL} label (a native ATOM tag" in message
+    assert "vllm-v<version>-nightly_<date>" in message and "--base IMAGE" in message
+    assert daemon.docker.image_id(render.release_tag(lock)) is None
+    saved = json.loads((fixture.workdir / "build-record.json").read_text())
+    assert saved["error"].startswith("DockerError: base image") and saved["base_vllm_commit"] == ""
+
+
+def test_a_base_labelled_with_another_vllm_commit_is_refused_even_as_an_override(
+    fixture: Fixture, daemon: Daemon, tmp_path: Path
+) -> None:
+    lock = load_lock(_with_vllm_source(fixture).lock_path)
+    other = "1234567890abcdef1234567890abcdef12345678"
+    _stand_in_as(daemon, tmp_path, "atomdyn-standin:other-vllm", other)
+    with pytest.raises(DockerError) as refused:
+        build(lock, options(fixture, daemon, base="atomdyn-standin:other-vllm"), daemon.docker)
+    assert f"carries vLLM {other} ({VLLM_COMMIT_LABEL}), but the lock's sources.vllm is {VLLM_COMMIT}" in str(
+        refused.value
+    )
+    assert daemon.docker.image_id(render.release_tag(lock)) is None
+    assert json.loads((fixture.workdir / "build-record.json").read_text())["base_vllm_commit"] == other
+
+
+def test_a_vllm_base_of_the_lock_s_commit_builds_and_is_recorded(
+    fixture: Fixture, daemon: Daemon, tmp_path: Path
+) -> None:
+    lock = load_lock(_with_vllm_source(fixture).lock_path)
+    _stand_in_as(daemon, tmp_path, LOCK_BASE_TAG, VLLM_COMMIT)
+    record = build(lock, options(fixture, daemon, base="", allow_unrecorded=True), daemon.docker)
+    assert record.base_vllm_commit == VLLM_COMMIT
+    assert daemon.docker.labels(render.release_tag(lock))[VLLM_COMMIT_LABEL] == VLLM_COMMIT
+    assert json.loads((fixture.workdir / "build-record.json").read_text())["base_vllm_commit"] == VLLM_COMMIT

