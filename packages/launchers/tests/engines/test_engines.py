@@ -357,3 +357,50 @@ def test_etcd_secrets_reach_containers_by_name_never_on_a_command_line(engine: s
         assert not any("client.key" in a or "cat /ca" in a for a in argv), (process.name, argv)
         pairs = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-e"}
         assert {"ETCD_AUTH_CLIENT_KEY", "ETCD_AUTH_CA"} <= pairs, process.name
+
+
+@pytest.mark.parametrize("engine", ["atom", "vllm", "vllm-cpu"])
+def test_workers_that_prefill_publish_kv_events_for_the_router(engine: str) -> None:
+    """Dynamo 1.3's worker relays vLLM's KV events to the router only with --kv-events-config, and never from a
+    decode worker: without them --router-mode kv has no overlap to route by (issue 23, item 9)."""
+    plan_of = get_engine(engine).plan
+    for mode in ("agg", "prefill"):
+        ctx = replace(_ctx(mode, VENV, index=2), ports=Ports.for_role(2))
+        plan = plan_of(ctx)
+        argv = [render_arg(a) for a in plan.processes[0].argv]
+        config = json.loads(argv[argv.index("--kv-events-config") + 1].strip("'"))
+        # vLLM binds its publisher only on a wildcard endpoint (it connects to any other address).
+        assert config == {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://*:5559"}
+        assert "kv_events" in plan.listens  # checked free in the job like the role's other ports
+    decode = plan_of(_ctx("decode", VENV, index=1))
+    assert "--kv-events-config" not in [render_arg(a) for a in decode.processes[0].argv]
+    assert "kv_events" not in decode.listens
+    # Nothing to publish without prefix caching, and nobody to read the events without the KV router.
+    uncached = replace(
+        _ctx("prefill", VENV, index=1), model=replace(get_model("qwen3-8b-bf16"), enable_prefix_caching=False)
+    )
+    assert "--kv-events-config" not in [render_arg(a) for a in plan_of(uncached).processes[0].argv]
+    random = replace(_ctx("prefill", VENV, index=1), router_mode="random")
+    assert "--kv-events-config" not in [render_arg(a) for a in plan_of(random).processes[0].argv]
+
+
+def test_aggregated_workers_get_no_kv_transfer_settings_or_rdma_devices() -> None:
+    """An aggregated worker moves no KV between workers: no NIXL side channel, no UCX settings, no NIC."""
+    runtime = DockerRuntime("dynamo-atom-mi355x:1", "atomdyn-r", ["/shared"])
+    agg = get_engine("atom").plan(replace(_ctx("agg", runtime, frontend=True), ucx_net_devices="ionic_0:1"))
+    worker = next(p for p in agg.processes if p.name == "worker")
+    argv = " ".join(render_arg(a) for a in worker.argv)
+    for absent in (
+        "UCX_",
+        "NIXL_",
+        "VLLM_NIXL_SIDE_CHANNEL",
+        "/dev/infiniband",
+        "libibverbs",
+        "IB_DEVICE_ARGS",
+    ):
+        assert absent not in argv
+    assert agg.listens == ("system", "kv_events")
+    prefill = get_engine("atom").plan(replace(_ctx("prefill", runtime, index=1), ucx_net_devices="ionic_0:1"))
+    argv = " ".join(render_arg(a) for a in prefill.processes[0].argv)
+    assert "-e UCX_NET_DEVICES=ionic_0:1" in argv and "--device /dev/infiniband" in argv
+    assert prefill.listens == ("system", "kv_events", "nixl_side_channel")

@@ -25,6 +25,7 @@ from atomdyn_launchers.config.cluster import (
 )
 from atomdyn_launchers.config.recipes import load_recipe
 from atomdyn_launchers.progress import Progress
+from atomdyn_launchers.run.dry_run import dry_run_problems
 from atomdyn_launchers.run.launch import dry_run
 from atomdyn_launchers.run.options import Flags, resolve
 from atomdyn_launchers.run.plan import plan_roles, required_instances
@@ -144,6 +145,27 @@ def test_dry_run_on_the_local_cluster_runs_the_preflight_and_submits_nothing(
     assert [r["node"] for r in plan["roles"]] == [config.prefill_node, config.decode_node]
     assert sorted(p.name for p in (path / "scripts").iterdir()) == ["decode.sbatch", "prefill.sbatch"]
     assert not (path / "run.json").exists()
+
+
+@pytest.mark.integration
+def test_a_dry_run_that_a_run_would_fail_still_writes_every_script_and_lists_why(
+    local_cluster_config: ClusterConfig,
+) -> None:
+    """The README's `disagg.run --recipe recipes/qwen3-8b-1p1d.yaml --dry-run` on the local cluster: the atom
+    recipe names no RDMA device for its nodes. A review still gets every script, and the problems, listed."""
+    config = dataclasses.replace(local_cluster_config, ucx_net_devices=())  # as the embedded default has none
+    recipe = load_recipe(REPO / "recipes" / "qwen3-8b-1p1d.yaml")
+    options = resolve("disagg", None, Flags(), recipe)
+    path = dry_run(options, config, progress=Progress(enabled=False), slurm=Slurm(config))
+    plan = json.loads((path / "dry-run.json").read_text(encoding="utf-8"))
+    assert plan["preflight"] == "failed"
+    problems = dry_run_problems(path)
+    assert problems == plan["problems"]
+    for node in (config.prefill_node, config.decode_node):
+        assert any(p.startswith(f"UCX_NET_DEVICES names no device for {node}") for p in problems), problems
+    # The preflight went on after the launch problems: this machine has no GPU or RDMA device for atom.
+    assert "node node1: check gpu-devices failed: missing /dev/kfd, /dev/dri" in problems[-1]
+    assert sorted(p.name for p in (path / "scripts").iterdir()) == ["decode.sbatch", "prefill.sbatch"]
 
 
 def test_offline_review_without_the_shared_filesystem_writes_into_the_checkout(

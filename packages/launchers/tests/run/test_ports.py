@@ -141,8 +141,10 @@ def test_the_job_scripts_listen_on_and_check_the_leased_ports(tmp_path: Path) ->
         plan, job = submission.role(spec, runtime)
         mine = lease.roles[spec.role]
         script = render(job)
-        assert f"system={mine.system}" in script and f"bootstrap={mine.bootstrap}" in script
+        assert f"system={mine.system}" in script
         argv = " ".join(str(a) for p in plan.processes for a in p.argv)
+        # Only the ports a role binds are checked: the mock engine's bootstrap port is the prefill's alone.
+        assert (f"bootstrap={mine.bootstrap}" in script) is (spec.role == "prefill")
         if spec.role == "prefill":
             assert f"--bootstrap-ports {mine.bootstrap}" in argv
         else:

@@ -14,6 +14,7 @@ class Ports:
     system: int = 8081
     bootstrap: int = 8090
     nixl_side_channel: int = 20097
+    kv_events: int = 5557  # vLLM's KV-event publisher (ZMQ), which Dynamo's worker relays to the router
 
     @classmethod
     def for_role(cls, index: int, base_offset: int = 0) -> Ports:
@@ -23,4 +24,5 @@ class Ports:
             system=8081 + index + base_offset,
             bootstrap=8090 + index + base_offset,
             nixl_side_channel=20097 + index + base_offset,
+            kv_events=5557 + index + base_offset,
         )

@@ -119,6 +119,9 @@ class RolePlan:
     worker_process: str
     gpus: int
     served_model_name: str
+    # The ports (fields of Ports) the worker binds, which the job checks free before anything starts; the
+    # frontend's is added where the role runs it.
+    listens: tuple[str, ...] = ("system",)
 
 
 def worker_name(mode: str) -> str:

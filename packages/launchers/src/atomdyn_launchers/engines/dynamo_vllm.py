@@ -68,13 +68,33 @@ class VllmPlatform:
 
 
 def devices(platform: VllmPlatform, rdma: RdmaMounts, mode: str | None = None) -> DeviceAccess:
+    """A worker's devices; an aggregated worker moves no KV between workers and gets no RDMA device."""
+    kv_moves = mode != "agg"
+    required = platform.rdma_required and kv_moves
     return DeviceAccess(
         platform.vendor,
         platform.gpu_visibility,
-        rdma_required=platform.rdma_required,
-        rdma=rdma if platform.rdma_required else None,
+        rdma_required=required,
+        rdma=rdma if required else None,
+        rdma_optional=kv_moves,
         container_args=platform.container_args(mode),
     )
+
+
+def kv_events_config(ctx: RoleContext) -> str | None:
+    """vLLM's KV-event publisher, for the KV router's overlap scores. Dynamo 1.3's worker relays vLLM's ZMQ events
+    to the router only when given ``--kv-events-config`` with ``enable_kv_cache_events`` and prefix caching on,
+    and never from a decode worker (``dynamo/vllm/args.py``, ``main.py``): without it ``--router-mode kv`` routes
+    with no overlap data. vLLM binds the endpoint only when it holds ``*`` (it connects to any other address);
+    Dynamo's relay reads it at 127.0.0.1. The port is the role's own (leased, checked free in the job)."""
+    if ctx.mode == "decode" or not ctx.model.enable_prefix_caching or ctx.router_mode != "kv":
+        return None
+    config = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://*:{ctx.ports.kv_events}",
+    }
+    return json.dumps(config, separators=(",", ":"))
 
 
 def mgmt_prelude(ctx: RoleContext) -> list[str]:
@@ -185,14 +205,19 @@ def plan_vllm_role(ctx: RoleContext, platform: VllmPlatform) -> RolePlan:
     if platform.model_args:
         argv += list(model.atom_args)
     argv += list(platform.extra_args)
-    env: dict[str, Arg] = {
-        "DYN_SYSTEM_PORT": str(ctx.ports.system),
-        "VLLM_NIXL_SIDE_CHANNEL_HOST": Shell('"$MGMT_ADDR"'),
-        "VLLM_NIXL_SIDE_CHANNEL_PORT": str(ctx.ports.nixl_side_channel),
-    }
-    env.update(platform.ucx_env(ctx))
-    if ctx.ucx_net_devices:
-        env["UCX_NET_DEVICES"] = ctx.ucx_net_devices
+    listens: tuple[str, ...] = ("system",)
+    events = kv_events_config(ctx)
+    if events is not None:
+        argv += ["--kv-events-config", events]
+        listens += ("kv_events",)
+    env: dict[str, Arg] = {"DYN_SYSTEM_PORT": str(ctx.ports.system)}
+    if ctx.mode != "agg":  # only P/D moves KV: NIXL's side channel, UCX's settings and the RDMA devices
+        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = Shell('"$MGMT_ADDR"')
+        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(ctx.ports.nixl_side_channel)
+        env.update(platform.ucx_env(ctx))
+        if ctx.ucx_net_devices:
+            env["UCX_NET_DEVICES"] = ctx.ucx_net_devices
+        listens += ("nixl_side_channel",)
     env.update(platform.extra_env)
     if platform.model_args:
         env.update(model.atom_env)
@@ -220,4 +245,5 @@ def plan_vllm_role(ctx: RoleContext, platform: VllmPlatform) -> RolePlan:
         worker_name(ctx.mode),
         model.gpus_per_worker,
         model.served_model_name,
+        listens,
     )

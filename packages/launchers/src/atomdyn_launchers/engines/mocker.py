@@ -58,8 +58,15 @@ class MockerEngine(Engine):
         processes = [wrap(ctx, worker_name(ctx.mode), argv, env, NO_DEVICES)]
         if ctx.with_frontend:
             processes.insert(0, frontend(ctx))
+        listens = ("system", "bootstrap") if ctx.mode == "prefill" else ("system",)
         return RolePlan(
-            processes, record_preludes(ctx), dynamo_env(ctx), worker_name(ctx.mode), 0, ctx.model_path
+            processes,
+            record_preludes(ctx),
+            dynamo_env(ctx),
+            worker_name(ctx.mode),
+            0,
+            ctx.model_path,
+            listens,
         )
 
     def platform_label(self, fingerprint: Any) -> str:

@@ -42,6 +42,8 @@ class DeviceAccess:
     gpu_visibility: str | None = None
     rdma_required: bool = False
     rdma: RdmaMounts | None = None
+    # Not required: /dev/infiniband passed when the node has it (False: never, a worker that moves no KV).
+    rdma_optional: bool = True
     # The engine's own container settings (security options, limits), in the order it documents them.
     container_args: tuple[str, ...] = ()
 
@@ -54,7 +56,7 @@ class DeviceAccess:
         if self.rdma_required:
             # The RDMA path is the point of this engine: a node without /dev/infiniband fails loudly here.
             args += ["--device", "/dev/infiniband"]
-        elif self.vendor != "none":
+        elif self.vendor != "none" and self.rdma_optional:
             args.append(Shell('"${IB_DEVICE_ARGS[@]}"'))  # NVLink-only hosts have none; see prelude()
         if self.rdma is not None:
             args += self.rdma.args()
@@ -63,7 +65,7 @@ class DeviceAccess:
         return args
 
     def prelude(self) -> list[str]:
-        if self.rdma_required or self.vendor == "none":
+        if self.rdma_required or self.vendor == "none" or not self.rdma_optional:
             return []
         return [
             "IB_DEVICE_ARGS=()",

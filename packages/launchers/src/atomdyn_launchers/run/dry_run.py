@@ -29,6 +29,7 @@ def write_dry_run(
     slurm: Slurm,
     progress: Progress,
     preflight_state: str,
+    problems: list[str] | None = None,
 ) -> Path:
     """Every job script and the resolved recipe in a run directory under <runs>/dry-run; its path."""
     runs_root = (options.runs_root or config.runs_dir) / "dry-run"
@@ -61,6 +62,7 @@ def write_dry_run(
         "dry_run": True,
         "submitted": [],
         "preflight": preflight_state,
+        "problems": problems or [],
         "etcd": "run-owned: started in a job of its own at submit (endpoint known then)"
         if owned
         else endpoint,
@@ -70,5 +72,13 @@ def write_dry_run(
         ),
     }
     atomic_write_text(rundir.path / "dry-run.json", json.dumps(plan, indent=2) + "\n")
+    for problem in problems or []:
+        progress.line(f"dry run: a run would be refused: {problem}")
     progress.line(f"dry run: nothing submitted; scripts and recipe.json in {rundir.path}")
     return rundir.path
+
+
+def dry_run_problems(path: Path) -> list[str]:
+    """What the dry run in ``path`` found that would refuse a run (dry-run.json's ``problems``)."""
+    plan = json.loads((path / "dry-run.json").read_text(encoding="utf-8"))
+    return [str(p) for p in plan.get("problems", [])]

@@ -96,8 +96,9 @@ class Launch:
             options.kind, config, options.prefill_workers, options.decode_workers, options.nodes
         )
 
-    def preflight(self) -> CheckReport | None:
-        """Refuse what cannot run before anything is created or submitted; the node report, if checked."""
+    def preflight(self, problems: list[str] | None = None) -> CheckReport | None:
+        """Refuse what cannot run before anything is created or submitted; the node report, if checked.
+        ``problems``: list the engine's launch problems there instead (a dry run)."""
         return check_run(
             self.config,
             self.options,
@@ -106,6 +107,7 @@ class Launch:
             self.roles,
             slurm=self.slurm,
             progress=self.progress,
+            problems=problems,
         )
 
     def clean_orphans(self) -> None:
@@ -158,13 +160,18 @@ class Launch:
 
     def dry_run(self) -> Path:
         """Preflight (unless offline), then every job script and the resolved recipe in a run directory under
-        <runs>/dry-run; nothing is submitted. Returns the directory."""
+        <runs>/dry-run; nothing is submitted. A dry run is a review: what the preflight refuses is listed in
+        dry-run.json (``problems``) and the scripts are written all the same. Returns the directory."""
+        problems: list[str] = []
         if self.options.offline:
             self.progress.line("OFFLINE REVIEW: preflight not run; nothing was checked against the cluster")
             preflight_state = "not run (--offline): an offline review, nothing checked against the cluster"
         else:
-            self.preflight()
-            preflight_state = "passed"
+            try:
+                self.preflight(problems)
+            except PreflightError as exc:  # the first check that refused; the ones after it did not run
+                problems.append(str(exc))
+            preflight_state = "failed" if problems else "passed"
         return write_dry_run(
             self.config,
             self.options,
@@ -174,6 +181,7 @@ class Launch:
             slurm=self.slurm,
             progress=self.progress,
             preflight_state=preflight_state,
+            problems=problems,
         )
 
 

@@ -28,8 +28,8 @@ from atomdyn_core.atomic import atomic_write_json
 from atomdyn_launchers.contract.ports import Ports
 
 RANGE = (21000, 32760)  # [first, end): Linux's ephemeral ports start at 32768
-BLOCK = 64  # http, then (system, bootstrap, nixl side channel) for up to 21 roles (xPyD layouts)
-_ROLE_STRIDE = 3
+BLOCK = 85  # http, then (system, bootstrap, nixl side channel, kv events) for up to 21 roles (xPyD layouts)
+_ROLE_STRIDE = 4
 MAX_ROLES = (BLOCK - 1) // _ROLE_STRIDE
 
 
@@ -43,16 +43,19 @@ def role_ports(block_start: int, index: int) -> Ports:
     if not 0 <= index < MAX_ROLES:
         raise PortError(f"role index {index} does not fit a block of {BLOCK} ports")
     first = block_start + 1 + index * _ROLE_STRIDE
-    return Ports(http=block_start, system=first, bootstrap=first + 1, nixl_side_channel=first + 2)
+    return Ports(
+        http=block_start,
+        system=first,
+        bootstrap=first + 1,
+        nixl_side_channel=first + 2,
+        kv_events=first + 3,
+    )
 
 
-def named_ports(ports: Ports, *, with_frontend: bool) -> dict[str, int]:
-    """What a job listens on, by name, for the job script's check on the node."""
-    named = {
-        "system": ports.system,
-        "bootstrap": ports.bootstrap,
-        "nixl-side-channel": ports.nixl_side_channel,
-    }
+def named_ports(ports: Ports, listens: Sequence[str], *, with_frontend: bool) -> dict[str, int]:
+    """What a job listens on, by name, for the job script's check on the node: the ports its plan says its
+    processes bind (fields of :class:`Ports`), and the frontend's."""
+    named = {name.replace("_", "-"): int(getattr(ports, name)) for name in listens}
     return {"frontend-http": ports.http, **named} if with_frontend else named
 
 
@@ -124,6 +127,7 @@ class Lease:
                     "system": p.system,
                     "bootstrap": p.bootstrap,
                     "nixl_side_channel": p.nixl_side_channel,
+                    "kv_events": p.kv_events,
                 }
                 for role, p in self.roles.items()
             },

@@ -79,8 +79,10 @@ def check_run(
     *,
     slurm: Slurm,
     progress: Progress,
+    problems: list[str] | None = None,
 ) -> CheckReport | None:
-    """Refuse what cannot run before anything is created or submitted; the node report, if checked."""
+    """Refuse what cannot run before anything is created or submitted; the node report, if checked. With
+    ``problems`` (a dry run, a review), the engine's launch problems are listed there instead of raised."""
     if options.kind not in KINDS:
         raise PreflightError(f"unknown run kind {options.kind!r}")
     if options.concurrency < 1 or options.resolved_requests() < 1:
@@ -89,9 +91,9 @@ def check_run(
         why = engine.cross_layer_blocks_why
         raise PreflightError(f"KV_CROSS_LAYER_BLOCKS=yes: engine {engine.name} cannot ({why})")
     if options.recipe is not None:
-        problems = resource_problems(options.recipe, engine.needs_gpus(), model.gpus_per_worker)
-        if problems:
-            raise PreflightError(f"recipe {options.recipe.source}: " + "; ".join(problems))
+        resources = resource_problems(options.recipe, engine.needs_gpus(), model.gpus_per_worker)
+        if resources:
+            raise PreflightError(f"recipe {options.recipe.source}: " + "; ".join(resources))
     python = config.python_venv / "bin" / "python"
     if config.runtime == "venv" and not python.exists():
         raise PreflightError(f"PYTHON_VENV {config.python_venv} has no bin/python (jobs run with it)")
@@ -115,9 +117,11 @@ def check_run(
             raise PreflightError(str(exc)) from None
         if not images:
             raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
-    problems = engine.launch_problems(options.kind, [r.node for r in roles], config.ucx_net_devices_for)
-    if problems:
-        raise PreflightError("; ".join(problems))
+    launch = engine.launch_problems(options.kind, [r.node for r in roles], config.ucx_net_devices_for)
+    if launch and problems is None:
+        raise PreflightError("; ".join(launch))
+    if problems is not None:
+        problems += launch
     if engine.needs_gpus() and model.gpus_per_worker > config.gpus_per_node:
         raise PreflightError(
             f"model profile {model.name} needs {model.gpus_per_worker} GPUs per worker; "

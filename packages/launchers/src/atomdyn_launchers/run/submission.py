@@ -156,7 +156,7 @@ class Submission:
             gpus=self.gres_gpus(plan),
             time_limit=self.options.time_limit or self.engine.timeouts.time_limit,
             register=self.register_command(spec, plan, role_ctx.ports),
-            ports=named_ports(role_ctx.ports, with_frontend=spec.with_frontend),
+            ports=named_ports(role_ctx.ports, plan.listens, with_frontend=spec.with_frontend),
             header_comment=(
                 f"atomdyn run {self.rundir.run_id}: role {spec.role} ({spec.mode}) on {spec.node}, "
                 f"engine {self.engine.name}, runtime {self.config.runtime}. Generated; do not edit."

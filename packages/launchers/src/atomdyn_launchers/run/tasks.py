@@ -18,6 +18,7 @@ from atomdyn_launchers.config.cluster import ClusterConfigError, PreflightError
 from atomdyn_launchers.config.recipes import RecipeError, load_recipe
 from atomdyn_launchers.contract.readiness import ReadinessError
 from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ProfileError
+from atomdyn_launchers.run.dry_run import dry_run_problems
 from atomdyn_launchers.run.launch import dry_run, run
 from atomdyn_launchers.run.options import Flags, LaunchOptions, OptionError, parse_int, resolve
 from atomdyn_launchers.run.stages.record import Outcome
@@ -64,6 +65,9 @@ def _dry_run(options: LaunchOptions, config: str | None) -> None:
     except PREFLIGHT_ERRORS as exc:
         raise Exit(f"error: {exc}", code=2) from exc
     print(f"dry run (nothing submitted): {path}")
+    problems = dry_run_problems(path)
+    if problems:
+        raise Exit(f"error: a run would be refused ({len(problems)} problem(s), in dry-run.json)", code=2)
 
 
 def _finish(outcome: Outcome, run_dir_file: str | None) -> None:
