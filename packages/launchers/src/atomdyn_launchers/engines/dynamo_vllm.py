@@ -142,24 +142,41 @@ def shim_prelude(ctx: RoleContext) -> list[str]:
 
 def rdma_check_prelude(ctx: RoleContext, access: DeviceAccess, env: Mapping[str, Arg]) -> list[str]:
     """`ibv_devinfo -v` as the worker's container sees the NICs (same image, devices and mounts), kept in the
-    run directory and read on the node: devices, ports, GIDs and max_srq (UCX's rc_verbs needs SRQ)."""
+    run directory and read on the node: devices, ports, GIDs and max_srq (UCX's rc_verbs needs SRQ). Then
+    `ibv_devinfo -l` under glibc's `LD_DEBUG=libs` there, which shows the verbs provider libraries libibverbs
+    loaded, in its order: the check records them and fails the role when a library RDMA_PROVIDER_LIBS names
+    (mounted into the container) is not the first of its name loaded, i.e. not the one used."""
     base = run_path(ctx, "rdma")
+    loader_env: dict[str, Arg] = {**env, "LD_DEBUG": "libs"}
     if isinstance(ctx.runtime, DockerRuntime):
         probe = ctx.runtime.tool(
             ["ibv_devinfo", "-v"], env=env, devices=access, name=f"{ctx.role}-rdma-check"
         )
+        loaded = ctx.runtime.tool(
+            ["ibv_devinfo", "-l"], env=loader_env, devices=access, name=f"{ctx.role}-rdma-providers"
+        )
+        expected = access.rdma.providers if access.rdma is not None else ()
     else:
         probe = ["ibv_devinfo", "-v"]
+        loaded = ["env", "LD_DEBUG=libs", "ibv_devinfo", "-l"]
+        expected = ()  # the node's own libibverbs and configuration: nothing is mounted or named
     check: list[Arg] = [*ctx.node_python, "-m", "atomdyn_launchers.job.rdma", base + ".devinfo.txt"]
     check += ["--json", base + ".json", "--need-srq", "--gid-index", ctx.ucx_gid_index]
     if ctx.ucx_net_devices:
         check += ["--net-devices", ctx.ucx_net_devices]
+    check += ["--providers", base + ".providers.txt"]
+    for lib in expected:
+        check += ["--expect-provider", lib]
     return [
         "# The RDMA devices the worker will see, checked before the engine starts.",
         f"mkdir -p {shlex.quote(ctx.run_dir + '/rdma')}",
         f"if ! {quoted(probe)} >{shlex.quote(base + '.devinfo.txt')} 2>&1; then",
         f"  log 'ibv_devinfo -v failed where the worker runs (see rdma/{ctx.role}.devinfo.txt)'",
         "  exit 3",
+        "fi",
+        "# The verbs provider libraries libibverbs loads there (the loader's trace), checked with the devices.",
+        f"if ! {quoted(loaded)} >{shlex.quote(base + '.providers.txt')} 2>&1; then",
+        f"  log 'ibv_devinfo -l failed where the worker runs (see rdma/{ctx.role}.providers.txt)'",
         "fi",
         f"if ! {quoted(check)}; then",
         f"  log 'RDMA check failed (see rdma/{ctx.role}.json)'",

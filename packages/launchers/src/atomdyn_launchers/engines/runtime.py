@@ -16,17 +16,45 @@ from atomdyn_launchers.sbatch import Arg, Container, ProcessSpec, Shell
 
 @dataclass(frozen=True)
 class RdmaMounts:
-    """What a container needs to see the node's RDMA NICs: the verbs provider configuration directory
-    (``/etc/libibverbs.d``) and the provider libraries it names (e.g. ionic's ``libionic-rdmav34.so``), which a
-    container image built elsewhere does not carry. Mounted read-only at the same paths."""
+    """The node's verbs provider libraries a container uses for its RDMA NICs (RDMA_PROVIDER_LIBS, e.g. ionic's
+    ``libionic-rdmav34.so``), mounted read-only at their own paths and named to libibverbs by absolute path in
+    ``RDMAV_DRIVERS``, so that the configured library is the one used.
 
-    config_dir: str = "/etc/libibverbs.d"
+    From rdma-core's libibverbs (``dynamic_driver.c``, ``init.c``): it reads the ``driver <name>`` lines of
+    the *.driver files in its configuration directory, a path compiled in (``IBV_CONFIG_DIR``, no variable
+    changes it); ``RDMAV_DRIVERS`` (``:``-separated) is loaded before those; a name starting with ``/`` is
+    dlopened as that path plus the provider suffix (``-rdmav<ABI>.so``), a bare name from the built-in
+    provider directory, then the loader's search path; and a device goes to the first registered provider
+    that takes it, so the library named here wins over the image's own copy. The image's /etc/libibverbs.d
+    is left as it is (the node's, ``config_dir``, is not mounted: over the image's it hid the image's own
+    entries, e.g. ionic.driver); without provider libraries the image's providers are used. A library whose
+    name has no provider suffix (a dependency) is only mounted."""
+
+    config_dir: str = "/etc/libibverbs.d"  # the node's (RDMA_VERBS_CONFIG_DIR): not mounted, see above
     provider_libs: tuple[str, ...] = ()
 
+    @staticmethod
+    def driver_name(lib: str) -> str | None:
+        """What libibverbs is told to load for ``lib``: its path without the provider suffix (libibverbs adds
+        its own ``-rdmav<ABI>.so``, so a library built for another ABI is not loaded); None: no provider."""
+        stem, sep, tail = lib.rpartition("-rdmav")
+        abi = tail.removesuffix(".so")
+        if not sep or abi == tail or not (abi.isascii() and abi.isdigit()) or any(c in lib for c in ":;"):
+            return None
+        return stem if stem.startswith("/") and stem.rsplit("/", 1)[-1].startswith("lib") else None
+
+    @property
+    def providers(self) -> tuple[str, ...]:
+        """The configured libraries libibverbs loads as providers: the RDMA check expects each to be used."""
+        return tuple(lib for lib in self.provider_libs if self.driver_name(lib) is not None)
+
     def args(self) -> list[Arg]:
-        args: list[Arg] = ["-v", f"{self.config_dir}:{self.config_dir}:ro"]
+        args: list[Arg] = []
         for lib in self.provider_libs:
             args += ["-v", f"{lib}:{lib}:ro"]
+        drivers = [name for lib in self.providers if (name := self.driver_name(lib)) is not None]
+        if drivers:
+            args += ["-e", "RDMAV_DRIVERS=" + ":".join(drivers)]
         return args
 
 

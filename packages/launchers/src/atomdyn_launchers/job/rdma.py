@@ -8,10 +8,19 @@ receive queues: ``max_srq`` 0 (what ionic NICs report) leaves rc_verbs unable to
 and the GID index UCX will use (``UCX_IB_GID_INDEX``) names an IPv4 RoCE v2 GID on that port (a link-local or
 RoCE v1 GID there does not route between the nodes), or with ``auto`` which indexes UCX could pick.
 
-``python -m atomdyn_launchers.job.rdma DEVINFO --json OUT [--need-srq] [--net-devices D,...] [--gid-index N]``
-writes the
-parsed devices and the problems to OUT (always) and exits 1 when there is a problem. Standard library only:
-it runs with the node's Python.
+Which verbs provider library libibverbs loaded, read from the dynamic loader's trace of ``ibv_devinfo -l`` run
+with ``LD_DEBUG=libs`` in the same container (glibc prints ``calling init: PATH`` for each object it
+initialises; a provider's constructor registers it with libibverbs then, so that order is libibverbs' order):
+the ``lib<name>-rdmav<ABI>.so`` paths are recorded as ``provider_libraries``. A library the config names
+(``RDMA_PROVIDER_LIBS``, passed as ``--expect-provider``) must be the first of its name loaded: libibverbs
+gives a device to the first registered provider that takes it (rdma-core ``libibverbs/init.c``,
+``try_drivers``), so another copy loaded before it (the image's own) is the one used; the check then fails the
+role naming both.
+
+``python -m atomdyn_launchers.job.rdma DEVINFO --json OUT [--need-srq] [--net-devices D,...] [--gid-index N]
+[--providers LD_DEBUG_TEXT] [--expect-provider LIB ...]`` writes the parsed devices, the loaded providers and
+the problems to OUT (always) and exits 1 when there is a problem. Standard library only: it runs with the
+node's Python.
 """
 
 from __future__ import annotations
@@ -27,6 +36,13 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_json
 
 _GID = re.compile(r"^GID\[\s*(\d+)\]:\s*(\S+?)(?:,\s*(.+))?$")
+# glibc's LD_DEBUG=libs line for an object whose initialisers run ("  1234:\tcalling init: /path/lib.so").
+_CALLING_INIT = re.compile(r"^\s*(?:\d+:\s*)?calling init: (\S+)\s*$")
+# A verbs provider as libibverbs names it: lib<name> and the provider suffix -rdmav<ABI>.so (rdma-core
+# CMakeLists.txt IBVERBS_PROVIDER_SUFFIX; the ABI is that libibverbs release's IBVERBS_PABI_VERSION).
+_PROVIDER = re.compile(r"(?:^|/)lib(?P<name>[^/]+)-rdmav(?P<abi>\d+)\.so$")
+# libibverbs' message for a provider it cannot dlopen (rdma-core libibverbs/dynamic_driver.c, load_driver).
+_LOAD_WARNING = re.compile(r"^libibverbs: Warning: couldn't load driver '([^']+)'")
 
 
 @dataclass
@@ -141,8 +157,9 @@ def check_devices(
     """Problems, each naming the device and what is wrong; empty when the KV path can use the devices."""
     if not devices:
         return [
-            "no RDMA device is visible where the worker runs: is /dev/infiniband passed and the NIC's verbs "
-            "provider (its /etc/libibverbs.d entry and provider library) mounted?"
+            "no RDMA device is visible where the worker runs: is /dev/infiniband passed, and does the image "
+            "have the NIC's verbs provider (an /etc/libibverbs.d entry and its library) or RDMA_PROVIDER_LIBS "
+            "name one?"
         ]
     by_name = {d.name: d for d in devices}
     used: list[RdmaDevice] = []
@@ -187,13 +204,93 @@ def check_devices(
     return problems
 
 
-def report(devices: list[RdmaDevice], problems: list[str], gid_index: str = "auto") -> dict[str, Any]:
+def provider_name(path: str) -> str | None:
+    """``ionic`` for ``.../libionic-rdmav34.so``; None for a library that is not a verbs provider."""
+    match = _PROVIDER.search(path)
+    return match.group("name") if match else None
+
+
+def provider_abi(path: str) -> str | None:
+    """``34`` for ``.../libionic-rdmav34.so``: the libibverbs provider ABI the library was built for."""
+    match = _PROVIDER.search(path)
+    return match.group("abi") if match else None
+
+
+def loaded_objects(text: str) -> list[str]:
+    """Every object the loader initialised, in its order, from ``LD_DEBUG=libs`` output; each once."""
+    loaded: list[str] = []
+    for line in text.splitlines():
+        match = _CALLING_INIT.match(line)
+        if match and match.group(1) not in loaded:
+            loaded.append(match.group(1))
+    return loaded
+
+
+def parse_loaded_providers(text: str) -> list[str]:
+    """The verbs provider libraries in the order the loader initialised them (the order libibverbs registered
+    them: each registers from its constructor), from ``LD_DEBUG=libs`` output; each once."""
+    return [path for path in loaded_objects(text) if provider_name(path)]
+
+
+def load_warnings(text: str) -> list[str]:
+    """libibverbs' warnings for providers it could not load: the path it tried, with the loader's reason."""
+    return [line.strip() for line in text.splitlines() if _LOAD_WARNING.match(line.strip())]
+
+
+def check_providers(loaded: list[str], expected: list[str], warnings: list[str] | None = None) -> list[str]:
+    """Problems: each configured library that is not the first loaded provider of its name (the one that
+    libibverbs gives that provider's devices to), naming the one that is."""
+    problems: list[str] = []
+    for want in expected:
+        name = provider_name(want)
+        if name is None:
+            first = want if want in loaded else None
+        else:
+            first = next((p for p in loaded if provider_name(p) == name), None)
+        if first == want:
+            continue
+        if first is None:
+            problem = (
+                f"RDMA_PROVIDER_LIBS names {want}, but no {name or want} provider was loaded "
+                f"(loaded: {', '.join(loaded) or 'none'})"
+            )
+        else:
+            problem = (
+                f"RDMA_PROVIDER_LIBS names {want}, but {first} was loaded first: libibverbs gives the "
+                f"{name} devices to it, not to the configured library"
+            )
+        abi = provider_abi(want)
+        others = sorted({a for p in loaded if (a := provider_abi(p)) is not None and a != abi})
+        if name is not None and others:
+            problem += (
+                f"; the image's libibverbs loads providers built for rdmav{'/'.join(others)}, "
+                f"the configured one is rdmav{abi}"
+            )
+        stem = want.removesuffix(f"-rdmav{abi}.so") if name is not None else want
+        problem += "".join(f"; {w}" for w in warnings or [] if f"'{stem}-rdmav" in w)
+        problems.append(problem)
+    return problems
+
+
+def report(
+    devices: list[RdmaDevice],
+    problems: list[str],
+    gid_index: str = "auto",
+    providers: list[str] | None = None,
+    expected_providers: list[str] | None = None,
+    warnings: list[str] | None = None,
+) -> dict[str, Any]:
     return {
         "schema": "atomdyn-rdma-check/1",
         "ok": not problems,
         "problems": problems,
         # "auto": UCX picks; each port's ipv4_gid_indexes say which it could pick on a routed IPv4 fabric.
         "gid_index": gid_index,
+        # The verbs provider libraries loaded where the worker runs, in libibverbs' order (None: not recorded);
+        # the first of each name serves that provider's devices.
+        "provider_libraries": providers,
+        "expected_provider_libraries": expected_providers or [],
+        "provider_load_warnings": warnings or [],
         "devices": [
             {
                 "device": d.name,
@@ -219,6 +316,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--gid-index", default="auto", help="UCX_IB_GID_INDEX: must be an IPv4 RoCE v2 GID (default: auto)"
     )
+    parser.add_argument(
+        "--providers",
+        type=Path,
+        help="the captured output of `LD_DEBUG=libs ibv_devinfo -l` (stdout and stderr)",
+    )
+    parser.add_argument(
+        "--expect-provider",
+        action="append",
+        default=[],
+        help="a provider library the config names: it must be the first of its name loaded (repeatable)",
+    )
     args = parser.parse_args(argv)
     try:
         text = args.devinfo.read_text(encoding="utf-8", errors="replace")
@@ -231,10 +339,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rdma check: --gid-index {args.gid_index!r} is neither a number nor auto", file=sys.stderr)
         return 2
     problems = check_devices(devices, wanted or None, need_srq=args.need_srq, gid_index=args.gid_index)
-    atomic_write_json(args.json, report(devices, problems, args.gid_index))
+    providers: list[str] | None = None
+    warnings: list[str] = []
+    if args.providers is not None:
+        try:
+            trace = args.providers.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            if args.expect_provider:
+                problems.append(f"cannot read the provider record {args.providers}: {exc.strerror}")
+        else:
+            providers, warnings = parse_loaded_providers(trace), load_warnings(trace)
+    # libibverbs loads providers only once it finds a device (init.c): with none, the device problem says it.
+    if args.expect_provider and devices and providers is not None:
+        problems += check_providers(providers, args.expect_provider, warnings)
+    elif args.expect_provider and devices and args.providers is None:
+        problems.append("the configured provider libraries cannot be checked: no --providers record")
+    atomic_write_json(
+        args.json, report(devices, problems, args.gid_index, providers, args.expect_provider, warnings)
+    )
     for device in devices:
         ports = ", ".join(f"{p.port} {p.state} {p.link_layer} ({len(p.gids)} GIDs)" for p in device.ports)
         print(f"{device.name}: max_srq {device.max_srq}; ports {ports}")
+    if providers is not None:
+        print(f"verbs provider libraries loaded: {', '.join(providers) or 'none'}")
     for problem in problems:
         print(f"RDMA check: {problem}", file=sys.stderr)
     return 1 if problems else 0
