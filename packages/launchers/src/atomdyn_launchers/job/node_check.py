@@ -162,11 +162,15 @@ def _rdma(needs: NodeNeeds, root: Path) -> Check:
 
 
 def _rdma_mounts(spec: dict[str, Any], needs: NodeNeeds) -> Check:
-    """The verbs provider configuration and libraries the worker containers mount (RDMA_VERBS_CONFIG_DIR,
-    RDMA_PROVIDER_LIBS): a path missing on the node would give a container that sees no NIC."""
+    """The verbs provider libraries the worker containers mount (RDMA_PROVIDER_LIBS): a path missing on the node
+    would give a container that sees no NIC through the provider the config names."""
     paths = list(spec.get("rdma_mounts", []))
     if needs.rdma != "required" or spec["runtime"] != "docker":
         return Check("rdma-mounts", NOT_NEEDED, "no container mounts the NIC's verbs provider here")
+    if not paths:
+        return Check(
+            "rdma-mounts", NOT_NEEDED, "RDMA_PROVIDER_LIBS names none: the image's own providers are used"
+        )
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:
         return Check("rdma-mounts", FAIL, "missing on this node: " + ", ".join(missing))

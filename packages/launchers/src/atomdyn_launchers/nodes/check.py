@@ -123,7 +123,7 @@ def check_nodes(
         "engine": engine,
         "needs": needs.to_json(),
         # What worker containers mount to see the NICs (atom): it must exist on the node to be mounted.
-        "rdma_mounts": [str(config.rdma_verbs_config_dir), *(str(p) for p in config.rdma_provider_libs)],
+        "rdma_mounts": [str(p) for p in config.rdma_provider_libs],
         "runtime": config.runtime,
         "images": {t: recorded.get(t) for t in tags},
         "token_path": str(work / "shared-token"),
