@@ -64,7 +64,8 @@ ATOM = GateExpectations(
     external_prefix_hits=True,
     kv_transport="rc",
     forbidden_kv_transports=("tcp",),
-    dmabuf_registrations_per_worker=720,
+    kv_zero_copy=True,
+    dmabuf_registrations=True,
     nixl_backend="nixl_rocm",
     doctor_required=True,
 )
@@ -84,8 +85,8 @@ def test_expectations_of_aggregated_runs_drop_the_kv_path() -> None:
 def test_contradictory_expectations_are_refused() -> None:
     with pytest.raises(ValueError, match="both expected and forbidden"):
         GateExpectations(kv_transport="tcp", forbidden_kv_transports=("tcp",))
-    with pytest.raises(ValueError, match="at least 1"):
-        GateExpectations(dmabuf_registrations_per_worker=0)
+    with pytest.raises(ValueError, match="kv_zero_copy needs kv_transport"):
+        GateExpectations(kv_zero_copy=True)
     with pytest.raises(AttributeError):
         ATOM.kv_transport = "tcp"  # type: ignore[misc]
 

@@ -7,7 +7,9 @@ gate-deciding lines come from real runs committed in this repository: dmabuf-shi
 NIXL_ERR from the H200 bench log, UCX_PROTO_INFO tables from real NIXL transfers on the CPU machine
 (fixtures/ucx-proto-info), vLLM's NIXL metrics and "KV Transfer metrics" summary from the real vLLM CPU P/D
 rehearsal (fixtures/vllm-cpu-disagg). No MI355X here: the H200's doctor names nixl_cu13, so the atom engine's
-own expectations fail it, and ``OBSERVED`` says what those real lines do prove.
+own expectations fail it, and ``OBSERVED`` says what those real lines do prove. The RoCE tables
+(fixtures/ucx-proto-info/rc-*.log) are not captured: :func:`ucx_table` renders them as UCX does, and a test
+renders the captured TCP tables with it byte for byte.
 """
 
 from __future__ import annotations
@@ -31,13 +33,17 @@ H200_DMABUF = REPO / "evidence" / "h200-cuda-dmabuf" / "dmabuf-shim-gpu-check.tx
 H200_BENCH_LOG = REPO / "evidence" / "h200-nixl-kv-bench" / "run.log"
 UCX_TCP = FIXTURES / "ucx-proto-info" / "tcp.log"
 UCX_CMA = FIXTURES / "ucx-proto-info" / "default.log"
-REGISTRATIONS = 720  # per worker, as the PoC's P/D run logged
+UCX_RC = {name: FIXTURES / "ucx-proto-info" / f"rc-{name}.log" for name in ("zero-copy", "copy", "emulation")}
+# A worker's KV regions registered as VRAM classified as host, and the helper's dma-buf registrations for them:
+# two per region, as with two memory domains left after UCX_NET_DEVICES. Any counts do: the gates compare them.
+HOST_VRAM_REGIONS = 4
+REGISTRATIONS = 8
 
-# What the real lines of atom_run prove: the H200's backend (nixl_cu13), 720 dma-buf registrations a worker.
+# What the real lines of atom_run prove: the H200's backend (nixl_cu13), the helper's dma-buf registrations.
 OBSERVED = GateExpectations(
     nixl_transfers=True,
     external_prefix_hits=True,
-    dmabuf_registrations_per_worker=REGISTRATIONS,
+    dmabuf_registrations=True,
     nixl_backend="nixl_cu13",
     doctor_required=True,
 )
@@ -48,11 +54,88 @@ def real_lines(path: Path, needle: str) -> list[str]:
     return [line for line in path.read_text().splitlines() if needle in line]
 
 
-def dmabuf_lines() -> list[str]:
-    """The H200 helper's init line and REGISTRATIONS of its dma-buf registration lines."""
+def dmabuf_lines(registrations: int = REGISTRATIONS) -> list[str]:
+    """The H200 helper's init line and ``registrations`` of its dma-buf registration lines."""
     init = real_lines(H200_DMABUF, "dmabuf-shim: init")[1]
     ok = real_lines(H200_DMABUF, "dmabuf-shim: reg ok")[1]
-    return [init] + [ok] * REGISTRATIONS
+    return [init] + [ok] * registrations
+
+
+def host_vram_lines(regions: int = HOST_VRAM_REGIONS) -> list[str]:
+    """The compatibility patch's HOST-classification line (the exact text patches/ writes), once per region."""
+    return [
+        f"W1129 23:15:10.{412 + i} 1171 ucx_utils.cpp:584] NIXL_COMPAT_HOST_VRAM: VRAM classified as HOST by UCX; "
+        f"registering as host memory addr=0x{0x7F3A20000000 + i * 0x240000:x} len=2359296"
+        for i in range(regions)
+    ]
+
+
+# ucs_log_print_compact's prefix ("[%lu.%06lu] [%s:%-5d:%s]   ", src/ucs/debug/log.c) on the decode node.
+UCX_PREFIX = "[1796131512.{:06d}] [gpu-mi355x-018:1171 :0]   "
+UCX_ENDPOINT = "5b0e7c1d-93a4-4f2e-8d61-0c7f3b2 inter-node cfg#1"  # vLLM names the context, UCX cuts it
+GET = "remote memory read by ucp_get*(multi) into host memory from host"
+PUT = "remote memory write by ucp_put* from host memory to host"
+AM = "active message by ucp_am_send* from host memory"
+RC0, RC1 = "rc_verbs/ionic_0:1", "rc_verbs/ionic_1:1"
+TWO_RAILS = f"50% on {RC0} and 50% on {RC1}"  # a multi-lane protocol over two NICs (NIXL's MAX_RMA_RAILS=2)
+# The cells of the RoCE tables (operation, rows of size range, method, config). The ranges are examples, not a
+# capture: small messages by short/copy protocols, large ones zero-copy, as UCX's put/get protocols print them.
+RC_TABLES: dict[str, list[tuple[str, list[tuple[str, str, str]]]]] = {
+    # A good run: every row that can carry a KV block (4 KiB or more) is zero-copy; an AM table is no KV row.
+    "zero-copy": [
+        (GET, [("0..1023", "copy-out", RC0), ("1K..inf", "zero-copy", TWO_RAILS)]),
+        (PUT, [("0..60", "short", RC0), ("61..2K", "copy-in", RC0), ("2049..inf", "zero-copy", RC0)]),
+        (
+            AM,
+            [("0..60", "short", RC0), ("61..8K", "copy-in", RC0), ("8193..inf", "multi-frag zero-copy", RC0)],
+        ),
+    ],
+    # KV-sized reads and writes copied through bounce buffers over rc.
+    "copy": [
+        (GET, [("0..16K", "copy-out", RC0), ("16385..inf", "zero-copy", TWO_RAILS)]),
+        (PUT, [("0..60", "short", RC0), ("61..5736", "copy-in", RC0), ("5737..inf", "zero-copy", RC0)]),
+    ],
+    # Reads emulated by active messages over rc (get/am/bcopy): host-staged, not RDMA.
+    "emulation": [
+        (GET, [("0..inf", "software emulation", RC0)]),
+        (PUT, [("0..60", "short", RC0), ("61..2K", "copy-in", RC0), ("2049..inf", "zero-copy", RC0)]),
+    ],
+}
+
+
+def ucx_table(prefix: str, endpoint: str, operation: str, rows: list[tuple[str, str, str]]) -> list[str]:
+    """A UCX_PROTO_INFO=y table as UCX prints it (at UCX b56982d8: ucp_proto_select_elem_info in
+    src/ucp/proto/proto_debug.c fills a ucs_table, ucs_table_render in src/ucs/debug/table.c draws it): two
+    title rows across the three columns, a centred header, one row per size range (the range right-aligned,
+    method and config left-aligned); a column is as wide as its widest cell, and a title wider than the
+    columns widens the last one. Every line carries ucs_log_print_compact's ``prefix``."""
+    cells = [("Range", "Description", "Config"), *rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(3)]
+    widths[2] += max(0, len(endpoint) - (sum(widths) + 6), len(operation) - (sum(widths) + 6))
+    across = sum(widths) + 6
+    border = "".join("+" + "-" * (width + 2) for width in widths) + "+"
+
+    def centred(text: str, width: int) -> str:
+        pad = width - len(text)
+        return " " * (pad // 2) + text + " " * (pad - pad // 2)
+
+    lines = [border, f"| {endpoint:<{across}} |", f"| {operation:<{across}} |", border]
+    lines += ["| " + " | ".join(centred(h, w) for h, w in zip(cells[0], widths, strict=True)) + " |", border]
+    lines += [
+        f"| {sizes:>{widths[0]}} | {method:<{widths[1]}} | {config:<{widths[2]}} |"
+        for sizes, method, config in rows
+    ]
+    return [prefix + line for line in [*lines, border]]
+
+
+def rc_tables(name: str) -> list[str]:
+    """The lines of fixtures/ucx-proto-info/rc-<name>.log: RC_TABLES[name] as UCX prints them."""
+    tables = RC_TABLES[name]
+    return [
+        line
+        for i, (operation, rows) in enumerate(tables)
+        for line in ucx_table(UCX_PREFIX.format(204118 + 437 * i), UCX_ENDPOINT, operation, rows)
+    ]
 
 
 ATOM_RUN_ID = "20261129T231500Z-disagg-atom"
@@ -84,13 +167,9 @@ def mocker_run(tmp_path: Path) -> Path:
 
 def atom_logs(role: str) -> list[str]:
     """A worker's gate-deciding lines, each from a real run: NIXL's agent line (the UCX capture), the patch's
-    HOST-classification line (the exact text patches/ writes), the H200 helper's dma-buf lines, and on decode
+    HOST-classification lines (the exact text patches/ writes), the H200 helper's dma-buf lines, and on decode
     vLLM's "KV Transfer metrics" summary from the real CPU rehearsal."""
-    lines = [
-        real_lines(UCX_TCP, "Initialized NIXL agent")[0],
-        "W1129 23:15:10.412 1171 ucx_utils.cpp:584] NIXL_COMPAT_HOST_VRAM: VRAM classified as HOST by UCX; "
-        "registering as host memory addr=0x7f3a20000000 len=2359296",
-    ]
+    lines = [real_lines(UCX_TCP, "Initialized NIXL agent")[0], *host_vram_lines()]
     lines += dmabuf_lines()
     if role == "decode":
         lines += real_lines(VLLM_CPU_RUN / "logs" / "decode.decode.log", "KV Transfer metrics:")

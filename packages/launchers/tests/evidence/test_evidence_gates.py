@@ -9,14 +9,19 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from evidence_helpers import (
     FIXTURES,
     H200_BENCH_LOG,
+    HOST_VRAM_REGIONS,
     OBSERVED,
     REGISTRATIONS,
     REHEARSAL,
     UCX_CMA,
+    UCX_RC,
     UCX_TCP,
+    dmabuf_lines,
+    host_vram_lines,
     real_lines,
     request,
     write_jsonl,
@@ -83,8 +88,10 @@ def test_real_tcp_kv_path_fails_an_atom_pd_run(vllm_cpu_run: Path) -> None:
     failed = _failed(vllm_cpu_run, ATOM)
     assert failed["kv_forbidden_transport_rows"] == "kv.forbidden_transport_rows is 15, expected == 0"
     assert failed["kv_transport_rows"] == "kv.expected_transport_rows is 0, expected >= 1"
-    assert failed["dmabuf_registrations_min_per_worker"] == (
-        "dmabuf.min_ok_per_worker is 0, expected >= 720 (expected by the engine)"
+    assert failed["dmabuf_registrations_min_per_worker"] == "dmabuf.min_ok_per_worker is 0, expected >= 1"
+    assert (
+        failed["host_vram_registrations_min_per_worker"]
+        == "logs.host_vram_min_per_worker is 0, expected >= 1"
     )
     assert failed["doctor_missing_roles"] == "doctor.missing_roles is 2, expected == 0"
 
@@ -186,24 +193,30 @@ def test_real_lines_pass_what_they_prove(atom_run: Path) -> None:
     assert overall(results) == "pass", [r for r in results if r.verdict != "pass"]
     ids = {r.id for r in results}
     assert {"nixl_transfers", "nixl_failed_transfers", "nixl_err_records", "decode_external_prefix_hits",
-            "dmabuf_registrations_min_per_worker", "dmabuf_failures", "doctor_missing_roles",
+            "dmabuf_registrations_min_per_worker", "host_vram_registrations_min_per_worker",
+            "dmabuf_short_of_host_vram_workers", "dmabuf_failures", "doctor_missing_roles",
             "doctor_failed_selftests", "nixl_backend_missing_roles", "decode_prefix_hits"} <= ids  # fmt: skip
     assert signals.get("kv.transfers") == 9 and signals.get("kv.bytes") == 1900544
     assert signals.get("dmabuf.ok_by_role") == {"decode": REGISTRATIONS, "prefill": REGISTRATIONS}
     assert signals.get("doctor.backends") == {"decode": "nixl_cu13", "prefill": "nixl_cu13"}
-    assert signals.get("logs.host_vram") == 2
+    assert signals.get("logs.host_vram") == 2 * HOST_VRAM_REGIONS
+    assert signals.get("logs.host_vram_by_role") == {
+        "decode": HOST_VRAM_REGIONS,
+        "prefill": HOST_VRAM_REGIONS,
+    }
+    assert signals.get("dmabuf.short_of_host_vram_workers") == []
     assert [(round(t), mb, n) for t, mb, n in signals.kv_points] == [(0, 0.312, 5)]
 
 
 def test_the_atom_engine_expects_nixl_rocm_rc_and_no_tcp(atom_run: Path) -> None:
     assert ATOM is not None and ATOM.nixl_backend == "nixl_rocm" and ATOM.forbidden_kv_transports == ("tcp",)
     failed = _failed(atom_run)  # the engine's own expectations, looked up by run.json's engine_profile
+    no_table = "no data: no UCX_PROTO_INFO table of a put/get between processes in logs/ (UCX_PROTO_INFO=y for the workers)"
     assert failed == {
         "nixl_backend_missing_roles": "doctor.roles_without_backend is 2, expected == 0",
-        "kv_transport_rows": "no data: no UCX_PROTO_INFO table of a put/get between processes in logs/ "
-        "(UCX_PROTO_INFO=y for the workers)",
-        "kv_forbidden_transport_rows": "no data: no UCX_PROTO_INFO table of a put/get between processes in "
-        "logs/ (UCX_PROTO_INFO=y for the workers)",
+        "kv_transport_rows": no_table,
+        "kv_forbidden_transport_rows": no_table,
+        "kv_rows_not_zero_copy": no_table,
     }
 
 
@@ -221,6 +234,75 @@ def test_a_silent_tcp_fallback_fails_a_pd_atom_run(atom_run: Path) -> None:
     assert _failed(atom_run, replace(cpu, kv_transport="cma")) == {
         "kv_transport_rows": "kv.expected_transport_rows is 0, expected >= 1"
     }
+
+
+# The atom engine's expectations, but for the backend: the H200's doctor reports nixl_cu13.
+AS_OBSERVED = replace(ATOM, nixl_backend="nixl_cu13") if ATOM else None
+RC_GET = "inter-node remote memory read by ucp_get*(multi) into host memory from host"
+RC_PUT = "inter-node remote memory write by ucp_put* from host memory to host"
+
+
+def test_kv_moved_zero_copy_over_rdma_passes_an_atom_pd_run(atom_run: Path) -> None:
+    _append(atom_run / "logs" / "decode.worker.log", UCX_RC["zero-copy"].read_text().splitlines())
+    signals = collect_signals(atom_run)
+    assert signals.get("kv.transport_rows") == {"rc_verbs/ionic_0:1": 5, "rc_verbs/ionic_1:1": 1}
+    results = evaluate(signals, AS_OBSERVED)
+    assert [r for r in results if r.verdict != "pass"] == [] and overall(results) == "pass"
+    # The copy rows lie below any KV block; an active-message table carries no KV.
+    assert signals.get("kv.rows_not_zero_copy") == []
+
+
+def test_kv_copied_over_rdma_fails_naming_the_rows(atom_run: Path) -> None:
+    _append(atom_run / "logs" / "decode.worker.log", UCX_RC["copy"].read_text().splitlines())
+    rows = [
+        f"{RC_GET}: 0..16K | copy-out | rc_verbs/ionic_0:1",
+        f"{RC_PUT}: 61..5736 | copy-in | rc_verbs/ionic_0:1",
+    ]
+    assert _failed(atom_run, AS_OBSERVED) == {
+        "kv_rows_not_zero_copy": f"kv.rows_not_zero_copy is {rows!r}, expected == []"
+    }
+    gate = next(r for r in _results(atom_run, AS_OBSERVED) if r.id == "kv_rows_not_zero_copy")
+    assert gate.excerpt == "kv.rows_not_zero_copy"
+    signals = collect_signals(atom_run)
+    evaluate(signals, AS_OBSERVED)
+    lines = (atom_run / "logs" / "decode.worker.log").read_text().splitlines()
+    numbers = [
+        next(n for n, line in enumerate(lines, 1) if cell in line) for cell in ("0..16K ", "61..5736 ")
+    ]
+    assert signals.excerpts["kv.rows_not_zero_copy"] == [
+        f"decode.worker.log:{n}: {lines[n - 1]}" for n in numbers
+    ]
+
+
+def test_kv_read_by_software_emulation_over_rdma_fails_naming_the_row(atom_run: Path) -> None:
+    _append(atom_run / "logs" / "decode.worker.log", UCX_RC["emulation"].read_text().splitlines())
+    rows = [f"{RC_GET}: 0..inf | software emulation | rc_verbs/ionic_0:1"]
+    assert _failed(atom_run, AS_OBSERVED) == {
+        "kv_rows_not_zero_copy": f"kv.rows_not_zero_copy is {rows!r}, expected == []"
+    }
+
+
+def test_the_rehearsals_emulated_tcp_reads_are_seen_but_not_judged(vllm_cpu_run: Path) -> None:
+    """The real CPU rehearsal reads KV over TCP by software emulation, by design: its engine does not ask for
+    zero-copy. Asked, the same real tables fail, naming UCX's rows."""
+    vllm_cpu = expectations_for("vllm-cpu")
+    assert vllm_cpu is not None and not vllm_cpu.kv_zero_copy and not REHEARSAL.kv_zero_copy
+    assert "kv_rows_not_zero_copy" not in {g.id for g in gates_for("disagg", vllm_cpu)}
+    failed = _failed(vllm_cpu_run, replace(REHEARSAL, kv_zero_copy=True))
+    assert set(failed) == {"kv_rows_not_zero_copy"}
+    emulated = "remote memory read by ucp_get*(multi) into host memory from host: 0..inf | software emulation"
+    assert f"{emulated} | tcp/eth0" in failed["kv_rows_not_zero_copy"]
+    assert "ucp_put" not in failed["kv_rows_not_zero_copy"]  # its writes are zero-copy
+
+
+def test_zero_copy_is_asked_of_the_engines_whose_kv_must_move_by_rdma() -> None:
+    assert ATOM is not None and ATOM.kv_zero_copy and ATOM.kv_transport == "rc"
+    assert "kv_rows_not_zero_copy" in {g.id for g in gates_for("disagg", ATOM)}
+    assert "kv_rows_not_zero_copy" not in {g.id for g in gates_for("agg-single", ATOM)}  # no KV moves
+    vllm = expectations_for("vllm")  # declares no KV transport yet: nothing to ask zero-copy of
+    assert vllm is not None and vllm.kv_transport is None and not vllm.kv_zero_copy
+    with pytest.raises(ValueError, match="kv_zero_copy needs kv_transport"):
+        GateExpectations(kv_zero_copy=True)
 
 
 def test_same_kernel_copy_is_seen_as_such(atom_run: Path) -> None:
@@ -251,26 +333,69 @@ def test_dmabuf_gates_apply_whenever_expected_even_with_no_helper_line(atom_run:
         log.write_text(
             "".join(line + "\n" for line in log.read_text().splitlines() if "dmabuf-shim" not in line)
         )
-    results = {r.id: r for r in _results(atom_run, OBSERVED)}
-    assert results["dmabuf_registrations_min_per_worker"].verdict == "fail"
-    assert results["dmabuf_registrations_min_per_worker"].reason == (
-        "dmabuf.min_ok_per_worker is 0, expected >= 720 (expected by the engine)"
-    )
-    assert results["dmabuf_failures"].verdict == "pass"  # judged (value 0), not n/a
-    unexpected = {
-        r.id: r.verdict for r in _results(atom_run, replace(OBSERVED, dmabuf_registrations_per_worker=None))
+    short = [
+        f"{role}: 0 dma-buf registration(s) for {HOST_VRAM_REGIONS} VRAM registration(s) classified as host"
+        for role in ("decode", "prefill")
+    ]
+    assert _failed(atom_run, OBSERVED) == {
+        "dmabuf_registrations_min_per_worker": "dmabuf.min_ok_per_worker is 0, expected >= 1",
+        "dmabuf_short_of_host_vram_workers": f"dmabuf.short_of_host_vram_workers is {short!r}, expected == []",
     }
-    assert unexpected["dmabuf_failures"] == "n/a" and "dmabuf_registrations_min_per_worker" not in unexpected
+    results = {r.id: r for r in _results(atom_run, OBSERVED)}
+    assert results["dmabuf_failures"].verdict == "pass"  # judged (value 0), not n/a
+    unexpected = {r.id: r.verdict for r in _results(atom_run, replace(OBSERVED, dmabuf_registrations=False))}
+    assert unexpected["dmabuf_failures"] == "n/a"
+    assert not {"dmabuf_registrations_min_per_worker", "host_vram_registrations_min_per_worker",
+                "dmabuf_short_of_host_vram_workers"} & set(unexpected)  # fmt: skip
+
+
+def _worker_log(run: Path, role: str, host_vram: int, dmabuf: int) -> None:
+    """``role``'s worker log with ``host_vram`` VRAM registrations classified as host and ``dmabuf`` dma-buf
+    registrations of the helper, the other lines as they were."""
+    log = run / "logs" / f"{role}.worker.log"
+    kept = [
+        line
+        for line in log.read_text().splitlines()
+        if "dmabuf-shim" not in line and "NIXL_COMPAT" not in line
+    ]
+    log.write_text("\n".join([*kept, *host_vram_lines(host_vram), *dmabuf_lines(dmabuf)]) + "\n")
+
+
+def test_the_dmabuf_count_follows_what_the_worker_registered(atom_run: Path) -> None:
+    """No fixed count: any model, tensor-parallel size, layout or number of NICs registers its own number of
+    regions, and UCX one or more memory regions for each (a memory domain per NIC, relaxed ordering)."""
+    _worker_log(atom_run, "prefill", host_vram=1, dmabuf=1)
+    _worker_log(atom_run, "decode", host_vram=3, dmabuf=7)
+    assert _failed(atom_run, OBSERVED) == {}
 
 
 def test_one_worker_short_of_its_registrations_fails(atom_run: Path) -> None:
-    log = atom_run / "logs" / "prefill.worker.log"
-    lines = log.read_text().splitlines()
-    lines.remove(next(line for line in lines if "dmabuf-shim: reg ok" in line))
-    log.write_text("\n".join(lines) + "\n")
+    _worker_log(atom_run, "prefill", host_vram=HOST_VRAM_REGIONS, dmabuf=HOST_VRAM_REGIONS - 1)
+    short = [f"prefill: {HOST_VRAM_REGIONS - 1} dma-buf registration(s) for {HOST_VRAM_REGIONS} VRAM registration(s) "
+             "classified as host"]  # fmt: skip
     assert _failed(atom_run, OBSERVED) == {
-        "dmabuf_registrations_min_per_worker": "dmabuf.min_ok_per_worker is 719, expected >= 720 (expected by the engine)"
+        "dmabuf_short_of_host_vram_workers": f"dmabuf.short_of_host_vram_workers is {short!r}, expected == []"
     }
+
+
+def test_a_worker_without_vram_classified_as_host_fails_the_validated_path(atom_run: Path) -> None:
+    """The helper serves VRAM that UCX classified as host: a worker that logged none did not take that path."""
+    _worker_log(atom_run, "decode", host_vram=0, dmabuf=REGISTRATIONS)
+    assert _failed(atom_run, OBSERVED) == {
+        "host_vram_registrations_min_per_worker": "logs.host_vram_min_per_worker is 0, expected >= 1"
+    }
+    assert collect_signals(atom_run).get("logs.host_vram_by_role") == {
+        "decode": 0,
+        "prefill": HOST_VRAM_REGIONS,
+    }
+
+
+def test_the_rocm_path_expects_no_helper_lines() -> None:
+    assert ATOM is not None and ATOM.dmabuf_registrations
+    rocm = expectations_for("atom", {"ATOM_UCX_PATH": "rocm"})
+    assert rocm is not None and not rocm.dmabuf_registrations
+    assert {"dmabuf_registrations_min_per_worker", "host_vram_registrations_min_per_worker",
+            "dmabuf_short_of_host_vram_workers"}.isdisjoint(g.id for g in gates_for("disagg", rocm))  # fmt: skip
 
 
 def test_doctor_reports_are_required_and_their_selftest_must_pass(atom_run: Path) -> None:

@@ -7,7 +7,18 @@ import os
 from pathlib import Path
 
 import pytest
-from evidence_helpers import MOCKER_RUN, UCX_CMA, UCX_TCP, atom_logs
+from evidence_helpers import (
+    HOST_VRAM_REGIONS,
+    MOCKER_RUN,
+    RC_TABLES,
+    REGISTRATIONS,
+    UCX_CMA,
+    UCX_RC,
+    UCX_TCP,
+    atom_logs,
+    rc_tables,
+    ucx_table,
+)
 
 from atomdyn_launchers.evidence import logscan, prom
 from atomdyn_launchers.evidence.bench import generate
@@ -33,8 +44,8 @@ def test_classifies_each_signal_line(tmp_path: Path) -> None:
     ]
     scan = logscan.scan_file(_write(tmp_path / "decode.worker.log", lines))
     assert scan.counts == {
-        "host_vram": 1,
-        "dmabuf_ok": 720,
+        "host_vram": HOST_VRAM_REGIONS,
+        "dmabuf_ok": REGISTRATIONS,
         "kv_transfer": 1,
         "nixl_err": 1,
         "dmabuf_fail": 2,
@@ -133,6 +144,76 @@ def test_ucx_proto_info_tables_name_the_kv_transport() -> None:
     assert tcp.kv_transports == {"tcp/ad2708h": 4} and tcp.count("ucx_kv_row") == 4
     assert "software emulation | tcp/ad2708h" in tcp.excerpts["ucx_kv_row"][2]
     assert logscan.scan_file(UCX_CMA).kv_transports == {"cma/memory": 4}
+
+
+def _captured_tables(path: Path) -> list[tuple[str, list[str]]]:
+    """(prefix, table lines) of each UCX table in a captured log: a frame, two titles, a frame, the header, a
+    frame, the rows, a frame."""
+    tables: list[tuple[str, list[str]]] = []
+    current: list[str] = []
+    for line in path.read_text().splitlines():
+        cut = line.find("]   ") + 4
+        if cut < 4 or line[cut : cut + 1] not in ("+", "|"):
+            continue
+        current.append(line[cut:])
+        if sum(1 for row in current if row.startswith("+")) == 4:
+            tables.append((line[:cut], current))
+            current = []
+    return tables
+
+
+def test_the_rendered_rc_tables_are_in_ucxs_own_format() -> None:
+    """The renderer of the rc fixtures draws every table of the real TCP capture byte for byte, and the rc
+    fixtures are what it draws from their cells."""
+    captured = _captured_tables(UCX_TCP)
+    assert len(captured) > 20
+    for prefix, lines in captured:
+        cells = [tuple(cell.strip() for cell in row.strip("|").split("|")) for row in lines[6:-1]]
+        rows = [(r[0], r[1], r[2]) for r in cells]
+        endpoint, operation = lines[1][2:-2].strip(), lines[2][2:-2].strip()
+        assert ucx_table(prefix, endpoint, operation, rows) == [prefix + line for line in lines]
+    for name, path in UCX_RC.items():
+        assert path.read_text().splitlines() == rc_tables(name), f"{path.name} differs from {name!r}'s cells"
+
+
+def test_ucx_rows_keep_their_method_and_size_range() -> None:
+    """Each KV row keeps its operation, size range, method and config: what the zero-copy gate judges."""
+    scan = logscan.scan_file(UCX_RC["zero-copy"])
+    rows = list(scan.kv_rows)
+    assert [(r.sizes, r.method, r.config) for r in rows] == [
+        (sizes, method, config) for operation, table in RC_TABLES["zero-copy"] if "ucp_am" not in operation
+        for sizes, method, config in table
+    ]  # fmt: skip
+    assert {r.scope for r in rows} == {"inter-node"}
+    assert rows[0].operation == "remote memory read by ucp_get*(multi) into host memory from host"
+    assert rows[1].sizes == "1K..inf"  # a range starting at a multiple of 1024: UCX prints it with its unit
+    assert [r.largest for r in rows] == [1023, float("inf"), 60, 2048, float("inf")]
+    assert [r.zero_copy for r in rows] == [False, True, False, False, True]
+    assert [r.carries_kv for r in rows] == [False, True, False, False, True]
+    assert scan.kv_rows[rows[0]].startswith("rc-zero-copy.log:7: [1796131512.204118] ")
+    tcp = logscan.scan_file(UCX_TCP)
+    assert {(r.method, r.config) for r in tcp.kv_rows} == {("zero-copy", "tcp/ad2708h"),
+                                                             ("software emulation", "tcp/ad2708h")}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("method", "zero_copy"),
+    [
+        ("zero-copy", True),
+        ("sgl", True),
+        ("(?) rndv using zero-copy read from remote", True),
+        ("(?) rndv using zero-copy flushed write to remote", True),
+        ("copy-in", False),
+        ("copy-out", False),
+        ("short", False),
+        ("software emulation", False),
+        ("(?) rndv using read from remote, rc_verbs/ionic_0:1, frag host", False),
+    ],
+)
+def test_which_methods_are_zero_copy(method: str, zero_copy: bool) -> None:
+    row = logscan.UcxRow("inter-node", "remote memory read by ucp_get* into host memory from host", "0..inf",
+                         method, "rc_verbs/ionic_0:1")  # fmt: skip
+    assert row.zero_copy is zero_copy
 
 
 def test_matching_lines_are_what_a_scan_reads(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from evidence_helpers import ATOM_RUN_ID, MOCKER_RUN
+from evidence_helpers import ATOM_RUN_ID, HOST_VRAM_REGIONS, MOCKER_RUN, REGISTRATIONS, UCX_RC
 from invoke.context import Context
 from invoke.exceptions import Exit
 
@@ -74,7 +74,7 @@ def test_collected_data_is_reduced_to_what_the_gates_read(atom_run: Path, tmp_pa
     log.write_text(log.read_text() + "INFO 11-29 23:16:03 [core.py:211] Scheduler step took 0.002 s\n" * 1000)
     out, _ = collect(_as_engine(atom_run, "vllm"), tmp_path / "evidence")
     kept = (out / "data" / "logs" / "decode.worker.log").read_text()
-    assert "Scheduler step" not in kept and kept.count("dmabuf-shim: reg ok") == 720
+    assert "Scheduler step" not in kept and kept.count("dmabuf-shim: reg ok") == REGISTRATIONS
     assert "KV Transfer metrics" in kept and "NIXL_COMPAT_HOST_VRAM" in kept
     prom = (out / "data" / "metrics" / "decode.worker.prom").read_text()
     assert "# TYPE" not in prom and "_bucket" not in prom and "vllm:nixl_xfer_time_seconds_count" in prom
@@ -115,11 +115,14 @@ def test_atom_evidence_is_sanitized_everywhere(atom_run: Path, tmp_path: Path) -
         summary["platform"] == "CPU (no GPU seen), not MI355X"
     )  # what the node reported, not run.json's word
     excerpt = (out / "excerpts" / "logs.dmabuf_fail.txt").read_text()
+    # Kept under data/ before it: the HOST-VRAM lines, the helper's init and registrations, vLLM's KV summary.
+    number = HOST_VRAM_REGIONS + 1 + REGISTRATIONS + 1 + 1
     assert excerpt.startswith(
-        "decode.worker.log:724: dmabuf-shim: reg fail backend=hsa path=dmabuf size=4096 "
+        f"decode.worker.log:{number}: dmabuf-shim: reg fail backend=hsa path=dmabuf size=4096 "
     )
     kept = (out / "data" / "logs" / "decode.worker.log").read_text().splitlines()
-    assert kept[723] == excerpt.split(": ", 1)[1].rstrip("\n")  # the line number is the one under data/
+    # the line number is the one under data/
+    assert kept[number - 1] == excerpt.split(": ", 1)[1].rstrip("\n")
     assert "detail=on:host-2" in excerpt
     assert summary["pictures"] == ["timeline.png", "kv_transfers.png"]
     assert (out / "kv_transfers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -128,6 +131,23 @@ def test_atom_evidence_is_sanitized_everywhere(atom_run: Path, tmp_path: Path) -
     verdict = verify_path(out)
     assert verdict.intact and not verdict.ok
     assert "gate dmabuf_failures: fail: dmabuf.fail is 1, expected == 0" in verdict.text()
+
+
+def test_kv_copied_over_rdma_is_named_in_the_collected_evidence(atom_run: Path, tmp_path: Path) -> None:
+    """The atom engine's own gates on a run whose KV was copied over rc: the failing gate names the rows, its
+    excerpt shows their lines under data/, and verify draws the same again."""
+    with open(atom_run / "logs" / "decode.worker.log", "a") as log:
+        log.write(UCX_RC["copy"].read_text())
+    out, summary = collect(atom_run, tmp_path / "evidence")
+    gate = next(g for g in summary["gates"] if g["id"] == "kv_rows_not_zero_copy")
+    assert gate["verdict"] == "fail" and gate["excerpt"] == "excerpts/kv.rows_not_zero_copy.txt"
+    assert "61..5736 | copy-in | rc_verbs/ionic_0:1" in gate["reason"]
+    kept = (out / "data" / "logs" / "decode.worker.log").read_text().splitlines()
+    for line in (out / gate["excerpt"]).read_text().splitlines():
+        number, text = line.removeprefix("decode.worker.log:").split(": ", 1)
+        assert kept[int(number) - 1] == text and ("copy-out" in text or "copy-in" in text)
+    verdict = verify_path(out)  # intact: the summary is what its data judges, a failing run
+    assert verdict.intact and not verdict.ok and "gate kv_rows_not_zero_copy: fail" in verdict.text()
 
 
 def test_recollecting_replaces_the_evidence_whole(atom_run: Path, tmp_path: Path) -> None:

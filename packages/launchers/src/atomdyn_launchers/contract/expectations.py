@@ -32,8 +32,15 @@ class GateExpectations:
     kv_transport: str | None = None
     # Transport families that must not carry KV: a silent fallback to them fails the run.
     forbidden_kv_transports: tuple[str, ...] = ()
-    # dma-buf registrations the helper must log per worker (the PoC's P/D run: 720); None: no helper expected.
-    dmabuf_registrations_per_worker: int | None = None
+    # Every row of those tables that can carry a KV block over ``kv_transport`` is a zero-copy protocol: no
+    # software emulation, no copy through bounce buffers (the engines whose KV must move by RDMA).
+    kv_zero_copy: bool = False
+    # The dma-buf helper registers the workers' VRAM that UCX classified as host: each worker logs at least one
+    # such VRAM registration (NIXL_COMPAT_HOST_VRAM) and one dma-buf registration, at least as many dma-buf
+    # registrations as VRAM registrations classified as host, and none failed. No fixed count: it follows the
+    # model, the tensor-parallel size, the KV layout and the memory domains UCX registers with (the PoC's
+    # P/D run logged 720 a worker).
+    dmabuf_registrations: bool = False
     # The NIXL backend module each worker's doctor must report and self-test (e.g. "nixl_rocm").
     nixl_backend: str | None = None
     # ``doctor/<role>.json`` (nixl-compat doctor --json from inside each worker's container) must be present,
@@ -46,8 +53,8 @@ class GateExpectations:
     def __post_init__(self) -> None:
         if self.kv_transport is not None and self.kv_transport in self.forbidden_kv_transports:
             raise ValueError(f"KV transport {self.kv_transport!r} is both expected and forbidden")
-        if self.dmabuf_registrations_per_worker is not None and self.dmabuf_registrations_per_worker < 1:
-            raise ValueError("dmabuf_registrations_per_worker must be at least 1 (or None: no helper)")
+        if self.kv_zero_copy and self.kv_transport is None:
+            raise ValueError("kv_zero_copy needs kv_transport: the transport whose KV rows must be zero-copy")
 
     def for_kind(self, kind: str) -> GateExpectations:
         """The expectations that apply to a run of ``kind``: aggregated runs move no KV between workers."""

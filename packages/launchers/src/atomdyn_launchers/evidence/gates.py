@@ -110,10 +110,21 @@ GATES: tuple[Gate, ...] = (
     Gate("kv_forbidden_transport_rows", "no KV read or write fell back to a forbidden transport",
          DISAGG_KINDS, "kv.forbidden_transport_rows", "==", 0, ("logs.ucx_kv_row",),
          applies=lambda e: bool(e.forbidden_kv_transports)),
-    Gate("dmabuf_registrations_min_per_worker", "every worker registered its KV memory through dma-buf",
-         KINDS, "dmabuf.min_ok_per_worker", ">=", "@dmabuf_registrations_per_worker",
-         ("logs.dmabuf_ok", "logs.dmabuf_fail"),
-         applies=lambda e: e.dmabuf_registrations_per_worker is not None),
+    Gate("kv_rows_not_zero_copy",
+         "every KV-sized read and write over the expected transport is zero-copy (no emulation, no copy)",
+         DISAGG_KINDS, "kv.rows_not_zero_copy", "==", [], ("kv.rows_not_zero_copy", "logs.ucx_kv_row"),
+         applies=lambda e: e.kv_zero_copy),
+    Gate("dmabuf_registrations_min_per_worker", "every worker registered KV memory through dma-buf", KINDS,
+         "dmabuf.min_ok_per_worker", ">=", 1, ("logs.dmabuf_ok", "logs.dmabuf_fail"),
+         applies=lambda e: e.dmabuf_registrations),
+    Gate("host_vram_registrations_min_per_worker",
+         "every worker registered VRAM that UCX classified as host (NIXL_COMPAT_HOST_VRAM): the helper's path",
+         KINDS, "logs.host_vram_min_per_worker", ">=", 1, ("logs.host_vram",),
+         applies=lambda e: e.dmabuf_registrations),
+    Gate("dmabuf_short_of_host_vram_workers",
+         "every worker has a dma-buf registration for each VRAM registration classified as host", KINDS,
+         "dmabuf.short_of_host_vram_workers", "==", [], ("logs.dmabuf_ok", "logs.host_vram"),
+         applies=lambda e: e.dmabuf_registrations),
     Gate("dmabuf_failures", "no dma-buf registration failed", KINDS,
          "dmabuf.fail", "==", 0, ("logs.dmabuf_fail", "logs.dmabuf_ok"), when="dmabuf.judged"),
     Gate("doctor_missing_roles", "every worker kept nixl-compat doctor's report (doctor/<role>.json)",
@@ -168,9 +179,11 @@ def carries(transport: str, named: str | None) -> bool:
 
 def derive(signals: Signals, expectations: GateExpectations | None) -> None:
     """Signals that depend on what the engine expects: the KV transport rows of the expected and forbidden
-    transports, the workers whose doctor does not report the expected backend, whether dma-buf is judged."""
+    transports, the KV-sized rows of the expected transport that are not zero-copy, the workers whose doctor
+    does not report the expected backend, whether dma-buf is judged."""
     expected = expectations or GateExpectations()
     rows = signals.get("kv.transport_rows")
+    signals.excerpts.pop("kv.rows_not_zero_copy", None)  # drawn again for these expectations
     if isinstance(rows, dict):
         signals.set(
             "kv.expected_transport_rows",
@@ -181,10 +194,19 @@ def derive(signals: Signals, expectations: GateExpectations | None) -> None:
             "kv.forbidden_transport_rows",
             sum(n for t, n in rows.items() if any(carries(t, f) for f in forbidden)),
         )
+        copied = [
+            row
+            for row in signals.kv_rows
+            if row.carries_kv and not row.zero_copy
+            and any(carries(t, expected.kv_transport) for t in row.transports)
+        ]  # fmt: skip
+        signals.set("kv.rows_not_zero_copy", [row.shown() for row in copied])
+        for row in copied:
+            signals.excerpt("kv.rows_not_zero_copy", signals.kv_rows[row])
     else:
         why = signals.missing.get("kv.transport_rows", "kv.transport_rows was not collected")
-        signals.absent("kv.expected_transport_rows", why)
-        signals.absent("kv.forbidden_transport_rows", why)
+        for name in ("kv.expected_transport_rows", "kv.forbidden_transport_rows", "kv.rows_not_zero_copy"):
+            signals.absent(name, why)
     backends = signals.get("doctor.backends")
     selftests = signals.get("doctor.selftest_ok")
     if isinstance(backends, dict) and isinstance(selftests, dict):
@@ -193,7 +215,7 @@ def derive(signals: Signals, expectations: GateExpectations | None) -> None:
         signals.set("doctor.roles_without_backend", len(without))
     signals.set(
         "dmabuf.judged",
-        expected.dmabuf_registrations_per_worker is not None or bool(signals.get("dmabuf.seen")),
+        expected.dmabuf_registrations or bool(signals.get("dmabuf.seen")),
     )
 
 

@@ -10,6 +10,7 @@ without a newline costs one block.
 from __future__ import annotations
 
 import errno
+import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -48,10 +49,81 @@ _KV_FIELDS = re.compile(r"(Num successful transfers|Avg xfer time \(ms\)|Avg MB 
 # UCX_PROTO_INFO=y prints, per endpoint configuration, a table: "| <agent> <scope> cfg#N |", then the
 # operation ("| remote memory read by ucp_get*(multi) into host memory from host |"), then rows
 # "| <size range> | <method> | <transport>/<device>[, ...] |". Put and get carry NIXL's KV reads and writes.
+# A size is a number, with K, M, G, ... when a multiple of 1024, or inf (ucs_memunits_range_str, UCX's
+# src/ucs/sys/string.c): "0", "0..92", "1K..inf".
 _UCX_SCOPE = re.compile(r"^\|\s*\S+\s+(self|intra-node|inter-node)\s+cfg#\d+\s*\|$")
 _UCX_TITLE = re.compile(r"^\|\s*(.+? by ucp_\w+\*.*?)\s*\|$")
-_UCX_ROW = re.compile(r"^\|\s*([\d.]+(?:\.\.[\w.]+)?)\s*\|\s*([^|]+?)\s*\|\s*([^|]+?)\s*\|$")
+_UCX_SIZE = r"\d+[KMGTPE]?"
+_UCX_ROW = re.compile(
+    rf"^\|\s*({_UCX_SIZE}(?:\.\.(?:{_UCX_SIZE}|inf))?)\s*\|\s*([^|]+?)\s*\|\s*([^|]+?)\s*\|$"
+)
 _UCX_TLDEV = re.compile(r"([a-z][a-z0-9_]*)/([A-Za-z0-9_:.\-]+)")
+_UNITS: dict[str, int] = {unit: 1 << (10 * i) for i, unit in enumerate(("", "K", "M", "G", "T", "P", "E"))}
+
+# The methods of UCX's put and get protocols that move the data between the registered buffers, without
+# bounce buffers or an emulation over active messages. At UCX b56982d8 (src/ucp/rma/): put/offload/zcopy and
+# get/zcopy print "zero-copy" (put_offload.c, get_offload.c, whether one lane or several: the config column
+# then shows "50% on A and 50% on B"); put/sgl/offload "sgl" (put_offload.c, uct_ep_put_sgl_zcopy); put/rndv
+# and get/rndv, estimated ("(?) "), "rndv using " the remote side's protocol (rma_rndv.c), of which the
+# zero-copy ones are src/ucp/rndv/rndv_get.c's and rndv_put.c's. Not zero-copy: "short" and "copy-in"
+# (put/offload/short, put/offload/bcopy), "copy-out" (get/bcopy), "software emulation" (put/am/bcopy,
+# get/am/bcopy: rma.h), and a staged rendezvous ("rndv using read from remote, <tl>, frag <memory>").
+ZERO_COPY_METHODS = frozenset({
+    "zero-copy",
+    "sgl",
+    "(?) rndv using zero-copy read from remote",
+    "(?) rndv using zero-copy write to remote",
+    "(?) rndv using zero-copy flushed write to remote",
+    "(?) rndv using zero-copy fenced write to remote",
+})  # fmt: skip
+# The smallest message that can be a KV block: a row whose sizes all lie below it carries no KV, and small
+# messages legitimately take UCX's short and copy protocols. One block of one layer on one rank is block size x
+# KV heads on the rank x head size x element size: at vLLM's 16 tokens, 16 x 8 x 128 x 2 B = 32 KiB for
+# Qwen3-8B in BF16; 4 KiB is a single KV head of 128 in BF16 (or of 256 in FP8) per rank. A configuration
+# with smaller blocks (one FP8 KV head of 128 per rank: 2 KiB) must lower it.
+KV_MESSAGE_MIN = 4 << 10
+# Distinct KV rows kept per log: endpoints repeat the same few tables, so more than this is garbage.
+MAX_KV_ROWS = 512
+
+
+@dataclass(frozen=True)
+class UcxRow:
+    """One row of a UCX_PROTO_INFO table of a put or get between two processes (intra- or inter-node)."""
+
+    scope: str  # "intra-node" or "inter-node"
+    operation: str  # "remote memory read by ucp_get*(multi) into host memory from host"
+    sizes: str  # the message sizes the row covers, as UCX prints them: "0..92", "5737..inf", "1K..inf"
+    method: str  # the protocol's description: "zero-copy", "copy-in", "software emulation", ...
+    config: str  # the lanes: "rc_verbs/ionic_0:1", "50% on rc_verbs/ionic_0:1 and 50% on rc_verbs/ionic_1:1"
+
+    @property
+    def transports(self) -> list[str]:
+        """The ``transport/device`` of every lane of the row."""
+        return [f"{transport}/{device}" for transport, device in _UCX_TLDEV.findall(self.config)]
+
+    @property
+    def largest(self) -> float:
+        """The largest message of the row, in bytes (``math.inf`` for inf)."""
+        last = self.sizes.rsplit("..", 1)[-1]
+        if last == "inf":
+            return math.inf
+        unit = last[-1] if last[-1] in _UNITS else ""
+        return int(last[: len(last) - len(unit)]) * _UNITS[unit]
+
+    @property
+    def zero_copy(self) -> bool:
+        return self.method in ZERO_COPY_METHODS
+
+    @property
+    def carries_kv(self) -> bool:
+        """Whether a KV block can take this row: it covers messages of KV_MESSAGE_MIN or more."""
+        return self.largest >= KV_MESSAGE_MIN
+
+    def shown(self) -> str:
+        """The row as one line that names it: ``<scope> <operation>: <sizes> | <method> | <config>``."""
+        return f"{self.scope} {self.operation}: {self.sizes} | {self.method} | {self.config}"
+
+
 _VLLM_TIME = re.compile(r"\b(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
 _ISO_TIME = re.compile(r"\b\d{4}-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d(?:\.\d+)?)")
 
@@ -83,6 +155,9 @@ class FileScan:
     # put or get between two processes (scope intra-node or inter-node, not self)
     ucx_table: tuple[str, str] = ("", "")
     kv_transports: dict[str, int] = field(default_factory=dict)
+    # every distinct such row, in the order first seen -> where: "<file>:<line>: <text>"
+    kv_rows: dict[UcxRow, str] = field(default_factory=dict)
+    ucx_row: UcxRow | None = None  # the row the last "ucx_kv_row" line was
 
     def count(self, name: str) -> int:
         return self.counts.get(name, 0)
@@ -154,8 +229,8 @@ def _ucx_table_line(scan: FileScan, line: str) -> str | None:
         and ("ucp_put" in operation or "ucp_get" in operation)
         and (found := _UCX_ROW.match(cell))
     ):
-        for transport, device in _UCX_TLDEV.findall(found.group(3)):
-            key = f"{transport}/{device}"
+        scan.ucx_row = UcxRow(scope, operation, found.group(1), found.group(2), found.group(3))
+        for key in scan.ucx_row.transports:
             scan.kv_transports[key] = scan.kv_transports.get(key, 0) + 1
         return "ucx_kv_row"
     return None
@@ -217,11 +292,14 @@ def scan_file(
         scan.bytes_read += end
         scan.cut_lines += cut
 
-        def keep(name: str, start: int, line: str, buf: bytes = buf, before: int = lines_before) -> None:
+        def where(start: int, line: str, buf: bytes = buf, before: int = lines_before) -> str:
+            number = before + buf.count(b"\n", 0, start) + 1
+            return f"{path.name}:{number}: {line[:MAX_LINE]}"
+
+        def keep(name: str, start: int, line: str) -> None:
             kept = scan.excerpts.setdefault(name, [])
             if len(kept) < excerpt_lines:
-                number = before + buf.count(b"\n", 0, start) + 1
-                kept.append(f"{path.name}:{number}: {line[:MAX_LINE]}")
+                kept.append(where(start, line))
 
         for marker in markers:
             if not marker.parse:
@@ -246,6 +324,9 @@ def scan_file(
                     if name is not None:
                         scan.counts[name] = scan.counts.get(name, 0) + 1
                         keep(name, start, line)
+                    row = scan.ucx_row if name == "ucx_kv_row" else None
+                    if row is not None and row not in scan.kv_rows and len(scan.kv_rows) < MAX_KV_ROWS:
+                        scan.kv_rows[row] = where(start, line)
                 else:
                     keep(marker.name, start, line)
                     if len(scan.excerpts[marker.name]) >= excerpt_lines:

@@ -72,6 +72,8 @@ class Signals:
     kv_points: list[tuple[float, float, int]] = field(
         default_factory=list
     )  # (s since first, mean MB, transfers)
+    # every distinct put/get row of the UCX tables between processes -> where it was first seen (file:line: text)
+    kv_rows: dict[logscan.UcxRow, str] = field(default_factory=dict)
     run: dict[str, Any] = field(default_factory=dict)
 
     def set(self, name: str, value: Any) -> None:
@@ -513,6 +515,8 @@ def _read_logs(signals: Signals) -> None:
         "dmabuf.ok",
         "dmabuf.fail",
         "dmabuf.min_ok_per_worker",
+        "logs.host_vram_min_per_worker",
+        "dmabuf.short_of_host_vram_workers",
         "kv.transport_rows",
     )
     if not files:
@@ -522,6 +526,7 @@ def _read_logs(signals: Signals) -> None:
         return
     totals: dict[str, int] = {}
     ok_by_role: dict[str, int] = {}
+    host_vram_by_role: dict[str, int] = {}
     errnos: dict[str, int] = {}
     transports: dict[str, int] = {}
     points: list[logscan.KvPoint] = []
@@ -548,10 +553,13 @@ def _read_logs(signals: Signals) -> None:
                 signals.excerpt(f"logs.{name}", line)
         role = _role_of(path)
         ok_by_role[role] = ok_by_role.get(role, 0) + scan.count("dmabuf_ok")
+        host_vram_by_role[role] = host_vram_by_role.get(role, 0) + scan.count("host_vram")
         for key, count in scan.dmabuf_errnos.items():
             errnos[key] = errnos.get(key, 0) + count
         for key, count in scan.kv_transports.items():
             transports[key] = transports.get(key, 0) + count
+        for row, first in scan.kv_rows.items():
+            signals.kv_rows.setdefault(row, first)
         points.extend(scan.kv_points)
     if not read:
         for name in names:
@@ -573,11 +581,31 @@ def _read_logs(signals: Signals) -> None:
     signals.set("dmabuf.fail", totals.get("dmabuf_fail", 0))
     signals.set("dmabuf.fail_errnos", dict(sorted(errnos.items())))
     workers = sorted(_worker_roles(signals))
-    signals.set("dmabuf.ok_by_role", {role: ok_by_role.get(role, 0) for role in workers})
+    ok = {role: ok_by_role.get(role, 0) for role in workers}
+    host_vram = {role: host_vram_by_role.get(role, 0) for role in workers}
+    signals.set("dmabuf.ok_by_role", ok)
+    signals.set("logs.host_vram_by_role", host_vram)
     if workers:
-        signals.set("dmabuf.min_ok_per_worker", min(ok_by_role.get(role, 0) for role in workers))
+        signals.set("dmabuf.min_ok_per_worker", min(ok.values()))
+        signals.set("logs.host_vram_min_per_worker", min(host_vram.values()))
+        # UCX registers a region on every memory domain left after UCX_NET_DEVICES, twice where relaxed ordering
+        # takes: at least one dma-buf registration for each VRAM registration it classified as host.
+        signals.set(
+            "dmabuf.short_of_host_vram_workers",
+            [
+                f"{role}: {ok[role]} dma-buf registration(s) for {host_vram[role]} VRAM registration(s) "
+                "classified as host"
+                for role in workers
+                if ok[role] < host_vram[role]
+            ],
+        )
     else:
-        signals.absent("dmabuf.min_ok_per_worker", "run.json names no worker role")
+        for name in (
+            "dmabuf.min_ok_per_worker",
+            "logs.host_vram_min_per_worker",
+            "dmabuf.short_of_host_vram_workers",
+        ):
+            signals.absent(name, "run.json names no worker role")
     if transports:
         signals.set("kv.transport_rows", dict(sorted(transports.items())))
     else:

@@ -115,6 +115,7 @@ def _figures(signals: Signals) -> dict[str, Any]:
         "prefix_decode_hit_rate": v("prefix.decode_hit_rate"),
         "nixl_err_records": v("logs.nixl_err"),
         "host_vram_warnings": v("logs.host_vram"),
+        "host_vram_warnings_by_role": v("logs.host_vram_by_role") if v("logs.host_vram") else None,
         "dmabuf_registrations_ok": v("dmabuf.ok"),
         "dmabuf_registrations_ok_by_role": v("dmabuf.ok_by_role") if v("dmabuf.seen") else None,
         "dmabuf_registrations_failed": v("dmabuf.fail") if v("dmabuf.seen") else None,
