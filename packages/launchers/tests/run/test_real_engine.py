@@ -71,6 +71,16 @@ def test_real_prefill_and_decode_move_kv_over_tcp_between_the_nodes(
     # worker did from KV it computed.
     assert _answer(outcome.run_dir, answers.REFERENCE_FILE) == reference
     assert _answer(outcome.run_dir).tokens == reference.tokens
+    # Each token's log probability is kept with it, for the GPU engines' tolerance rule.
+    assert len(reference.logprobs) == answers.MAX_TOKENS and all(x <= 0 for x in reference.logprobs)
+    # The prefill worker published its KV events and the router scored the repeated prompts' overlap with them
+    # (issue 23, item 9: without --kv-events-config every kv_hit_rate was 0).
+    assert run_json["kv_event_roles"] == ["prefill"]
+    rows = [json.loads(line) for line in (outcome.run_dir / "requests.jsonl").read_text().splitlines()]
+    rows.sort(key=lambda r: r["index"])
+    first = {r["prompt_group"]: r["index"] for r in reversed(rows)}
+    repeats = [r["kv_hit_rate"] for r in rows if first[r["prompt_group"]] != r["index"]]
+    assert repeats and max(repeats) > 0, rows
 
     evidence = tmp_path / "evidence"
     assert evidence_cli.collect(outcome.run_dir, evidence) == 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ class Answer:
     prompt: str
     tokens: list[str]
     text: str
+    # Each token's log probability as the engine reported it (an answer recorded before they were kept has none).
+    logprobs: list[float] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -43,7 +45,13 @@ class Answer:
         tokens = data["tokens"]
         if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
             raise ValueError("tokens is not a list of strings")
-        return cls(str(data["run_id"]), str(data["key"]), str(data["prompt"]), tokens, str(data["text"]))
+        logprobs = data.get("logprobs", [])
+        if not isinstance(logprobs, list) or not all(isinstance(x, (int, float)) for x in logprobs):
+            raise ValueError("logprobs is not a list of numbers")
+        return cls(
+            str(data["run_id"]), str(data["key"]), str(data["prompt"]), tokens, str(data["text"]),
+            [float(x) for x in logprobs],
+        )  # fmt: skip
 
 
 def reference_key(engine: str, model: str, model_digest: str, lock_digest: str) -> str:
@@ -61,7 +69,24 @@ def write_answer(path: Path, answer: Answer) -> None:
     atomic_write_text(path, answer.to_json())
 
 
-def differing_tokens(answer: list[str], reference: list[str]) -> int:
-    """Positions where the two answers differ, a missing token counting as a difference."""
+def differing_tokens(answer: list[str], reference: list[str], prefix: int | None = None) -> int:
+    """Positions where the two answers differ, a missing token counting as a difference; with ``prefix``, among
+    the first ``prefix`` positions only."""
+    if prefix is not None:
+        answer, reference = answer[:prefix], reference[:prefix]
     shared = zip(answer, reference, strict=False)  # unequal lengths: the difference is counted below
     return sum(a != b for a, b in shared) + abs(len(answer) - len(reference))
+
+
+def logprob_max_delta(answer: Answer, reference: Answer, prefix: int | None = None) -> float | None:
+    """The largest difference of log probability between the two answers' tokens at the positions where both
+    chose the same token (within ``prefix``); None when either answer kept no log probabilities."""
+    n = min(len(answer.tokens), len(reference.tokens), len(answer.logprobs), len(reference.logprobs))
+    if prefix is not None:
+        n = min(n, prefix)
+    deltas = [
+        abs(answer.logprobs[i] - reference.logprobs[i])
+        for i in range(n)
+        if answer.tokens[i] == reference.tokens[i]
+    ]
+    return max(deltas) if deltas else None

@@ -22,6 +22,9 @@ class GateExpectations:
     # A repeated prompt's cache hit is read from the router's kv_hit_rate (the mock engine) rather than from
     # the engine's own prefix-cache counters (vLLM's vllm:prefix_cache_hits_total).
     router_prefix_hits: bool = False
+    # The workers publish KV events (vLLM's --kv-events-config, relayed by Dynamo): the router's kv_hit_rate for
+    # a repeated prompt is above 0 wherever the run recorded publishers (run.json kv_event_roles).
+    router_overlap: bool = False
     # The decode worker's vLLM metrics count NIXL transfers: nixl_xfer_time_seconds_count >= 1,
     # nixl_num_failed_transfers_total == 0, and the bytes moved (nixl_bytes_transferred_sum).
     nixl_transfers: bool = False
@@ -49,10 +52,19 @@ class GateExpectations:
     # At temperature 0 the P/D answer to a fixed prompt equals, token for token, the one an aggregated run of the
     # same engine, model and build recorded (``answers.py``): KV read over NIXL continues as KV computed in place.
     aggregated_answer: bool = False
+    # Where bitwise equality is too strict (a GPU: other kernels, other reduction orders between a prefill and a
+    # decode worker): only the first ``answer_prefix_tokens`` tokens must be equal, and at the positions where
+    # both chose the same token their log probabilities must agree within ``answer_logprob_tolerance`` (nats).
+    answer_prefix_tokens: int | None = None
+    answer_logprob_tolerance: float | None = None
 
     def __post_init__(self) -> None:
         if self.kv_transport is not None and self.kv_transport in self.forbidden_kv_transports:
             raise ValueError(f"KV transport {self.kv_transport!r} is both expected and forbidden")
+        if (self.answer_prefix_tokens is not None or self.answer_logprob_tolerance is not None) and not (
+            self.aggregated_answer
+        ):
+            raise ValueError("answer_prefix_tokens and answer_logprob_tolerance refine aggregated_answer")
         if self.kv_zero_copy and self.kv_transport is None:
             raise ValueError("kv_zero_copy needs kv_transport: the transport whose KV rows must be zero-copy")
 
@@ -62,4 +74,6 @@ class GateExpectations:
             raise ValueError(f"unknown run kind {kind!r}; known: {', '.join(KINDS)}")
         if kind in DISAGG_KINDS:
             return self
-        return GateExpectations(router_prefix_hits=self.router_prefix_hits)
+        return GateExpectations(
+            router_prefix_hits=self.router_prefix_hits, router_overlap=self.router_overlap
+        )

@@ -24,7 +24,7 @@ class VllmEngine(Engine):
     dynamo_module = "vllm"
     timeouts = Timeouts(ready_s=3600.0, settle_s=300.0, time_limit="04:00:00")
     description = "dynamo.vllm on NVIDIA GPUs"
-    expectations = GateExpectations(nixl_transfers=True, external_prefix_hits=True)
+    expectations = GateExpectations(nixl_transfers=True, external_prefix_hits=True, router_overlap=True)
     platform = NVIDIA
 
     def node_needs(self, kind: str | None) -> NodeNeeds:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from atomdyn_launchers.contract.answers import differing_tokens, logprob_max_delta
 from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.contract.kinds import AGG_KINDS, DISAGG_KINDS, KINDS, TWO_NODE_KINDS
 from atomdyn_launchers.evidence.expectations import expectations_for
@@ -99,6 +100,10 @@ GATES: tuple[Gate, ...] = (
          "at temperature 0 the fixed prompt's P/D answer equals the aggregated run's, token for token",
          DISAGG_KINDS, "kv.answer_differing_tokens", "==", 0, ("answers",),
          applies=lambda e: e.aggregated_answer, when="run.fixed_prompt"),
+    Gate("kv_answer_logprob_max_delta",
+         "where the P/D and aggregated answers chose the same token, their log probabilities agree",
+         DISAGG_KINDS, "kv.answer_logprob_max_delta", "<=", "@answer_logprob_tolerance", ("answers",),
+         applies=lambda e: e.answer_logprob_tolerance is not None, when="run.fixed_prompt"),
     Gate("nixl_err_records", "no NIXL_ERR record in the logs", DISAGG_KINDS,
          "logs.nixl_err", "==", 0, ("logs.nixl_err",), applies=lambda e: e.nixl_transfers),
     Gate("decode_external_prefix_hits", "decode reused tokens it did not compute (they came over NIXL)",
@@ -136,6 +141,10 @@ GATES: tuple[Gate, ...] = (
          applies=lambda e: e.nixl_backend is not None),
     Gate("repeat_kv_hit_rate_max", "a repeated prompt hit the KV cache (router kv_hit_rate > 0)", KINDS,
          "requests.repeat_hit_max", ">", 0, ("requests.repeats",), applies=lambda e: e.router_prefix_hits),
+    Gate("repeat_router_overlap_max",
+         "a repeated prompt's KV overlap reached the router (kv_hit_rate > 0: the workers' KV events arrived)",
+         KINDS, "requests.repeat_hit_max", ">", 0, ("requests.repeats",), applies=lambda e: e.router_overlap,
+         when="run.kv_events"),
     Gate("prefix_cache_hits", "a repeated prompt hit the prefix cache", AGG_KINDS,
          "prefix.hits", ">", 0, ("metrics.prefix",), applies=lambda e: not e.router_prefix_hits),
     Gate("decode_prefix_hits", "a repeated prompt hit the prefix cache on decode", DISAGG_KINDS,
@@ -177,11 +186,37 @@ def carries(transport: str, named: str | None) -> bool:
     return named is not None and (name == named or name.startswith(named + "_"))
 
 
+def _derive_answer(signals: Signals, expected: GateExpectations) -> None:
+    """The fixed prompt's comparison by the engine's rule: a token prefix, and the log probabilities' largest
+    difference at the positions where both answers chose the same token."""
+    if signals.answers is None:
+        why = signals.missing.get("kv.answer_differing_tokens", "no answers were compared")
+        signals.absent("kv.answer_logprob_max_delta", why)
+        return
+    answer, reference = signals.answers
+    prefix = expected.answer_prefix_tokens
+    tolerance = expected.answer_logprob_tolerance
+    if prefix is not None or tolerance is not None:
+        rule = f"the first {prefix} tokens" if prefix is not None else "every token"
+        if tolerance is not None:
+            rule += f", log probabilities within {tolerance:g} where the tokens agree"
+        signals.excerpt("answers", f"compared by the engine's rule: {rule}")
+    signals.set("kv.answer_differing_tokens", differing_tokens(answer.tokens, reference.tokens, prefix))
+    delta = logprob_max_delta(answer, reference, prefix)
+    if delta is None:
+        signals.absent(
+            "kv.answer_logprob_max_delta", "an answer kept no log probabilities (recorded before they were)"
+        )
+    else:
+        signals.set("kv.answer_logprob_max_delta", round(delta, 6))
+
+
 def derive(signals: Signals, expectations: GateExpectations | None) -> None:
     """Signals that depend on what the engine expects: the KV transport rows of the expected and forbidden
     transports, the KV-sized rows of the expected transport that are not zero-copy, the workers whose doctor
     does not report the expected backend, whether dma-buf is judged."""
     expected = expectations or GateExpectations()
+    _derive_answer(signals, expected)
     rows = signals.get("kv.transport_rows")
     signals.excerpts.pop("kv.rows_not_zero_copy", None)  # drawn again for these expectations
     if isinstance(rows, dict):

@@ -74,6 +74,9 @@ class Signals:
     )  # (s since first, mean MB, transfers)
     # every distinct put/get row of the UCX tables between processes -> where it was first seen (file:line: text)
     kv_rows: dict[logscan.UcxRow, str] = field(default_factory=dict)
+    # the fixed prompt's P/D answer and the aggregated reference it is compared with (gates.derive: by the rule
+    # the engine states)
+    answers: tuple[Answer, Answer] | None = None
     run: dict[str, Any] = field(default_factory=dict)
 
     def set(self, name: str, value: Any) -> None:
@@ -182,6 +185,7 @@ def _read_run(signals: Signals) -> None:
     signals.set("run.lock_digest_source", source if isinstance(source, str) else None)
     # The launcher asks the fixed prompt for engines that check KV correctness; runs before it did say nothing.
     signals.set("run.fixed_prompt", bool(record.extra.get("fixed_prompt")))
+    signals.set("run.kv_events", bool(record.extra.get("kv_event_roles")))
     signals.set("run.failure", record.failure)
     # Evidence must say where it ran and from which pinned inputs (CONTRIBUTING: platform and lock digest).
     provenance = bool(record.platform and record.platform.strip() and record.lock_digest
@@ -654,6 +658,7 @@ def _read_answers(signals: Signals) -> None:
         signals.absent(name, f"the reference is for {reference.key}, the run is {answer.key}")
         return
     signals.set(name, differing_tokens(answer.tokens, reference.tokens))
+    signals.answers = (answer, reference)
 
 
 def _read_doctor(signals: Signals) -> None:

@@ -20,8 +20,9 @@ class AnswerError(RuntimeError):
     """The fixed prompt got no usable answer; the message says what came back."""
 
 
-def ask(base_url: str, served_model: str, timeout_s: float) -> tuple[list[str], str]:
-    """The fixed prompt's answer at temperature 0: its tokens (from the logprobs) and its text."""
+def ask(base_url: str, served_model: str, timeout_s: float) -> tuple[list[str], list[float], str]:
+    """The fixed prompt's answer at temperature 0, asked alone: its tokens and their log probabilities (from the
+    logprobs) and its text."""
     body = {
         "model": served_model,
         "messages": [{"role": "user", "content": FIXED_PROMPT}],
@@ -39,14 +40,15 @@ def ask(base_url: str, served_model: str, timeout_s: float) -> tuple[list[str], 
         choice = reply["choices"][0]
         content = (choice.get("logprobs") or {}).get("content") or []
         tokens = [str(c["token"]) for c in content]
+        logprobs = [float(c["logprob"]) for c in content]
         text = str(choice["message"]["content"] or "")
-    except (KeyError, IndexError, TypeError, AttributeError) as exc:
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
         raise AnswerError(f"the fixed prompt's answer has no {exc}: {json.dumps(reply)[:300]}") from None
     if len(tokens) != MAX_TOKENS:
         raise AnswerError(
             f"the fixed prompt's answer has {len(tokens)} tokens with logprobs, expected {MAX_TOKENS}"
         )
-    return tokens, text
+    return tokens, logprobs, text
 
 
 def reference_for(

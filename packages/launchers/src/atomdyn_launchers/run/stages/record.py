@@ -35,6 +35,13 @@ class Outcome:
         return 0 if self.passed else 1
 
 
+def kv_event_roles(ctx: RunContext) -> list[str]:
+    """The roles whose plan gave the workers a KV-event publisher (vLLM's --kv-events-config)."""
+    submission = ctx.submission()
+    runtime = submission.runtime()
+    return [spec.role for spec in ctx.roles if "kv_events" in submission.role(spec, runtime)[0].listens]
+
+
 def record(ctx: RunContext, monitor: Monitor) -> Outcome:
     placement = _final_jobs(ctx, monitor)
     if monitor.failure is None:
@@ -87,6 +94,8 @@ def record(ctx: RunContext, monitor: Monitor) -> Outcome:
             "slurm_calls": ctx.slurm.call_counts(),
             # The KV correctness check was part of this run (answers.py); evidence of older runs lacks it.
             **({"fixed_prompt": FIXED_PROMPT} if ctx.engine.expectations.aggregated_answer else {}),
+            # The roles whose workers published KV events to the router; evidence of older runs lacks it.
+            "kv_event_roles": kv_event_roles(ctx),
         },
     )
     calls = ctx.slurm.call_counts()

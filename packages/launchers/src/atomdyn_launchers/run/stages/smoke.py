@@ -71,10 +71,12 @@ def fixed_answer(ctx: RunContext, monitor: Monitor) -> None:
         return
     key, reference = reference_for(ctx.config, ctx.engine, ctx.model, ctx.options.lock_path)
     try:
-        tokens, text = ask(monitor.frontend_url(), monitor.served_model_name(), ctx.options.request_timeout_s)
+        tokens, logprobs, text = ask(
+            monitor.frontend_url(), monitor.served_model_name(), ctx.options.request_timeout_s
+        )
     except AnswerError as exc:
         raise LaunchFailure(str(exc)) from None
-    answer = Answer(ctx.rundir.run_id, key, FIXED_PROMPT, tokens, text)
+    answer = Answer(ctx.rundir.run_id, key, FIXED_PROMPT, tokens, text, logprobs)
     out = ctx.rundir.path / ANSWERS_DIR
     write_answer(out / ANSWER_FILE, answer)
     if ctx.options.kind not in DISAGG_KINDS:
