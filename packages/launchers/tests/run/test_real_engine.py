@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,9 @@ from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.contract import answers
 from atomdyn_launchers.engines.vllm_cpu import LABEL, VENV_DIR
 from atomdyn_launchers.evidence import cli as evidence_cli
+from atomdyn_launchers.evidence.expectations import expectations_for
+from atomdyn_launchers.evidence.gates import evaluate
+from atomdyn_launchers.evidence.signals import collect_signals
 from atomdyn_launchers.run.launch import run
 from atomdyn_launchers.run.options import LaunchOptions
 
@@ -99,6 +103,29 @@ def test_real_prefill_and_decode_move_kv_over_tcp_between_the_nodes(
         assert gates[gate][0] == "pass", (gate, gates[gate])
     assert gates["kv_transport_rows"][0] == "pass" and gates["kv_forbidden_transport_rows"] == ("pass", 0)
     assert summary["verdict"] == "pass" and summary["platform"] == LABEL
+    _judge_by_the_gpu_rules(outcome.run_dir)
+
+
+def _judge_by_the_gpu_rules(run_dir: Path) -> None:
+    """The same real run judged by the rules atom's runs follow (issue 23, items 3-5), where the rehearsal can
+    show them: the answer compared by a token prefix and a log-probability tolerance passes (the KV was right);
+    the zero-copy rule fails, naming UCX's software-emulated reads over tcp (what a fallback on RoCE would look
+    like); the dma-buf gates are not asked of an engine without the helper."""
+    base = expectations_for("vllm-cpu")
+    assert base is not None
+    rules = replace(base, kv_zero_copy=True, answer_prefix_tokens=16, answer_logprob_tolerance=0.1)
+    signals = collect_signals(run_dir)
+    results = {r.id: r for r in evaluate(signals, rules)}
+    shown = {k: (r.verdict, r.value, r.reason) for k, r in results.items()}
+    for gate in ("kv_answer_equals_aggregated", "kv_answer_logprob_max_delta"):
+        assert results[gate].verdict == "pass", (gate, shown)
+    delta = results["kv_answer_logprob_max_delta"].value
+    assert isinstance(delta, float) and 0 <= delta <= 0.1, shown
+    copied = results["kv_rows_not_zero_copy"]
+    assert copied.verdict == "fail", shown
+    assert isinstance(copied.value, list) and copied.value, shown
+    assert all("| software emulation | " in row and "tcp/" in row for row in copied.value), copied.value
+    assert "dmabuf_registrations_min_per_worker" not in results, shown
 
 
 def test_kv_transfers_that_cannot_reach_the_prefill_fail_the_nixl_gate(
