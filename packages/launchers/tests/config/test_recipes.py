@@ -135,3 +135,163 @@ def test_zero_kv_bandwidth_is_refused() -> None:
     with pytest.raises(RecipeError, match=r"mocker\.kv_transfer_bandwidth_gbps: 0 must be above 0"):
         parse_recipe(MINIMAL + "mocker: {kv_transfer_bandwidth_gbps: 0}\n")
     assert parse_recipe(MINIMAL + "mocker: {kv_transfer_bandwidth_gbps: 0.5}\n").mocker is not None
+
+
+# -- hostile input (issue 25): aliases, what errors quote, whole-string patterns, keys, bounds -----------------
+
+BOMB = (
+    "a: &a ["
+    + ", ".join(["lol"] * 9)
+    + "]\n"
+    + "".join(
+        f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]\n"
+        for prev, name in zip("abcdefg", "bcdefgh", strict=True)
+    )
+)
+
+
+def test_an_alias_bomb_is_refused_before_it_expands() -> None:
+    """Nine lists of nine, eight deep (a few hundred bytes): quoting the value expanded it into a message of
+    tens of megabytes. A recipe has no use for aliases: the first one is refused, naming its line."""
+    text = MINIMAL.replace("kind: disagg", "kind: *h") + BOMB
+    assert len(text.encode()) < 700
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(text, "r.yaml")
+    message = str(err.value)
+    assert len(message) < 300, len(message)
+    assert message.startswith("r.yaml: line 4: alias *h: a recipe does not use YAML anchors and aliases")
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("decode: {workers: 3}", "decode: *p"),  # a harmless-looking alias is refused too
+        ("decode: {workers: 3}", "decode: {<<: *p}"),  # and so is a merge key, which is one
+    ],
+)
+def test_aliases_and_merge_keys_are_refused(old: str, new: str) -> None:
+    text = MINIMAL.replace("prefill: {workers: 2}", "prefill: &p {workers: 2}").replace(old, new)
+    with pytest.raises(
+        RecipeError, match=r"line 7: alias \*p: a recipe does not use YAML anchors and aliases"
+    ):
+        parse_recipe(text)
+
+
+@pytest.mark.parametrize(
+    ("patch", "named"),
+    [
+        ("router: {mode: " + "x" * 1_000_000 + "}\n", "router.mode: 'xxxx"),
+        ("name2: " + "y" * 1_000_000 + "\n", "name2: unknown key"),
+        ('? "' + "k" * 1_000_000 + '"\n: 1\n', "unknown key 'kkkk"),
+        ("description: [" + ", ".join(["1"] * 200_000) + "]\n", "description: must be a string, not list"),
+        ("engine: [" + ", ".join(["vllm"] * 200_000) + "]\n", "engine: ['vllm', 'vllm'"),
+    ],
+)
+def test_what_an_error_quotes_is_bounded(patch: str, named: str) -> None:
+    text = MINIMAL.replace("engine: mocker\n", "") + (
+        patch if "engine" in patch else "engine: mocker\n" + patch
+    )
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(text, "r.yaml")
+    message = str(err.value)
+    assert named in message and len(message) < 1000, (len(message), message[:300])
+
+
+def test_nesting_is_bounded() -> None:
+    text = MINIMAL + "description: " + "[" * 5000 + "]" * 5000 + "\n"
+    with pytest.raises(RecipeError, match=r"line 8: nested deeper than 32 levels"):
+        parse_recipe(text)
+
+
+@pytest.mark.parametrize(
+    ("patch", "named"),
+    [
+        ('slurm: {time_limit: "02:00:00\\n"}\n', r"slurm\.time_limit: '02:00:00\\n' does not match"),
+        ('slurm: {time_limit: "02:00:00\\r\\n"}\n', r"slurm\.time_limit: '02:00:00\\r\\n' does not match"),
+    ],
+)
+def test_a_trailing_newline_does_not_pass_a_pattern(patch: str, named: str) -> None:
+    with pytest.raises(RecipeError, match=named):
+        parse_recipe(MINIMAL + patch)
+
+
+def test_a_node_name_or_recipe_name_ending_in_a_newline_is_refused() -> None:
+    with pytest.raises(RecipeError, match=r"layout\.nodes\[1\]: 'b\\n' does not match"):
+        parse_recipe(MINIMAL + '  nodes: [a, "b\\n", c, d, e]\n')
+    with pytest.raises(RecipeError, match=r"name: 't\\n' does not match"):
+        parse_recipe(MINIMAL.replace("name: t", 'name: "t\\n"'))
+
+
+def test_every_pattern_is_anchored() -> None:
+    """validate() matches a pattern against the whole string; JSON Schema searches, so each is ^...$."""
+
+    def patterns(node: object) -> list[str]:
+        if isinstance(node, dict):
+            return ([node["pattern"]] if "pattern" in node else []) + [
+                p for v in node.values() for p in patterns(v)
+            ]
+        return [p for v in node for p in patterns(v)] if isinstance(node, list) else []
+
+    found = patterns(recipes.SCHEMA)
+    assert len(found) >= 3 and all(p.startswith("^") and p.endswith("$") for p in found), found
+
+
+@pytest.mark.parametrize(
+    ("patch", "named"),
+    [
+        ("? [a, b]\n: x\n", "line 8: key ['a', 'b'] is not a name"),
+        ("? {a: 1}\n: x\n", "line 8: key {'a': 1} is not a name"),
+        ("1: x\n", "line 8: key 1 is not a name"),
+        ("~: x\n", "line 8: key None is not a name"),
+        ("layout2:\n  ? [a]\n  : 1\n  ? [a]\n  : 2\n", "line 9: key ['a'] is not a name"),
+    ],
+)
+def test_a_key_that_is_not_a_string_is_refused(patch: str, named: str) -> None:
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(MINIMAL + patch, "r.yaml")
+    assert str(err.value).startswith(f"r.yaml: {named}"), str(err.value)
+
+
+def test_values_yaml_reads_as_dates_are_named_not_a_traceback() -> None:
+    with pytest.raises(RecipeError, match=r"layout\.nodes\[0\]: must be a string, not date"):
+        parse_recipe(MINIMAL + "  nodes: [2024-01-01, 2024-01-01, c, d, e]\n")
+
+
+@pytest.mark.parametrize(
+    ("patch", "named"),
+    [
+        ("mocker: {speedup_ratio: .nan}\n", "mocker.speedup_ratio: must be a finite number, not nan"),
+        ("mocker: {kv_transfer_bandwidth_gbps: .nan}\n", "mocker.kv_transfer_bandwidth_gbps: must be a finite"),
+        ("mocker: {kv_transfer_bandwidth_gbps: .inf}\n", "mocker.kv_transfer_bandwidth_gbps: must be a finite"),
+        ("mocker: {speedup_ratio: 1.0e+9}\n", "mocker.speedup_ratio: 1000000000.0 is above the maximum 1000000"),
+        ("mocker: {kv_bytes_per_token: 1000.0}\n", "mocker.kv_bytes_per_token: must be an integer, not float"),
+        ("mocker: {kv_bytes_per_token: 4294967296}\n", "kv_bytes_per_token: 4294967296 is above the maximum"),
+        ("smoke: {requests: 1000000000000000000000}\n", "smoke.requests: 1000000000000000000000 is above the "
+         "maximum 10000"),
+        ("smoke: {concurrency: 100000}\n", "smoke.concurrency: 100000 is above the maximum 1024"),
+        ("smoke: {max_tokens: 10000000}\n", "smoke.max_tokens: 10000000 is above the maximum 131072"),
+        ("benchmark: {tool: aiperf, concurrency: [1, 100000]}\n", "benchmark.concurrency[1]: 100000 is above"),
+        ("benchmark: {tool: aiperf, concurrency: [1], requests_per_level: 100000000}\n", "requests_per_level: "
+         "100000000 is above the maximum 100000"),
+        ("benchmark: {tool: aiperf, concurrency: [1], input_tokens: 10000000}\n", "input_tokens: 10000000 is "
+         "above the maximum 1048576"),
+        ("benchmark: {tool: aiperf, concurrency: [1], slo: {ttft_ms: .nan}}\n", "benchmark.slo.ttft_ms: must be "
+         "a finite number, not nan"),
+        ("benchmark: {tool: aiperf, concurrency: [1], slo: {itl_ms: 1.0e+300}}\n", "benchmark.slo.itl_ms: 1e+300 is "
+         "above the maximum 3600000"),
+    ],
+)  # fmt: skip
+def test_numbers_are_finite_and_bounded(patch: str, named: str) -> None:
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(MINIMAL + patch)
+    assert named in str(err.value), str(err.value)
+
+
+def test_numbers_within_the_bounds_are_kept() -> None:
+    recipe = parse_recipe(
+        MINIMAL
+        + "smoke: {requests: 10000, concurrency: 1024, max_tokens: 131072}\n"
+        + "mocker: {speedup_ratio: 1000000, kv_transfer_bandwidth_gbps: 1000000, kv_bytes_per_token: 147456}\n"
+    )
+    assert (recipe.requests, recipe.concurrency, recipe.max_tokens) == (10000, 1024, 131072)
+    assert recipe.mocker is not None and recipe.mocker.kv_transfer_bandwidth_gbps == 1000000

@@ -182,3 +182,20 @@ def test_offline_review_without_the_shared_filesystem_writes_into_the_checkout(
     assert path.parent == checkout / ".atomdyn" / "dry-run"
     assert not (tmp_path / "not-mounted").exists()
     assert (path / "scripts" / "prefill.sbatch").exists()
+
+
+@pytest.mark.parametrize("runs_exist", [True, False], ids=["runs-dir-exists", "runs-dir-new"])
+def test_a_dry_run_that_fails_leaves_no_directory(tmp_path: Path, runs_exist: bool) -> None:
+    """A script the renderer refuses (here a time limit ending in a newline, past the recipe's check) used to
+    leave an empty runs/dry-run/<id>/ behind, and the directories made for it."""
+    config = _real_cluster_config(tmp_path)
+    if runs_exist:
+        config.runs_dir.mkdir()
+    recipe = load_recipe(REPO / "recipes" / "rehearsal-1p1d.yaml")
+    options = dataclasses.replace(
+        resolve("disagg", None, Flags(offline=True), recipe), time_limit="02:00:00\n"
+    )
+    with pytest.raises(ValueError, match="sbatch option --time has an unusable value"):
+        dry_run(options, config, progress=Progress(enabled=False), slurm=RecordingSlurm(config))
+    left = sorted(p.relative_to(tmp_path) for p in (tmp_path / "shared").rglob("*"))
+    assert left == ([Path("shared/runs")] if runs_exist else []), left

@@ -63,3 +63,21 @@ def test_a_node_count_against_the_recipe_is_refused() -> None:
 def test_a_bad_number_names_its_flag(given: dict[str, str], message: str) -> None:
     with pytest.raises(OptionError, match=re.escape(message)):
         Flags.parse(**given)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"requests": "1000000000000000000000"}, "--requests must be 1 to 10000, not 1000000000000000000000"),
+        ({"requests": "0"}, "--requests must be 1 to 10000, not 0"),
+        ({"concurrency": "-3"}, "--concurrency must be 1 to 1024, not -3"),
+        ({"concurrency": 100000}, "--concurrency must be 1 to 1024, not 100000"),
+        ({"ready_timeout": "nan"}, "--ready-timeout must be a finite number of seconds above 0, not nan"),
+        ({"ready_timeout": "inf"}, "--ready-timeout must be a finite number of seconds above 0, not inf"),
+        ({"ready_timeout": "-1"}, "--ready-timeout must be a finite number of seconds above 0, not -1.0"),
+    ],
+)
+def test_a_number_out_of_bounds_names_its_flag_and_the_bounds(given: dict[str, object], message: str) -> None:
+    """The same bounds as the recipe's smoke section: a flag given explicitly is used instead of it."""
+    with pytest.raises(OptionError, match=re.escape(message)):
+        Flags.parse(**given)  # type: ignore[arg-type]

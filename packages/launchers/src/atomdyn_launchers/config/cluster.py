@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal, cast
 
 from atomdyn_core.atomic import atomic_write_text
+from atomdyn_launchers.config.console import quiet_stdout
 from atomdyn_launchers.engines import ENGINE_NAMES, get_engine
 
 CLUSTER_ENV_VAR = "ATOMDYN_CLUSTER_ENV"
@@ -700,6 +701,7 @@ def _quote(value: str) -> str:
     return '"' + re.sub(r'(["\\$])', r"\\\1", value) + '"'
 
 
+@quiet_stdout
 def main(argv: list[str] | None = None) -> int:
     """``python -m atomdyn_launchers.config [--write PATH]``: print (or write) the example cluster.env."""
     parser = argparse.ArgumentParser(prog="python -m atomdyn_launchers.config", description=main.__doc__)

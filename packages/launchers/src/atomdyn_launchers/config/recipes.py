@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
+import reprlib
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,6 +24,7 @@ from typing import Any
 import yaml  # type: ignore[import-untyped]  # no stubs in the project venv
 
 from atomdyn_core.atomic import atomic_write_text
+from atomdyn_launchers.config.console import quiet_stdout
 from atomdyn_launchers.engines import ENGINE_NAMES
 
 SCHEMA_VERSION = 1
@@ -48,8 +51,22 @@ def _int(minimum: int, description: str, maximum: int | None = None) -> dict[str
     return out
 
 
-def _num(minimum: float, description: str) -> dict[str, Any]:
-    return {"type": "number", "minimum": minimum, "description": description}
+def _num(minimum: float, description: str, maximum: float) -> dict[str, Any]:
+    return {"type": "number", "minimum": minimum, "maximum": maximum, "description": description}
+
+
+# Bounds of the numbers (a recipe's numbers become loop counts, sbatch and aiperf arguments): generous for any
+# run the launchers make, far below what would hang or overflow one.
+MAX_REQUESTS = 10_000  # smoke requests
+MAX_CONCURRENCY = 1024  # smoke requests in flight
+MAX_BENCH_CONCURRENCY = 4096  # one aiperf level
+MAX_BENCH_REQUESTS = 100_000  # requests per aiperf level
+MAX_TOKENS = 131_072  # tokens per smoke response
+MAX_BENCH_TOKENS = 1_048_576  # synthetic prompt or output length
+MAX_SLO_MS = 3_600_000  # a goodput bound: one hour
+MAX_SPEEDUP = 1_000_000  # the mock engine's --speedup-ratio
+MAX_KV_GBPS = 1_000_000  # the mock engine's --kv-transfer-bandwidth (1 PB/s: no delay)
+MAX_KV_BYTES_PER_TOKEN = 1 << 30
 
 
 def _workers(description: str) -> dict[str, Any]:
@@ -57,7 +74,7 @@ def _workers(description: str) -> dict[str, Any]:
         {
             "workers": _int(1, "how many workers of this role (one Slurm job each)", 64),
             "nodes_per_worker": _int(1, "nodes one worker spans (the launchers run one node per worker)", 1),
-            "gpus_per_worker": _int(0, "GPUs one worker uses: 0 for the mock engine, else the model's"),
+            "gpus_per_worker": _int(0, "GPUs one worker uses: 0 for the mock engine, else the model's", 64),
         },
         required=["workers"],
         description=description,
@@ -101,22 +118,23 @@ SCHEMA: dict[str, Any] = {
             ),
             "smoke": _obj(
                 {
-                    "requests": _int(1, "smoke requests, each verified"),
-                    "concurrency": _int(1, "smoke requests in flight at once"),
-                    "max_tokens": _int(1, "tokens per smoke response"),
+                    "requests": _int(1, "smoke requests, each verified", MAX_REQUESTS),
+                    "concurrency": _int(1, "smoke requests in flight at once", MAX_CONCURRENCY),
+                    "max_tokens": _int(1, "tokens per smoke response", MAX_TOKENS),
                 },
                 description="the verified smoke traffic every run sends first",
             ),
             "mocker": _obj(
                 {
-                    "speedup_ratio": _num(0, "the mock engine's --speedup-ratio"),
+                    "speedup_ratio": _num(0, "the mock engine's --speedup-ratio", MAX_SPEEDUP),
                     "kv_transfer_bandwidth_gbps": {
                         "type": "number",
                         "exclusiveMinimum": 0,
+                        "maximum": MAX_KV_GBPS,
                         "description": "--kv-transfer-bandwidth in GB/s; above 0 (with 0, Dynamo 1.3's mocker "
                         "answers every P/D request with HTTP 500; a very large value means no delay)",
                     },
-                    "kv_bytes_per_token": _int(1, "--kv-bytes-per-token"),
+                    "kv_bytes_per_token": _int(1, "--kv-bytes-per-token", MAX_KV_BYTES_PER_TOKEN),
                     "kv_transfer_source": {
                         "type": "string",
                         "description": "where the two figures above were measured (evidence directory)",
@@ -129,19 +147,19 @@ SCHEMA: dict[str, Any] = {
                     "tool": {"enum": ["aiperf"]},
                     "concurrency": {
                         "type": "array",
-                        "items": {"type": "integer", "minimum": 1},
+                        "items": {"type": "integer", "minimum": 1, "maximum": MAX_BENCH_CONCURRENCY},
                         "minItems": 1,
                         "description": "the sweep: one aiperf profile per concurrency",
                     },
-                    "requests_per_level": _int(1, "requests per concurrency level"),
-                    "input_tokens": _int(1, "mean synthetic prompt length"),
-                    "output_tokens": _int(1, "output tokens per request (ignore_eos)"),
+                    "requests_per_level": _int(1, "requests per concurrency level", MAX_BENCH_REQUESTS),
+                    "input_tokens": _int(1, "mean synthetic prompt length", MAX_BENCH_TOKENS),
+                    "output_tokens": _int(1, "output tokens per request (ignore_eos)", MAX_BENCH_TOKENS),
                     "streaming": {"type": "boolean"},
                     "slo": _obj(
                         {
-                            "ttft_ms": _num(0, "time to first token, goodput bound"),
-                            "itl_ms": _num(0, "inter-token latency, goodput bound"),
-                            "request_latency_ms": _num(0, "request latency, goodput bound"),
+                            "ttft_ms": _num(0, "time to first token, goodput bound", MAX_SLO_MS),
+                            "itl_ms": _num(0, "inter-token latency, goodput bound", MAX_SLO_MS),
+                            "request_latency_ms": _num(0, "request latency, goodput bound", MAX_SLO_MS),
                         },
                         description="goodput counts requests within every bound given",
                     ),
@@ -162,10 +180,24 @@ class RecipeError(ValueError):
 # -- validation against SCHEMA (the subset of JSON Schema it uses) -------------------------------------------
 
 
+_QUOTE = reprlib.Repr()
+_QUOTE.maxlevel, _QUOTE.maxstring, _QUOTE.maxother, _QUOTE.maxlong = 2, 60, 60, 60
+_QUOTE.maxlist = _QUOTE.maxtuple = _QUOTE.maxset = _QUOTE.maxdict = 4
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` cut short: what an error quotes stays a line, whatever the recipe holds."""
+    return _QUOTE.repr(value)
+
+
 def _path(parts: Sequence[str | int]) -> str:
     out = ""
     for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            name = part if len(part) <= 60 else shown(part)
+            out += f".{name}" if out else name
     return out or "(top level)"
 
 
@@ -189,19 +221,21 @@ def validate(value: object, schema: Mapping[str, Any] = SCHEMA, at: Sequence[str
     """Every problem of ``value`` against ``schema``, each naming its key path."""
     where = _path(at)
     if "const" in schema and value != schema["const"]:
-        return [f"{where}: must be {schema['const']!r}, not {value!r}"]
+        return [f"{where}: must be {schema['const']!r}, not {shown(value)}"]
     if "enum" in schema and value not in schema["enum"]:
-        return [f"{where}: {value!r} is not one of {', '.join(map(str, schema['enum']))}"]
+        return [f"{where}: {shown(value)} is not one of {', '.join(map(str, schema['enum']))}"]
     kind = schema.get("type")
     if kind is not None and not _type_ok(value, kind):
         return [f"{where}: must be {'an' if kind[0] in 'aeio' else 'a'} {kind}, not {type(value).__name__}"]
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{where}: must be a finite number, not {value}"]
     problems: list[str] = []
     if isinstance(value, dict):
         properties: Mapping[str, Any] = schema.get("properties", {})
         for key in value:
             if key not in properties:
                 known = ", ".join(properties)
-                problems.append(f"{_path([*at, str(key)])}: unknown key {key!r} (known here: {known})")
+                problems.append(f"{_path([*at, str(key)])}: unknown key {shown(key)} (known here: {known})")
         for key in schema.get("required", ()):
             if key not in value:
                 problems.append(f"{_path([*at, key])}: required key missing")
@@ -211,7 +245,7 @@ def validate(value: object, schema: Mapping[str, Any] = SCHEMA, at: Sequence[str
     if isinstance(value, list):
         if len(value) < schema.get("minItems", 0):
             problems.append(f"{where}: needs at least {schema['minItems']} item(s)")
-        if schema.get("uniqueItems") and len({json.dumps(v) for v in value}) != len(value):
+        if schema.get("uniqueItems") and len({json.dumps(v, default=repr) for v in value}) != len(value):
             problems.append(f"{where}: items must be unique")
         for i, item in enumerate(value):
             problems += validate(item, schema.get("items", {}), [*at, i])
@@ -222,28 +256,52 @@ def validate(value: object, schema: Mapping[str, Any] = SCHEMA, at: Sequence[str
             problems.append(f"{where}: {value} is below the minimum {schema['minimum']}")
         if "maximum" in schema and value > schema["maximum"]:
             problems.append(f"{where}: {value} is above the maximum {schema['maximum']}")
-    if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
-        problems.append(f"{where}: {value!r} does not match {schema['pattern']}")
+    # The whole string: every pattern is ^...$, and Python's $ (unlike JSON Schema's) also matches before a final
+    # newline ("02:00:00\n" would pass a search and break the job script).
+    if isinstance(value, str) and "pattern" in schema and not re.fullmatch(schema["pattern"], value):
+        problems.append(f"{where}: {shown(value)} does not match {schema['pattern']}")
     return problems
 
 
 # -- reading YAML strictly -------------------------------------------------------------------------------------
 
 
+MAX_DEPTH = 32  # nesting a recipe may have (it needs 4); deeper input exhausted the composer's recursion
+
+
 class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last silently)."""
+    """SafeLoader that refuses what a recipe never needs: aliases (a few hundred bytes of them expand into
+    gigabytes: the "billion laughs"), nesting deeper than :data:`MAX_DEPTH`, keys that are not strings, and a key
+    given twice in one mapping (PyYAML keeps the last silently)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise RecipeError(
+                f"line {event.start_mark.line + 1}: alias *{shown(event.anchor)[1:-1]}: a recipe does not use "
+                "YAML anchors and aliases (write the value out)"
+            )
+        if self._depth >= MAX_DEPTH:
+            raise RecipeError(f"line {event.start_mark.line + 1}: nested deeper than {MAX_DEPTH} levels")
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def _mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[object, object]:
-    seen: dict[object, int] = {}
+    seen: dict[str, int] = {}
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        if not isinstance(key, str):
+            raise RecipeError(f"line {line}: key {shown(key)} is not a name (recipe keys are words)")
         if key in seen:
-            raise RecipeError(
-                f"line {key_node.start_mark.line + 1}: key {key!r} given twice "
-                f"(first on line {seen[key] + 1})"
-            )
-        seen[key] = key_node.start_mark.line
+            raise RecipeError(f"line {line}: key {shown(key)} given twice (first on line {seen[key]})")
+        seen[key] = line
     return dict(loader.construct_pairs(node))
 
 
@@ -373,7 +431,7 @@ def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
         raise RecipeError(f"{source}: a recipe is a mapping of keys, not {type(raw).__name__}")
     if raw.get("schema_version") not in (None, SCHEMA_VERSION):
         raise RecipeError(
-            f"{source}: schema_version {raw['schema_version']!r} is not supported (this launcher reads "
+            f"{source}: schema_version {shown(raw['schema_version'])} is not supported (this launcher reads "
             f"{SCHEMA_VERSION})"
         )
     problems = validate(raw)
@@ -447,6 +505,7 @@ def schema_text() -> str:
     return json.dumps(SCHEMA, indent=2) + "\n"
 
 
+@quiet_stdout
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m atomdyn_launchers.config.recipes", description=__doc__)
     parser.add_argument("--write-schema", metavar="PATH", help="write the recipe JSON Schema to PATH")

@@ -1,20 +1,24 @@
 """A dry run: the pipeline of a run stopped before submit. After the preflight (or none, offline), every job
 script is written by the submit stage's own :func:`~atomdyn_launchers.run.submission.write_jobs`, with the sbatch
-command that would submit it, ``recipe.json`` and ``dry-run.json``; nothing is submitted."""
+command that would submit it, ``recipe.json`` and ``dry-run.json``; nothing is submitted. A dry run that fails
+leaves nothing: its directory (and the directories made for it) are removed before the error goes on."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import shutil
 from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.config.cluster import ClusterConfig, find_repo_root
+from atomdyn_launchers.contract.rundir import RunDir
 from atomdyn_launchers.engines import Engine
 from atomdyn_launchers.profiles.models import ModelProfile
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.context import ready_timeout_s
 from atomdyn_launchers.run.options import LaunchOptions
-from atomdyn_launchers.run.plan import RoleSpec, new_run_dir, required_instances
+from atomdyn_launchers.run.plan import RoleSpec, required_instances, write_resolved_recipe
 from atomdyn_launchers.run.submission import Submission, write_jobs
 from atomdyn_launchers.slurm.client import Slurm
 
@@ -37,7 +41,36 @@ def write_dry_run(
         # The cluster's shared filesystem is not mounted here: the review goes into this checkout.
         runs_root = find_repo_root() / ".atomdyn" / "dry-run"
         progress.line(f"SHARED_DIR {config.shared_dir} is not here: writing under {runs_root}")
-    rundir = new_run_dir(runs_root, options, engine, model, roles)
+    made = list(itertools.takewhile(lambda p: not p.exists(), (runs_root, *runs_root.parents)))
+    rundir = RunDir.create(runs_root, options.kind, engine.name)
+    try:
+        _write(
+            rundir, config, options, engine, model, roles, slurm, progress, preflight_state, problems or []
+        )
+    except BaseException:
+        shutil.rmtree(rundir.path, ignore_errors=True)
+        for directory in made:  # the deepest first; one that holds something else stays
+            try:
+                directory.rmdir()
+            except OSError:
+                break
+        raise
+    return rundir.path
+
+
+def _write(
+    rundir: RunDir,
+    config: ClusterConfig,
+    options: LaunchOptions,
+    engine: Engine,
+    model: ModelProfile,
+    roles: list[RoleSpec],
+    slurm: Slurm,
+    progress: Progress,
+    preflight_state: str,
+    problems: list[str],
+) -> None:
+    write_resolved_recipe(rundir.path, options, engine, model, roles)
     owned = config.etcd_endpoint is None
     endpoint = "http://run-owned-etcd.invalid:2379" if owned else config.require_etcd()
     submission = Submission(
@@ -62,7 +95,7 @@ def write_dry_run(
         "dry_run": True,
         "submitted": [],
         "preflight": preflight_state,
-        "problems": problems or [],
+        "problems": problems,
         "etcd": "run-owned: started in a job of its own at submit (endpoint known then)"
         if owned
         else endpoint,
@@ -72,10 +105,9 @@ def write_dry_run(
         ),
     }
     atomic_write_text(rundir.path / "dry-run.json", json.dumps(plan, indent=2) + "\n")
-    for problem in problems or []:
+    for problem in problems:
         progress.line(f"dry run: a run would be refused: {problem}")
     progress.line(f"dry run: nothing submitted; scripts and recipe.json in {rundir.path}")
-    return rundir.path
 
 
 def dry_run_problems(path: Path) -> list[str]:

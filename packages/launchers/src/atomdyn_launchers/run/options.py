@@ -7,10 +7,17 @@ explicitly wins over the recipe's value, and the recipe is kept in the options s
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from atomdyn_launchers.config.recipes import MockerTiming, Recipe, RecipeError
+from atomdyn_launchers.config.recipes import (
+    MAX_CONCURRENCY,
+    MAX_REQUESTS,
+    MockerTiming,
+    Recipe,
+    RecipeError,
+)
 
 DEFAULT_REQUESTS = {"agg-single": 8, "agg-two": 32, "disagg": 32}
 DEFAULT_CONCURRENCY = 8
@@ -76,13 +83,14 @@ class Flags:
         node_check: bool = True,
         offline: bool = False,
     ) -> Flags:
-        """The flags from text or numbers (invoke hands an option whose default is None over as text)."""
+        """The flags from text or numbers (invoke hands an option whose default is None over as text), within
+        the bounds the recipe's smoke section has."""
         return cls(
             engine=engine or None,
             model=model or None,
-            requests=parse_int("requests", requests),
-            concurrency=parse_int("concurrency", concurrency),
-            ready_timeout_s=parse_seconds("ready-timeout", ready_timeout),
+            requests=_within("requests", parse_int("requests", requests), MAX_REQUESTS),
+            concurrency=_within("concurrency", parse_int("concurrency", concurrency), MAX_CONCURRENCY),
+            ready_timeout_s=_seconds("ready-timeout", parse_seconds("ready-timeout", ready_timeout)),
             node_check=node_check,
             offline=offline,
         )
@@ -106,6 +114,18 @@ def parse_seconds(flag: str, value: object) -> float | None:
         return float(str(value))
     except ValueError:
         raise OptionError(f"--{flag} must be a number, not {value!r}") from None
+
+
+def _within(flag: str, value: int | None, maximum: int) -> int | None:
+    if value is not None and not 1 <= value <= maximum:
+        raise OptionError(f"--{flag} must be 1 to {maximum}, not {value}")
+    return value
+
+
+def _seconds(flag: str, value: float | None) -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise OptionError(f"--{flag} must be a finite number of seconds above 0, not {value}")
+    return value
 
 
 def _given(flag: int | None, recipe: int | None, default: int) -> int:
