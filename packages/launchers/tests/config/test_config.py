@@ -298,3 +298,147 @@ def test_check_etcd_unreachable_names_the_endpoint() -> None:
         endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
         with pytest.raises(PreflightError, match=rf"ETCD_ENDPOINTS={endpoint}: etcd is unreachable"):
             check_etcd(_with_etcd(endpoint), timeout=2.0)
+
+
+# -- hostile input (issue 25) ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "option"),
+    [
+        ("-Aother", "-A"),
+        ("-A other", "-A"),
+        ("-A=other", "-A"),
+        ("--acc=other", "--acc"),
+        ("--acco=other", "--acco"),
+        ("--accoun other", "--accoun"),
+        ("--account other", "--account"),
+        ("-pother", "-p"),
+        ("--part=other", "--part"),
+        ("--p=other", "--p"),
+        ("-qlow", "-q"),
+        ("--qo=low", "--qo"),
+        ("--q=low", "--q"),
+        ("-vAother", "-A"),  # -v takes no value: the cluster goes on to -A
+        ("-HvOp other", "-p"),
+        ("--hold -Aother", "-A"),
+        ("--reservation=r --time 5 -Aother", "-A"),
+    ],
+)
+def test_extra_args_cannot_set_account_partition_or_qos_as_sbatch_reads_them(extra: str, option: str) -> None:
+    (problem,) = problems_of(MINIMAL + f"SLURM_EXTRA_ARGS='{extra}'\n")
+    assert problem.startswith(f"line 12: SLURM_EXTRA_ARGS: {option} "), problem
+    assert "set by SLURM_ACCOUNT/SLURM_PARTITION/SLURM_QOS, not here" in problem, problem
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ("--hold script.sh", "'script.sh' is not an sbatch option (sbatch would run it as the batch script)"),
+        ("-- --account=x", "'--' ends sbatch's options"),
+        ("--re=x", "--re is ambiguous (sbatch refuses it): --reboot, --requeue, --reservation"),
+        ("-Z", "-Z is not an sbatch option"),
+        ("--time", "--time needs a value"),
+        ("-t", "-t needs a value"),
+    ],
+)
+def test_extra_args_that_sbatch_would_misread_are_refused(extra: str, fragment: str) -> None:
+    (problem,) = problems_of(MINIMAL + f"SLURM_EXTRA_ARGS='{extra}'\n")
+    assert problem.startswith("line 12: SLURM_EXTRA_ARGS: ") and fragment in problem, problem
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "--reservation=dynamo --time=01:00:00",
+        "--reservation dynamo -t 5",
+        "--acctg-freq=task=30",  # not --account
+        "--parsable --exclusive --exclusive=user",
+        "-J -A",  # -J takes the next word as its value, whatever it looks like
+        "-tA -Hk",  # -t's value is A; -k takes an optional value, attached
+        "--comment=-pother --qos-ish-plugin-option=1",  # a SPANK plugin's option is passed on
+        "--mem 4G -w n01 -Q",
+    ],
+)
+def test_extra_args_sbatch_reads_as_other_options_are_kept(extra: str) -> None:
+    cfg = parse_cluster_env(MINIMAL + f"SLURM_EXTRA_ARGS='{extra}'\n")
+    assert " ".join(cfg.slurm_extra_args) == extra
+
+
+def test_a_file_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.env"
+    path.write_bytes(MINIMAL.encode() + b"# caf\xe9\nSLURM_EXTRA_ARGS=--hold\n")
+    with pytest.raises(ClusterConfigError) as info:
+        load_cluster_config(path)
+    assert info.value.problems == [
+        "line 12: byte 0xe9 is not UTF-8 (save the file as UTF-8; latin-1 is not read)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ("MODEL_PATH='/shared/models/m\0x'", "line 8: MODEL_PATH: U+0000 (a control character)"),
+        ('MODEL_PATH="/shared/models/m\0x"', "line 8: MODEL_PATH: U+0000 (a control character)"),
+        ("MODEL_PATH=/shared/models/m\0x", "line 8: MODEL_PATH: U+0000 (a control character)"),
+        ("MODEL_PATH=/shared/models/m\x1b[2Jx", "line 8: MODEL_PATH: U+001B (a control character)"),
+        ("MODEL_PATH='/shared/models/m\u200bx'", "line 8: MODEL_PATH: U+200B ZERO WIDTH SPACE"),
+        ("MODEL_PATH='/shared/models/m\u202ex'", "line 8: MODEL_PATH: U+202E RIGHT-TO-LEFT OVERRIDE"),
+    ],
+)
+def test_control_and_invisible_characters_in_a_value_are_refused(line: str, fragment: str) -> None:
+    text = MINIMAL.replace("MODEL_PATH=/shared/models/m", line)
+    (problem,) = problems_of(text)
+    assert problem.startswith(fragment), problem
+
+
+@pytest.mark.parametrize(
+    "separator", ["\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\r"]
+)
+def test_a_line_break_only_some_tools_see_cannot_hide_a_key(separator: str) -> None:
+    """Python's splitlines() ended the line at U+2028 (and the others); bash and editors keep one line, so a
+    key behind a comment was used while it looked commented out. Such characters are refused wherever they are."""
+    text = MINIMAL + f"# the account is set above{separator}SLURM_EXTRA_ARGS=--hold\n"
+    (problem,) = problems_of(text)
+    assert problem.startswith(f"line 12: U+{ord(separator):04X} "), problem
+    assert "not allowed anywhere in cluster.env" in problem, problem
+
+
+def test_crlf_line_ends_are_still_read() -> None:
+    cfg = parse_cluster_env(MINIMAL.replace("\n", "\r\n"))
+    assert cfg.slurm_qos == "normal" and cfg.project_dir == Path("/shared/checkout")
+
+
+def test_a_value_from_defaults_is_checked_like_one_from_the_file() -> None:
+    with pytest.raises(ClusterConfigError) as info:
+        parse_cluster_env(MINIMAL.replace("PRIMARY_NODE=n01\n", ""), defaults={"PRIMARY_NODE": "n01\n"})
+    (problem,) = info.value.problems
+    assert problem.startswith("PRIMARY_NODE: U+000A (a control character)"), problem
+
+
+def test_a_node_given_twice_in_node_addrs_is_refused() -> None:
+    (problem,) = problems_of(MINIMAL + "NODE_ADDRS=n01=10.0.0.1,n02=10.0.0.2,n01=10.0.0.3\n")
+    assert problem == "line 12: NODE_ADDRS: node n01 is given twice (10.0.0.1, 10.0.0.3)"
+
+
+DOCKER = MINIMAL.replace("RUNTIME=venv", "RUNTIME=docker") + "DYNAMO_ATOM_IMAGE=img:1\n"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ("MODEL_PATH=/shared/models/m", "MODEL_PATH=/shared/models/m:ro", "MODEL_PATH"),
+        ("SHARED_DIR=/shared", "SHARED_DIR=/shared:x", "SHARED_DIR"),
+        ("PROJECT_DIR=/shared/checkout", "PROJECT_DIR=/shared/a:b", "PROJECT_DIR"),
+        ("RUNTIME=docker", "RUNTIME=docker\nRDMA_PROVIDER_LIBS=/usr/lib/a:b.so", "RDMA_PROVIDER_LIBS"),
+    ],
+)
+def test_a_colon_in_a_path_docker_mounts_is_refused(old: str, new: str, key: str) -> None:
+    (problem,) = problems_of(DOCKER.replace(old, new))
+    assert problem.startswith(f"{key}: ") and "contains ':'" in problem, problem
+    assert "docker -v SOURCE:TARGET" in problem, problem
+
+
+def test_a_colon_in_a_path_is_kept_where_nothing_mounts_it() -> None:
+    cfg = parse_cluster_env(MINIMAL.replace("MODEL_PATH=/shared/models/m", "MODEL_PATH=/shared/models/m:1"))
+    assert cfg.model_path == Path("/shared/models/m:1")

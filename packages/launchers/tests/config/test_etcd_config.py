@@ -107,3 +107,25 @@ def test_tls_and_user_rules_follow_what_dynamo_can_use() -> None:
         BASE + "ETCD_ENDPOINTS=http://e1:2379\nETCD_AUTH_USERNAME=u\nETCD_AUTH_PASSWORD_FILE=/pw\n"
     )
     assert etcd_access(cfg).user == "u" and etcd_access(cfg).tls.ca is None
+
+
+@pytest.mark.parametrize(
+    "endpoints",
+    [
+        "http://root:pw@e1:2379",
+        "http://root@e1:2379",
+        "http://:pw@e1:2379",
+        "http://e1:2379,https://root:pw@e2:2379",
+        "http://root:pw@e1:notaport",
+        "http://root:pw@e1:2379/path",
+    ],
+)
+def test_credentials_in_an_endpoint_are_refused_and_not_repeated(endpoints: str) -> None:
+    """A password in ETCD_ENDPOINTS would be written into every job script (mode 0755) and dry-run.json; the
+    error points to the ETCD_AUTH_* keys and does not repeat it."""
+    for key in ("ETCD_ENDPOINTS", "ETCD_ENDPOINT"):
+        (problem,) = _problems(f"{key}='{endpoints}'\n")
+        assert problem.startswith(f"line 12: {key}: "), problem
+        assert "carries credentials (user:password@)" in problem, problem
+        assert "ETCD_AUTH_USERNAME and ETCD_AUTH_PASSWORD_FILE" in problem, problem
+        assert "pw" not in problem and "root" not in problem, problem

@@ -2,8 +2,10 @@
 
 A ``cluster.env`` is a list of ``KEY=VALUE`` lines (``#`` comments, blank lines, single or double quotes, an
 optional ``export`` prefix). There is no variable expansion: a ``$`` outside single quotes is an error rather
-than a silently literal value. Unknown keys, duplicate keys and bad values are errors naming the key and line;
-all problems of a file are reported together.
+than a silently literal value. The file is UTF-8, its lines end at ``\n`` (as for the shell: a U+2028 does not
+end a comment), and control characters and line separators are refused anywhere, invisible format characters in
+values. Unknown keys, duplicate keys and bad values are errors naming the key and line; all problems of a file are
+reported together.
 
 Resolution order for the run-time commands (:func:`resolve_cluster_config`): an explicit ``--config`` path,
 else ``$ATOMDYN_CLUSTER_ENV``, else the local cluster's generated ``cluster.env`` (written by ``cluster.up``
@@ -17,6 +19,7 @@ import ipaddress
 import os
 import re
 import shlex
+import unicodedata
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -34,7 +37,38 @@ Runtime = Literal["venv", "docker"]
 RUNTIMES: tuple[Runtime, ...] = ("venv", "docker")
 
 # sbatch options that only the dedicated keys may set: every submission passes them explicitly.
-_RESERVED_SBATCH_OPTIONS = ("-A", "--account", "-p", "--partition", "-q", "--qos")
+_RESERVED_SBATCH_OPTIONS = {"account": "A", "partition": "p", "qos": "q"}
+
+# sbatch's options as its getopt_long reads them (Slurm 26.11, src/common/slurm_opt.c: the options sbatch
+# takes), so that SLURM_EXTRA_ARGS is read the way sbatch will: "" no value, ":" a value (attached or the next
+# word, whatever it looks like), "::" an optional value (attached only). Options stop at the first word that
+# is not one ("+"): sbatch takes that word for the batch script.
+_SBATCH_SHORT = {
+    **dict.fromkeys("AabDMCScdmexBGiJLFwNnopqt", ":"),
+    **dict.fromkeys("hHOsQvVW", ""),
+    "k": "::",
+}
+_SBATCH_LONG_NO_VALUE = """
+    consolidate-segments contiguous external get-user-env help hold ignore-pbs no-requeue overcommit oversubscribe
+    parsable quiet reboot spread-job spread-segments stepmgr test-only usage use-min-nodes verbose version wait
+"""
+_SBATCH_LONG_OPTIONAL_VALUE = "exclusive nice no-kill oom-kill-step propagate requeue resv-ports"
+_SBATCH_LONG_VALUE = """
+    account acctg-freq array autocomplete batch begin bb bbf cluster-constraint chdir cluster clusters comment
+    container container-id context constraint core-spec cores-per-socket cpu-freq cpus-per-gpu cpus-per-task
+    deadline delay-boot dependency distribution error exclude export export-file extra extra-node-info gid
+    gpu-bind gpu-freq gpus gpus-per-node gpus-per-socket gpus-per-task gres gres-flags hint input job-name
+    kill-on-invalid-dep licenses mail-type mail-user mcs-label mem mem-bind mem-per-cpu mem-per-gpu mem-update
+    mincpus network nodefile nodelist nodes ntasks ntasks-per-core ntasks-per-gpu ntasks-per-node
+    ntasks-per-socket ntasks-per-tres open-mode output partition prefer priority profile qos resources
+    reservation runtime segment signal sockets-per-node switches tasks-per-node thread-spec threads-per-core time
+    time-min tmp tres-bind tres-per-task uid wait-all-nodes wckey wrap
+"""
+_SBATCH_LONG = {
+    **dict.fromkeys(_SBATCH_LONG_NO_VALUE.split(), ""),
+    **dict.fromkeys(_SBATCH_LONG_OPTIONAL_VALUE.split(), "::"),
+    **dict.fromkeys(_SBATCH_LONG_VALUE.split(), ":"),
+}
 
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -185,13 +219,13 @@ class _Spec:
 
 
 def _slurm_name(value: str) -> str:
-    if not _SLURM_NAME.match(value):
+    if not _SLURM_NAME.fullmatch(value):
         raise ValueError(f"{value!r} is not a Slurm name (letters, digits, '_', '.', '-')")
     return value
 
 
 def _node_name(value: str) -> str:
-    if not _NODE_NAME.match(value):
+    if not _NODE_NAME.fullmatch(value):
         raise ValueError(f"{value!r} is not a single node name (no lists or ranges)")
     return value
 
@@ -225,7 +259,7 @@ def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
 
 
 def _image(value: str) -> str:
-    if not _IMAGE.match(value):
+    if not _IMAGE.fullmatch(value):
         raise ValueError(f"{value!r} is not an image reference (repository[:tag][@sha256:<64 hex>])")
     return value
 
@@ -245,6 +279,16 @@ def _endpoint(value: str) -> str:
 
 def _endpoints(value: str) -> tuple[str, ...]:
     """ETCD_ENDPOINTS: comma-separated http(s)://HOST:PORT, one scheme for all (as Dynamo splits it)."""
+    if "@" in value:
+        # Not quoted: what comes before the '@' is a user and a password.
+        hosts = ", ".join(
+            repr("...@" + item.rpartition("@")[2].strip()) for item in value.split(",") if "@" in item
+        )
+        raise ValueError(
+            f"{hosts} carries credentials (user:password@): they would be written into every job script and "
+            "dry-run.json. Use ETCD_AUTH_USERNAME and ETCD_AUTH_PASSWORD_FILE (a file holding the password) "
+            "instead, or over https a client certificate (ETCD_AUTH_CLIENT_CERT/KEY)"
+        )
     endpoints = tuple(_endpoint(item.strip()) for item in value.split(","))
     if len({item.split("://", 1)[0] for item in endpoints}) > 1:
         raise ValueError(f"{value!r} mixes http and https endpoints")
@@ -271,13 +315,53 @@ def _extra_args(value: str) -> tuple[str, ...]:
         args = tuple(shlex.split(value))
     except ValueError as exc:
         raise ValueError(f"cannot split {value!r}: {exc}") from exc
-    if args and not args[0].startswith("-"):
-        raise ValueError(f"{args[0]!r} is not an sbatch option")
-    for arg in args:
-        name = arg.split("=", 1)[0]
-        if name in _RESERVED_SBATCH_OPTIONS:
-            raise ValueError(f"{name} is set by SLURM_ACCOUNT/SLURM_PARTITION/SLURM_QOS, not here")
+    problem = _sbatch_args_problem(args)
+    if problem:
+        raise ValueError(problem)
     return args
+
+
+def _sbatch_args_problem(args: tuple[str, ...]) -> str | None:
+    """What is wrong with ``args`` read as sbatch reads them (clustered short options, ``-Aother``, unambiguous
+    prefixes of long options): an option only SLURM_ACCOUNT/PARTITION/QOS may set, a word sbatch would take for
+    the script, an option it refuses. A long option it does not know is passed on (a SPANK plugin's)."""
+    reserved = "is set by SLURM_ACCOUNT/SLURM_PARTITION/SLURM_QOS, not here"
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            return "'--' ends sbatch's options: what follows would be taken for the batch script"
+        if not arg.startswith("-") or arg == "-" or arg.startswith("--="):
+            return f"{arg!r} is not an sbatch option (sbatch would run it as the batch script)"
+        if arg.startswith("--"):
+            name, eq, _ = arg[2:].partition("=")
+            for full in _RESERVED_SBATCH_OPTIONS:
+                if full.startswith(name):
+                    read_as = "" if name == full else f" (sbatch may read it as --{full})"
+                    return f"--{name}{read_as} {reserved}"
+            matches = [name] if name in _SBATCH_LONG else [o for o in _SBATCH_LONG if o.startswith(name)]
+            if len(matches) > 1:
+                return f"--{name} is ambiguous (sbatch refuses it): {', '.join('--' + m for m in sorted(matches))}"
+            if matches and _SBATCH_LONG[matches[0]] == ":" and not eq:
+                if i == len(args):
+                    return f"--{name} needs a value"
+                i += 1  # the value, whatever it looks like
+            continue
+        for j, char in enumerate(arg[1:], start=1):
+            within = "" if len(arg) == 2 else f" (in {arg!r})"
+            if char in _RESERVED_SBATCH_OPTIONS.values():
+                return f"-{char}{within} {reserved}"
+            kind = _SBATCH_SHORT.get(char)
+            if kind is None:
+                return f"-{char}{within} is not an sbatch option"
+            if kind == ":" and j == len(arg) - 1:
+                if i == len(args):
+                    return f"-{char} needs a value"
+                i += 1
+            if kind:  # the rest of the word, if any, is the value
+                break
+    return None
 
 
 def _node_addrs(value: str) -> tuple[tuple[str, str], ...]:
@@ -291,6 +375,10 @@ def _node_addrs(value: str) -> tuple[tuple[str, str], ...]:
         except ValueError as exc:
             raise ValueError(f"{addr!r} is not an IP address") from exc
         pairs.append((_node_name(name), addr))
+    for name in dict.fromkeys(n for n, _ in pairs):
+        addrs = [a for n, a in pairs if n == name]
+        if len(addrs) > 1:
+            raise ValueError(f"node {name} is given twice ({', '.join(addrs)})")
     return tuple(pairs)
 
 
@@ -325,7 +413,7 @@ def _net_devices(value: str) -> tuple[tuple[str, str], ...]:
         if not sep or not devices:
             raise ValueError(f"{item!r} is not NODE=DEVICE[,DEVICE...] (e.g. gpu-node-01=ionic_0:1)")
         for device in devices.split(","):
-            if not _NET_DEVICE.match(device):
+            if not _NET_DEVICE.fullmatch(device):
                 raise ValueError(f"{device!r} is not a UCX device name (e.g. ionic_0:1, mlx5_0:1, eth0)")
         pairs.append((node if node == "*" else _node_name(node), devices))
     nodes = [n for n, _ in pairs]
@@ -523,12 +611,44 @@ def _unquote(raw: str) -> str:
     return value
 
 
+def _odd(char: str, in_value: bool) -> bool:
+    """A character refused in cluster.env: a control character (but tab) or a line or paragraph separator
+    anywhere; in a value also an invisible format character (zero-width space, a bidi override)."""
+    category = unicodedata.category(char)
+    if category in ("Zl", "Zp") or (category == "Cc" and char != "\t"):
+        return True
+    return in_value and category == "Cf"
+
+
+def _odd_chars(text: str, in_value: bool) -> str:
+    """The characters of ``text`` that :func:`_odd` refuses, named (``U+2028 LINE SEPARATOR``); '' if none."""
+    odd = sorted({c for c in text if _odd(c, in_value)})
+    return ", ".join(f"U+{ord(c):04X} {unicodedata.name(c, '(a control character)')}" for c in odd)
+
+
+_LINE_KEY = re.compile(r"\s*(?:export\s+)?([A-Z_][A-Z0-9_]*)\s*=")
+
+
 def _scan(text: str) -> tuple[dict[str, tuple[str, int]], set[str], list[str]]:
     """(KEY -> (value, line), keys whose line was malformed, problems) of cluster.env text."""
     values: dict[str, tuple[str, int]] = {}
     broken: set[str] = set()
     problems: list[str] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" only (a "\r" before it is dropped), as for the shell and editors: splitlines() also
+    # ended them at U+2028 and other separators, so a key behind a comment was read while it looked commented.
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
+        odd = _odd_chars(line, in_value=False)
+        if odd:
+            match = _LINE_KEY.match(line)
+            key = f"{match.group(1)}: " if match else ""
+            problems.append(
+                f"line {number}: {key}{odd}: not allowed anywhere in cluster.env (control characters and "
+                "line separators: an editor or a terminal may show something else there, or a line break)"
+            )
+            if match:
+                broken.add(match.group(1))
+            continue
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
@@ -536,7 +656,7 @@ def _scan(text: str) -> tuple[dict[str, tuple[str, int]], set[str], list[str]]:
             stripped = stripped[len("export") :].lstrip()
         key, sep, raw = stripped.partition("=")
         key = key.strip()
-        if not sep or not _KEY.match(key):
+        if not sep or not _KEY.fullmatch(key):
             problems.append(f"line {number}: expected KEY=VALUE, got {line.strip()!r}")
             continue
         if key in values or key in broken:
@@ -581,6 +701,12 @@ def parse_cluster_env(
             problems.append(f"{where}{spec.key}: {set_by[spec.attr]} is set too; keep one of them")
             continue
         set_by[spec.attr] = spec.key
+        odd = _odd_chars(value, in_value=True)
+        if odd:
+            problems.append(
+                f"{where}{spec.key}: {odd}: not allowed in a value (invisible or a control character)"
+            )
+            continue
         try:
             kwargs[spec.attr] = spec.parse(value)
         except ValueError as exc:
@@ -601,9 +727,26 @@ def _finish(kwargs: dict[str, object], source: str) -> ClusterConfig:
     if get_engine(str(kwargs["engine_profile"])).needs_gpus() and kwargs.get("gpus_per_node") == 0:
         problems.append(f"GPUS_PER_NODE: must be at least 1 for ENGINE_PROFILE={kwargs['engine_profile']}")
     problems += _etcd_security_problems(kwargs)
+    if kwargs["runtime"] == "docker":
+        problems += _mount_problems(kwargs)
     if problems:
         raise ClusterConfigError(source, problems)
     return ClusterConfig(source=source, **kwargs)  # type: ignore[arg-type]
+
+
+def _mount_problems(kwargs: Mapping[str, object]) -> list[str]:
+    """RUNTIME=docker mounts these paths into every container with ``-v PATH:PATH``: a ':' in one would be
+    read as the separator (the rest becoming the target or the options)."""
+    paths = [(key, kwargs.get(key.lower())) for key in ("SHARED_DIR", "MODEL_PATH", "PROJECT_DIR")]
+    paths += [
+        ("RDMA_PROVIDER_LIBS", lib) for lib in cast("tuple[Path, ...]", kwargs.get("rdma_provider_libs", ()))
+    ]
+    return [
+        f"{key}: {str(path)!r} contains ':', which docker -v SOURCE:TARGET[:OPTIONS] would split "
+        "(RUNTIME=docker mounts it into every container): use a path without ':'"
+        for key, path in paths
+        if path is not None and ":" in str(path)
+    ]
 
 
 def _etcd_security_problems(kwargs: Mapping[str, object]) -> list[str]:
@@ -638,9 +781,15 @@ def _etcd_security_problems(kwargs: Mapping[str, object]) -> list[str]:
 def load_cluster_config(path: Path) -> ClusterConfig:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise ClusterConfigError(str(path), [f"cannot read the file: {exc.strerror}"]) from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        problem = f"line {line}: byte 0x{data[exc.start]:02x} is not UTF-8 (save the file as UTF-8; latin-1 is not read)"
+        raise ClusterConfigError(str(path), [problem]) from None
     return parse_cluster_env(text, str(path))
 
 
