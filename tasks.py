@@ -191,7 +191,8 @@ def fetch(
     help={
         "engine": "vllm-cpu: real vLLM prefill and decode, KV over NIXL (minutes); mocker: the fast path (seconds)",
         "requests": "smoke requests (default: the launcher's default for a disaggregated run, 32)",
-        "evidence": "where the run's evidence goes",
+        "evidence": "where the run's evidence goes (default: beside the runs, .atomdyn/evidence; 'evidence' "
+        "publishes into the project's committed evidence/)",
         "keep_cluster": "leave the local cluster up afterwards",
     },
 )
@@ -199,7 +200,7 @@ def demo(
     c: Context,
     engine: str = "vllm-cpu",
     requests: int | None = None,
-    evidence: str = "evidence",
+    evidence: str = "",
     keep_cluster: bool = False,
 ) -> None:
     """The local rehearsal end to end: cluster up, disagg.run (real vLLM engines on CPU, or the mock engine),
@@ -207,7 +208,7 @@ def demo(
     from atomdyn_launchers.rehearsal.demo import DemoError, run_demo
 
     try:
-        print(run_demo(engine, requests, Path(evidence), keep_cluster=keep_cluster))
+        print(run_demo(engine, requests, Path(evidence) if evidence else None, keep_cluster=keep_cluster))
     except DemoError as exc:
         raise Exit(f"demo FAILED: {exc}", code=1) from None
 
@@ -224,10 +225,12 @@ def _native_collection(package: str) -> Collection:
 
 
 def _package_collections() -> list[Collection]:
-    from atomdyn_launchers.tasks import COLLECTIONS
+    from atomdyn_launchers.tasks import COLLECTIONS, EXTRA_TASKS
     from nixl_compat.invoke_tasks import ns as nixl
 
     cluster, nodes, agg, disagg, evidence, validate = COLLECTIONS
+    for task_name, extra in EXTRA_TASKS["nixl"]:  # nixl.cross_node: the launchers' NIXL job pair
+        nixl.add_task(extra, name=task_name)
     dmabuf, mori = _native_collection("dmabuf_shim"), _native_collection("mori_repro")
     return [cluster, nodes, agg, disagg, evidence, validate, dmabuf, nixl, mori]
 

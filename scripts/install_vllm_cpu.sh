@@ -56,11 +56,15 @@ site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pur
 install -m 0644 "$hook" "$site/atomdyn_torchvision_schemas.py"
 printf 'import atomdyn_torchvision_schemas; atomdyn_torchvision_schemas.install()\n' \
   >"$site/atomdyn_torchvision_schemas.pth"
+# nixl-compat from this checkout (standard library and numpy only): the cross-node NIXL probe runs in the
+# workers' own environment, as the engine images carry it.
+printf '%s\n' "$root/packages/nixl-compat/src" >"$site/atomdyn_nixl_compat.pth"
 
 log "checking that dynamo.vllm, vLLM's CPU platform and NIXL import"
 "$venv/bin/python" - <<'EOF'
 import dynamo.vllm.main  # noqa: F401  (imports torchvision through transformers)
 import nixl._api  # noqa: F401
+import nixl_compat.crossnode.probe  # noqa: F401
 import torch
 import vllm.platforms
 

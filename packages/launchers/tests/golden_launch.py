@@ -20,13 +20,17 @@ from atomdyn_launchers.engines import ENGINE_NAMES, get_engine
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import plan_roles
-from atomdyn_launchers.run.submission import Submission
+from atomdyn_launchers.run.submission import ProbeOptions, Submission
 from atomdyn_launchers.sbatch import render, render_arg
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 RUNS_DIR = "/shared/atomdyn/runs"
 ETCD = "http://etcd-host:2379"
 KINDS = ("agg-single", "agg-two", "disagg")
+# The cross-node NIXL probe (a P/D pair running nixl_compat.crossnode in the workers' runtime), for the engines
+# whose KV moves over NIXL between nodes: the first real cluster's hour runs it before any model.
+PROBE = "nixl-pair"
+PROBE_CASES = (("atom", "docker"), ("atom", "venv"), ("vllm-cpu", "venv"))
 RUNTIMES = ("venv", "docker")
 # A two-node MI355X-like cluster; nothing here needs to exist on the machine that renders it.
 CLUSTER_ENV = f"""\
@@ -64,23 +68,34 @@ def cases() -> Iterator[tuple[str, str, str]]:
                 continue
             for runtime in RUNTIMES:
                 yield engine, kind, runtime
+    for engine, runtime in PROBE_CASES:
+        yield engine, PROBE, runtime
 
 
 def render_case(engine: str, kind: str, runtime: str) -> dict[str, str]:
     """File name -> text: one job script per role, and the command lines of every process."""
     config = golden_config(engine, runtime)
     run_id = f"20260101T000000Z-{kind}-{engine}"
-    options = LaunchOptions(kind=kind, engine=engine)
+    probe = ProbeOptions() if kind == PROBE else None
+    run_kind = "disagg" if probe is not None else kind
+    options = LaunchOptions(kind=run_kind, engine=engine)
     chosen = get_engine(engine)
     files: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="atomdyn-golden-") as tmp:
         rundir = RunDir(Path(tmp) / run_id, run_id)
         submission = Submission(
-            config, options, chosen, get_model(chosen.default_model), rundir, ETCD, chosen.timeouts.ready_s
+            config,
+            options,
+            chosen,
+            get_model(chosen.default_model),
+            rundir,
+            ETCD,
+            chosen.timeouts.ready_s,
+            probe=probe,
         )
         runtime_obj = submission.runtime()
         commands: list[str] = []
-        for spec in plan_roles(kind, config):
+        for spec in plan_roles(run_kind, config):
             plan, job = submission.role(spec, runtime_obj)
             files[f"{spec.role}.sbatch"] = render(job)
             for proc in plan.processes:

@@ -77,6 +77,9 @@ class JobSpec:
     ports: Mapping[str, int] = field(default_factory=dict)
     # Seconds a process gets between SIGTERM and SIGKILL.
     stop_grace_s: int = 5
+    # A job with work that ends (a probe), not a service: its first process to exit with status 0 has done
+    # the job's work, and the job stops the others and exits 0. Any other exit still fails the role.
+    one_shot: bool = False
 
 
 # Exit status of a job whose ports are taken on its node (EADDRINUSE's errno).
@@ -344,6 +347,18 @@ def render(job: JobSpec) -> str:
         '  if ! kill -0 "${PIDS[$i]}" 2>/dev/null; then failed="$failed ${NAMES[$i]}"; fi',
         '  if [ "${PIDS[$i]}" = "${first_pid:-}" ]; then first=${NAMES[$i]}; fi',
         "done",
+        *(
+            [
+                "# A one-shot job: the first process to exit with 0 did the job's work.",
+                'if [ "$STOPPING" = 0 ] && [ "$first_status" = 0 ]; then',
+                '  log "${first:-?} finished its work: stopping the others"',
+                "  STOPPING=1",
+                "  stop_all",
+                "fi",
+            ]
+            if job.one_shot
+            else []
+        ),
         'if [ "$STOPPING" = 0 ]; then',
         "  FAILING=1",
         '  log "process(es)${failed} exited (status $first_status) on their own: stopping the others"',

@@ -290,3 +290,32 @@ def test_one_jobs_containers_share_one_client() -> None:
     other = replace(job.processes[1], container=Container("atomdyn-r-decode", "podman"))
     with pytest.raises(ValueError, match=r"one client, not \['docker', 'podman'\]"):
         render(replace(job, processes=[job.processes[0], other]))
+
+
+FINISHER = CRASHER.replace("sys.exit(3)", "sys.exit(0)").replace("frontend.started", "helper.started")
+
+
+@pytest.mark.parametrize(("one_shot", "status"), [(True, 0), (False, 1)])
+def test_a_one_shot_jobs_process_that_finishes_ends_the_job_well(
+    tmp_path: Path, one_shot: bool, status: int
+) -> None:
+    # The NIXL probe's job: its process exits 0 when its work is done. A service's job (the default) still
+    # counts any process exiting on its own as a failure; neither leaves the other process running.
+    job = _job(
+        tmp_path,
+        [_python("helper", SLOW_STOPPER, tmp_path), _python("probe", FINISHER, tmp_path)],
+        one_shot=one_shot,
+    )
+    script = tmp_path / "decode.sbatch"
+    script.write_text(render(job))
+    _shellcheck(script)
+    proc = _start(script)
+    try:
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == status, out
+    assert (tmp_path / "helper.stopped").exists()
+    assert ("probe finished its work" in out) is one_shot, out
+    assert (tmp_path / "logs" / "decode.failure").exists() is not one_shot

@@ -34,6 +34,7 @@ EVENTS = (
     "healthy",
     "first_good_response",
     "requests_done",
+    "finished",
     "cancelled",
     "failed",
     "done",

@@ -62,6 +62,43 @@ class MockTiming:
 
 
 @dataclass(frozen=True)
+class KvProbe:
+    """The cross-node NIXL probe a role runs in place of its engine (``python -m nixl_compat.crossnode``): the
+    prefill role is the target that owns the KV buffers, the decode role the initiator that READs them, each in
+    the worker's runtime with the worker's P/D environment, exchanging NIXL metadata through the run's etcd."""
+
+    key_prefix: str  # the pair's etcd keys
+    report_dir: str  # each side writes <report_dir>/<role>.json
+    layers: int
+    kv_heads: int
+    head_dim: int
+    block_tokens: int
+    dtype_bytes: int
+    blocks: int = 64
+    transfer_blocks: tuple[int, ...] = (1, 4, 16)
+    iterations: int = 20
+    large_mib: int = 64
+    timeout_s: float = 120.0
+
+    def argv(self, python: str, side: str, role: str, device: str) -> list[Arg]:
+        args: list[Arg] = [python, "-m", "nixl_compat.crossnode", "--role", side]
+        args += [
+            "--key-prefix",
+            self.key_prefix,
+            "--layers",
+            str(self.layers),
+            "--kv-heads",
+            str(self.kv_heads),
+        ]
+        args += ["--head-dim", str(self.head_dim), "--block-tokens", str(self.block_tokens)]
+        args += ["--dtype-bytes", str(self.dtype_bytes), "--blocks", str(self.blocks)]
+        args += ["--transfer-blocks", ",".join(str(n) for n in self.transfer_blocks)]
+        args += ["--iterations", str(self.iterations), "--large-mib", str(self.large_mib)]
+        args += ["--device", device, "--timeout", f"{self.timeout_s:g}"]
+        return [*args, "--json", f"{self.report_dir}/{role}.json"]
+
+
+@dataclass(frozen=True)
 class RoleContext:
     """Everything an engine needs to start one role; built by the launcher from the cluster config."""
 
@@ -103,6 +140,8 @@ class RoleContext:
     dynamo_lease_ttl_s: int = 0
     # vLLM's cross-layer KV layout for the NixlConnector (KV_CROSS_LAYER_BLOCKS=yes).
     kv_cross_layer_blocks: bool = False
+    # Set: the role runs the cross-node NIXL probe with its worker's environment instead of the engine.
+    kv_probe: KvProbe | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -246,6 +285,9 @@ class Engine(ABC):
     default_model: str = DEFAULT_MODEL
     # Whether the engine runs the mock timing model (RoleContext.mock): its values are then the run's to record.
     mock_timing: bool = False
+    # The engine whose P/D workers' runtime and environment the cross-node NIXL probe takes (RoleContext.kv_probe):
+    # None, this one; an engine that moves no KV over NIXL (the mock engine) names the one its rehearsal stands for.
+    kv_probe_engine: str | None = None
 
     def run_expectations(self, config: Mapping[str, str]) -> GateExpectations:
         """What the evidence of a run recorded with ``config`` (run.json's) must show; by default the engine's."""

@@ -252,6 +252,8 @@ def plan_vllm_role(ctx: RoleContext, platform: VllmPlatform) -> RolePlan:
         prelude += rdma_check_prelude(ctx, access, {})
     if platform.doctor(ctx):
         prelude += doctor_prelude(ctx, access, check_env)
+    if ctx.kv_probe is not None:
+        return _probe_plan(ctx, platform, prelude, env, access)
     processes = [wrap(ctx, worker_name(ctx.mode), argv, env, access)]
     if ctx.with_frontend:
         processes.insert(0, frontend(ctx))
@@ -263,4 +265,30 @@ def plan_vllm_role(ctx: RoleContext, platform: VllmPlatform) -> RolePlan:
         model.gpus_per_worker,
         model.served_model_name,
         listens,
+    )
+
+
+# The probe's side per P/D mode: the prefill worker is read from, the decode worker reads (vLLM pulls KV).
+PROBE_SIDES = {"prefill": "target", "decode": "initiator"}
+
+
+def _probe_plan(
+    ctx: RoleContext, platform: VllmPlatform, prelude: list[str], env: dict[str, Arg], access: DeviceAccess
+) -> RolePlan:
+    """The role's worker replaced by the cross-node NIXL probe: the same runtime, devices, preludes (RDMA
+    check, doctor, the helper's preload) and environment; the KV buffers where the engine keeps its KV."""
+    probe = ctx.kv_probe
+    if probe is None or ctx.mode not in PROBE_SIDES:
+        raise ValueError(f"role {ctx.role}: the NIXL probe pairs a prefill and a decode role, not {ctx.mode}")
+    device = "cpu" if platform.vendor == "none" or platform.kv_buffer_device == "cpu" else "cuda"
+    argv = probe.argv(ctx.runtime.python, PROBE_SIDES[ctx.mode], ctx.role, device)
+    mkdir = f"mkdir -p {shlex.quote(probe.report_dir)}"
+    return RolePlan(
+        [wrap(ctx, "probe", argv, env, access)],
+        [*prelude, mkdir],
+        dynamo_env(ctx),
+        "probe",
+        ctx.model.gpus_per_worker,
+        ctx.model.served_model_name,
+        listens=(),
     )

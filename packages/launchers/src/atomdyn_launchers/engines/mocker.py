@@ -11,6 +11,7 @@ from typing import Any
 from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.engines.base import (
     Engine,
+    EngineError,
     RoleContext,
     RolePlan,
     Timeouts,
@@ -36,8 +37,12 @@ class MockerEngine(Engine):
     # The P/D handoff shows as different prefill and decode worker ids; cache hits in the router's kv_hit_rate.
     expectations = GateExpectations(pd_worker_split=True, router_prefix_hits=True)
     mock_timing = True
+    # It moves no KV: the cross-node NIXL probe of its rehearsal runs as the real engine's workers would.
+    kv_probe_engine = "vllm-cpu"
 
     def plan(self, ctx: RoleContext) -> RolePlan:
+        if ctx.kv_probe is not None:
+            raise EngineError(f"the mock engine moves no KV: its NIXL probe runs as {self.kv_probe_engine}")
         model = ctx.model
         argv: list[Arg] = [ctx.runtime.python, "-m", "dynamo.mocker", "--model-path", ctx.model_path]
         argv += ["--disaggregation-mode", ctx.mode, "--speedup-ratio", f"{ctx.mock.speedup_ratio:g}"]

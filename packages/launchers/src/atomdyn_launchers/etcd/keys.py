@@ -16,5 +16,10 @@ def run_prefix(run_id: str) -> str:
     return f"{KEY_ROOT}/{run_id}/roles/"
 
 
+def probe_prefix(run_id: str) -> str:
+    """The cross-node NIXL probe's keys (its two sides' metadata and report), beside the roles'."""
+    return f"{KEY_ROOT}/{run_id}/nixl/"
+
+
 def launcher_key(run_id: str) -> str:
     return f"{KEY_ROOT}/{run_id}/launcher"

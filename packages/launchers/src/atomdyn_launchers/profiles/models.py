@@ -25,8 +25,26 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "atom_env": dict,
     "atom_args": list,
 }
-# Optional: a model the project builds itself (no hub download), e.g. the CPU rehearsal's tiny Qwen3.
-_OPTIONAL: dict[str, type] = {"build_digest": str}
+# Optional: a model the project builds itself (no hub download), e.g. the CPU rehearsal's tiny Qwen3; the
+# shape of one worker's KV cache (what the cross-node NIXL probe moves before any model is loaded).
+_OPTIONAL: dict[str, type] = {"build_digest": str, "kv_shape": dict}
+_KV_FIELDS = ("layers", "kv_heads", "head_dim", "block_tokens", "dtype_bytes")
+
+
+@dataclass(frozen=True)
+class KvShape:
+    """One worker's attention KV cache, per rank: a K and a V tensor per layer of [blocks, block_tokens,
+    kv_heads, head_dim] elements of dtype_bytes, as vLLM lays it out (from the model's config.json)."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    block_tokens: int
+    dtype_bytes: int
+
+    @property
+    def block_bytes(self) -> int:
+        return 2 * self.layers * self.block_tokens * self.kv_heads * self.head_dim * self.dtype_bytes
 
 
 class ProfileError(ValueError):
@@ -50,6 +68,7 @@ class ModelProfile:
     atom_args: tuple[str, ...]
     # Set for a model built locally (atomdyn_launchers.profiles.tinymodel): the digest its directory must have.
     build_digest: str | None = None
+    kv_shape: KvShape | None = None
 
     def vllm_args(self) -> list[str]:
         """Engine flags shared by the vllm and atom profiles (vLLM's own CLI)."""
@@ -78,6 +97,16 @@ def _parse(name: str, raw: Any) -> ModelProfile:
     digest = raw.get("build_digest")
     if digest is not None and not (isinstance(digest, str) and _DIGEST.fullmatch(digest)):
         raise ProfileError(f"model profile {name!r}: 'build_digest' must be 'sha256:' and 64 hex digits")
+    shape = raw.get("kv_shape")
+    if shape is not None and (
+        sorted(shape) != sorted(_KV_FIELDS)
+        or not all(
+            isinstance(shape[k], int) and not isinstance(shape[k], bool) and shape[k] > 0 for k in _KV_FIELDS
+        )
+    ):
+        raise ProfileError(
+            f"model profile {name!r}: 'kv_shape' must give positive integers for {', '.join(_KV_FIELDS)}"
+        )
     for field in ("engine_args", "atom_args"):
         if not all(isinstance(a, str) for a in raw[field]):
             raise ProfileError(f"model profile {name!r}: {field!r} must be a list of strings")
@@ -99,6 +128,7 @@ def _parse(name: str, raw: Any) -> ModelProfile:
         atom_env=dict(raw["atom_env"]),
         atom_args=tuple(raw["atom_args"]),
         build_digest=digest,
+        kv_shape=KvShape(**shape) if shape is not None else None,
     )
 
 

