@@ -226,7 +226,8 @@ def atom_run(tmp_path: Path) -> Path:
         "engine_profile": "atom",
         "model_profile": "qwen3-8b",
         "runtime": "docker",
-        "platform": "MI355X",
+        # What the launcher writes for a run whose jobs saved no fingerprint (engine.platform_of({})).
+        "platform": "unknown (no fingerprint), not MI355X",
         "lock_digest": "sha256:" + "ab" * 32,
         "lock_digest_source": "image label io.atomdyn.lock.digest",
         "config": {

@@ -10,14 +10,24 @@ from pathlib import Path
 
 from atomdyn_core.sanitize import Sanitizer, sanitize_file
 from atomdyn_launchers.evidence import bench, results, summary
+from atomdyn_launchers.evidence.data import CollectError
+from atomdyn_launchers.evidence.signature import SignatureError
 from atomdyn_launchers.evidence.verify import verify_path
 
+# What a command refuses with a message (exit 2) rather than a traceback: bad input, named.
+USAGE_ERRORS = (CollectError, SignatureError, results.ReportError)
 
-def collect(run_dir: Path, evidence_root: Path) -> int:
+
+def collect(run_dir: Path, evidence_root: Path | None = None, sign_key: Path | None = None) -> int:
+    """``evidence_root`` None: beside the runs (summary.default_evidence_root)."""
     if not run_dir.is_dir():
         print(f"evidence collect: {run_dir} is not a run directory", file=sys.stderr)
         return 2
-    out, data = summary.collect(run_dir, evidence_root)
+    try:
+        out, data = summary.collect(run_dir, evidence_root, sign_key=sign_key)
+    except USAGE_ERRORS as exc:
+        print(f"evidence collect: {exc}", file=sys.stderr)
+        return 2
     print(f"{out}: {data['verdict']} ({summary.verdict_words(data)})")
     for gate in data["gates"]:
         if gate["verdict"] == "fail":
@@ -27,27 +37,46 @@ def collect(run_dir: Path, evidence_root: Path) -> int:
     return 0 if data["verdict"] == "pass" else 1
 
 
-def verify(paths: list[Path]) -> int:
+def verify(paths: list[Path], signers: Path | None = None) -> int:
+    if signers is not None and not signers.is_file():
+        print(f"evidence verify: {signers}: no such signers file", file=sys.stderr)
+        return 2
     ok = True
     for path in paths:
-        verdict = verify_path(path)
+        try:
+            verdict = verify_path(path, signers)
+        except SignatureError as exc:
+            print(f"evidence verify: {exc}", file=sys.stderr)
+            return 2
         sys.stdout.write(verdict.text())
         ok = ok and verdict.ok
     return 0 if ok else 1
 
 
 def report(evidence_root: Path, results_md: Path, readme: Path | None) -> int:
-    summaries, skipped = results.load_summaries(evidence_root)
+    """Publish: everything is checked (the evidence root, every bundle, the README's markers) before either
+    record is written, so a refusal leaves both as they were."""
+    try:
+        summaries, skipped = results.load_summaries(evidence_root)
+        planned = results.plan_results(results_md, summaries, _relative(evidence_root, results_md.parent))
+        readme_text = None
+        if readme is not None:
+            table = results.glance_table(summaries, _relative(evidence_root, readme.parent))
+            readme_text = results.readme_with(readme, table)
+    except USAGE_ERRORS as exc:
+        print(f"evidence report: {exc}", file=sys.stderr)
+        return 2
     for line in skipped:
         print(f"not published: {line}")
-    prefix = _relative(evidence_root, results_md.parent)
-    added, rewritten = results.append_results(results_md, summaries, prefix)
+    added, rewritten = planned.added, planned.rewritten
+    planned.write()
     print(f"{results_md}: {len(added)} run(s) added" + (f": {', '.join(added)}" if added else ""))
     if rewritten:
         print(f"{results_md}: rewritten from evidence collected again: {', '.join(rewritten)}")
     if readme is not None:
-        table = results.glance_table(summaries, _relative(evidence_root, readme.parent))
-        changed = results.update_readme(readme, table)
+        changed = readme_text is not None
+        if readme_text is not None:
+            results.write_readme(readme, readme_text)
         print(f"{readme}: result at a glance {'updated' if changed else 'unchanged'}")
     return 0
 
@@ -82,13 +111,21 @@ def _sanitizer_for(path: Path) -> Sanitizer:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m atomdyn_launchers.evidence")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("collect", help="write evidence/<run-id>/ for a run directory")
+    p = sub.add_parser("collect", help="write <evidence>/<run-id>/ for a run directory")
     p.add_argument("run_dir", type=Path)
-    p.add_argument("--evidence", type=Path, default=Path("evidence"))
+    p.add_argument(
+        "--evidence",
+        type=Path,
+        default=None,
+        help="evidence root (default: beside the runs, <SHARED_DIR>/evidence; 'evidence' publishes into the "
+        "project's)",
+    )
+    p.add_argument("--sign", type=Path, default=None, help="sign with this ssh key (default: unsigned)")
     p = sub.add_parser(
         "verify", help="judge run directories or check evidence directories; exit 1 on failure"
     )
     p.add_argument("paths", type=Path, nargs="+")
+    p.add_argument("--signer", type=Path, default=None, help="require a signature by a key in this file")
     p = sub.add_parser("report", help="append results/RESULTS.md and regenerate the README's result table")
     p.add_argument("--evidence", type=Path, default=Path("evidence"))
     p.add_argument("--results", type=Path, default=Path("results/RESULTS.md"))
@@ -103,12 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if args.command == "collect":
-            return collect(args.run_dir, args.evidence)
+            return collect(args.run_dir, args.evidence, args.sign)
         if args.command == "verify":
-            return verify(args.paths)
+            return verify(args.paths, args.signer)
         if args.command == "report":
             return report(args.evidence, args.results, args.readme)
         return print_sanitized(args.path)
-    except results.ReportError as exc:
+    except USAGE_ERRORS as exc:
         print(f"evidence {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -10,6 +10,8 @@ of trusting what ``summary.json`` says. Every line passes through the run's sani
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,51 @@ from atomdyn_launchers.evidence import logscan, signals
 DATA = "data"
 COLLECTOR_FINGERPRINT = "collector-fingerprint.json"  # the collector's, when the run saved no fingerprint
 _JSON_DIRS = ("fingerprints", "doctor", ANSWERS_DIR)
+RUN_FILES = ("run.json", "timeline.jsonl", "requests.jsonl", COLLECTOR_FINGERPRINT)  # read at the top
+RUN_DIRS = ("metrics", READY_METRICS_DIR, "logs", *_JSON_DIRS)  # every entry of each is read
+
+
+class CollectError(ValueError):
+    """A run directory that collect refuses: the message names the file and the problem."""
+
+
+def kind_of(mode: int) -> str | None:
+    """What is wrong with a directory entry of this ``lstat`` mode for evidence, or None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        return "is a symbolic link (refused: evidence holds only the run's own regular files)"
+    what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a special file"
+    return f"is not a regular file ({what})"
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Refuse a run directory where anything collect reads is a link or not a regular file, before a byte of
+    it is read (a link would carry a file from outside the run into the evidence, a FIFO would hang)."""
+    problems = []
+    for name in RUN_FILES:
+        try:
+            mode = os.lstat(run_dir / name).st_mode
+        except FileNotFoundError:
+            continue
+        why = kind_of(mode)
+        if why is not None:
+            problems.append(f"{name} {why}")
+    for sub in RUN_DIRS:
+        try:
+            mode = os.lstat(run_dir / sub).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(mode):
+            problems.append(f"{sub} {kind_of(mode) or 'is not a directory'}")
+            continue
+        with os.scandir(run_dir / sub) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                why = kind_of(entry.stat(follow_symlinks=False).st_mode)
+                if why is not None:
+                    problems.append(f"{sub}/{entry.name} {why}")
+    if problems:
+        raise CollectError(f"{run_dir}: " + "; ".join(problems))
 
 
 def _text_lines(lines: Iterable[bytes], sanitize: Callable[[str], str]) -> bytes:
@@ -77,6 +124,7 @@ def reduce_run(run_dir: Path, out: Path, sanitize: Callable[[str], str]) -> list
     for name in ("timeline.jsonl", "requests.jsonl"):
         if (run_dir / name).is_file():
             put(name, _text_lines(_jsonl(run_dir / name), sanitize))
+    check_run_dir(run_dir)
     for sub, pick in (("metrics", _metrics), (READY_METRICS_DIR, _metrics), ("logs", logscan.matching_lines)):
         for path in sorted((run_dir / sub).glob("*")):
             if path.is_file():

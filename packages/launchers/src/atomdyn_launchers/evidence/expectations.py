@@ -38,10 +38,12 @@ def expectations_for(engine: object, config: object = None) -> GateExpectations 
 
 def platform_label(engine: object, fingerprints: Mapping[str, Any]) -> str | None:
     """The platform the jobs' fingerprints show, as the engine object labels it (from what the nodes
-    reported, never from the engine's name); None when there is no engine or fingerprint to label."""
+    reported, never from the engine's name); with no fingerprint, what the engine alone says (the label the
+    launcher wrote into run.json: a mock or CPU engine's rehearsal, else unknown). None for an engine nobody
+    knows."""
     found = _engine(engine)
-    usable = {role: fp for role, fp in fingerprints.items() if isinstance(fp, Mapping)}
-    if found is None or not usable:
+    if found is None:
         return None
+    usable = {role: fp for role, fp in fingerprints.items() if isinstance(fp, Mapping)}
     label = found.platform_of(usable)
     return label if isinstance(label, str) and label else None

@@ -12,6 +12,8 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_bytes
 from atomdyn_launchers.evidence.signals import Signals
 
+NAMES = ("timeline.png", "kv_transfers.png")  # every picture draw() can make, in its order
+
 _EVENT_MARKERS = {
     "submitted": "o",
     "pending": ".",
@@ -91,13 +93,25 @@ def _kv(signals: Signals, out: Path) -> str | None:
     return "kv_transfers.png"
 
 
-def draw(signals: Signals, out: Path) -> list[str]:
-    """Draw what the run has data for into ``out``; the file names drawn."""
+def unavailable() -> str | None:
+    """Why no picture can be drawn here, or None."""
     try:
         _pyplot()
     except ImportError:
-        signals.problems.append(
-            "pictures not drawn: matplotlib is not installed (atomdyn-launchers[pictures])"
-        )
+        return "matplotlib is not installed (atomdyn-launchers[pictures])"
+    return None
+
+
+def version() -> str:
+    import matplotlib
+
+    return str(matplotlib.__version__)
+
+
+def draw(signals: Signals, out: Path) -> list[str]:
+    """Draw what the run has data for into ``out``; the file names drawn."""
+    why = unavailable()
+    if why is not None:
+        signals.problems.append(f"pictures not drawn: {why}")
         return []
     return [name for name in (_timeline(signals, out), _kv(signals, out)) if name]

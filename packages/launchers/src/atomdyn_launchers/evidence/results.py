@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
+from atomdyn_launchers.evidence import mdtext
 from atomdyn_launchers.evidence.summary import SCHEMA_VERSION, verdict_words
 from atomdyn_launchers.evidence.verify import verify_evidence
 
@@ -40,11 +42,21 @@ class ReportError(ValueError):
     """A README or RESULTS.md that cannot be updated safely."""
 
 
-def load_summaries(evidence_root: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """The summaries of ``evidence_root/<run-id>/`` that verify, oldest run first, and a line for each one
-    left out (collected in an older format). Evidence that does not verify otherwise raises ReportError."""
+def load_summaries(
+    evidence_root: Path, names: Collection[str] | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The summaries of ``evidence_root/<run-id>/`` (only those ``names`` names, when given) that verify,
+    oldest run first, and a line for each one left out (collected in an older format). An evidence root that
+    is not a directory or holds no evidence, or evidence that does not verify, raises ReportError."""
+    if not evidence_root.is_dir():
+        raise ReportError(f"{evidence_root}: no such evidence directory")
+    paths = sorted(p for p in evidence_root.glob("*/summary.json") if names is None or p.parent.name in names)
+    if not paths:
+        raise ReportError(
+            f"{evidence_root}: holds no evidence (no <run-id>/summary.json): nothing to publish"
+        )
     found, skipped = [], []
-    for path in sorted(evidence_root.glob("*/summary.json")):
+    for path in paths:
         try:
             summary = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -70,29 +82,72 @@ def _gate(summary: dict[str, Any], gate_id: str) -> dict[str, Any] | None:
 def _requests(summary: dict[str, Any]) -> str:
     figures = summary.get("figures", {})
     if "requests_total" in figures:
-        return f"{figures.get('requests_ok', 0)}/{figures['requests_total']} requests"
+        return mdtext.text(f"{figures.get('requests_ok', 0)}/{figures['requests_total']} requests")
     return "no requests"
 
 
 def _entry(summary: dict[str, Any], link: str) -> str:
+    """One run's entry. Every value comes from verified evidence, and every one a run supplied is escaped
+    (mdtext); the run id is a plain name (collect and verify require it)."""
+    t = mdtext.text
     figures = summary.get("figures", {})
-    failed = [g["id"] for g in summary.get("gates", []) if g.get("verdict") == "fail"]
+    failed = [t(g["id"]) for g in summary.get("gates", []) if g.get("verdict") == "fail"]
     lines = [
         f"<!-- run:{summary['run_id']} -->",
-        f"## {summary['run_id']}: {summary.get('kind')} / {summary.get('engine_profile')}: "
-        f"{str(summary.get('verdict')).upper()}",
+        f"## {t(summary['run_id'])}: {t(summary.get('kind'))} / {t(summary.get('engine_profile'))}: "
+        f"{t(str(summary.get('verdict')).upper())}",
         "",
-        f"- platform: {summary.get('platform')}; runtime: {summary.get('runtime')}; "
-        f"model profile: {summary.get('model_profile')}",
-        f"- lock digest: `{summary.get('lock_digest')}`",
+        f"- platform: {t(summary.get('platform'))}; runtime: {t(summary.get('runtime'))}; "
+        f"model profile: {t(summary.get('model_profile'))}",
+        f"- lock digest: {mdtext.code(summary.get('lock_digest'), in_table=False)}",
         f"- gates: {verdict_words(summary)}" + (f": {', '.join(failed)}" if failed else ""),
         f"- {_requests(summary)}"
-        + (f"; first good response {figures['startup_to_first_good_response_s']} s after submission"
+        + (f"; first good response {t(figures['startup_to_first_good_response_s'])} s after submission"
            if "startup_to_first_good_response_s" in figures else ""),
         f"- evidence: [{link}]({link})",
         "",
     ]  # fmt: skip
     return "\n".join(lines)
+
+
+@dataclass
+class PlannedResults:
+    """RESULTS.md as it will be written (``text`` None: unchanged), and the runs added and rewritten."""
+
+    path: Path
+    text: str | None
+    added: list[str] = field(default_factory=list)
+    rewritten: list[str] = field(default_factory=list)
+
+    def write(self) -> None:
+        if self.text is not None:
+            atomic_write_text(self.path, self.text)
+
+
+def plan_results(results_md: Path, summaries: Iterable[dict[str, Any]], link_prefix: str) -> PlannedResults:
+    """What :func:`append_results` would write, written by nothing yet."""
+    text = results_md.read_text(encoding="utf-8") if results_md.exists() else _HEADER
+    if not text.endswith("\n"):
+        text += "\n"
+    starts = list(_ENTRY.finditer(text))
+    head = text[: starts[0].start()] if starts else text
+    entries = {m.group(1): text[m.start() : (starts[i + 1].start() if i + 1 < len(starts) else len(text))]
+               for i, m in enumerate(starts)}  # fmt: skip
+    planned = PlannedResults(results_md, None)
+    for summary in summaries:
+        run_id = str(summary["run_id"])
+        entry = _entry(summary, f"{link_prefix}/{summary['_dir']}/summary.md") + "\n"
+        if run_id not in entries:
+            planned.added.append(run_id)
+        elif entries[run_id].rstrip("\n") != entry.rstrip("\n"):
+            planned.rewritten.append(run_id)
+        else:
+            continue
+        entries[run_id] = entry
+    if planned.added or planned.rewritten:
+        body = "".join(entries[k].rstrip("\n") + "\n\n" for k in sorted(entries))
+        planned.text = head.rstrip("\n") + "\n\n" + body.rstrip("\n") + "\n"
+    return planned
 
 
 def append_results(
@@ -101,28 +156,9 @@ def append_results(
     """Add entries for runs not yet in ``results_md``, and rewrite those whose verified evidence now says
     something else (collected again), so the record never contradicts the evidence it links. Entries of runs
     whose evidence is not among ``summaries`` stay as they are. The run ids (added, rewritten)."""
-    text = results_md.read_text(encoding="utf-8") if results_md.exists() else _HEADER
-    if not text.endswith("\n"):
-        text += "\n"
-    starts = list(_ENTRY.finditer(text))
-    head = text[: starts[0].start()] if starts else text
-    entries = {m.group(1): text[m.start() : (starts[i + 1].start() if i + 1 < len(starts) else len(text))]
-               for i, m in enumerate(starts)}  # fmt: skip
-    added, rewritten = [], []
-    for summary in summaries:
-        run_id = str(summary["run_id"])
-        entry = _entry(summary, f"{link_prefix}/{summary['_dir']}/summary.md") + "\n"
-        if run_id not in entries:
-            added.append(run_id)
-        elif entries[run_id].rstrip("\n") != entry.rstrip("\n"):
-            rewritten.append(run_id)
-        else:
-            continue
-        entries[run_id] = entry
-    if added or rewritten:
-        body = "".join(entries[k].rstrip("\n") + "\n\n" for k in sorted(entries))
-        atomic_write_text(results_md, head.rstrip("\n") + "\n\n" + body.rstrip("\n") + "\n")
-    return added, rewritten
+    planned = plan_results(results_md, summaries, link_prefix)
+    planned.write()
+    return planned.added, planned.rewritten
 
 
 _ORDER = (*_CAPABILITY.values(), "KV handoff", "KV correctness", "Prefix-cache hit")
@@ -134,13 +170,14 @@ def _rank(capability: str) -> int:
 
 
 def glance_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
-    """(capability, result, platform, run dir) rows: the latest run per capability and platform."""
+    """(capability, result, platform, run dir) rows, as Markdown (run-supplied text escaped): the latest run
+    per capability and platform."""
     rows: dict[tuple[str, str], tuple[str, str, str, str]] = {}
     for s in summaries:  # oldest first: later runs overwrite
-        platform = str(s.get("platform"))
-        engine = s.get("engine_profile")
-        capability = f"{_CAPABILITY.get(str(s.get('kind')), str(s.get('kind')))} ({engine})"
-        verdict = str(s.get("verdict")).upper()
+        platform = mdtext.text(s.get("platform"))
+        engine = mdtext.text(s.get("engine_profile"))
+        capability = f"{_CAPABILITY.get(str(s.get('kind')), mdtext.text(s.get('kind')))} ({engine})"
+        verdict = mdtext.text(str(s.get("verdict")).upper())
         rows[(capability, platform)] = (capability, f"{verdict}, {_requests(s)}", platform, s["_dir"])
         if s.get("kind") == "disagg":
             for gate_ids, name in (
@@ -161,7 +198,7 @@ def glance_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, str, str, st
                 gate = next(judged, None)
                 if gate is not None:
                     value = round(gate["value"], 3) if isinstance(gate["value"], float) else gate["value"]
-                    result = f"{str(gate['verdict']).upper()} ({gate['signal']} = {value})"
+                    result = mdtext.text(f"{str(gate['verdict']).upper()} ({gate['signal']} = {value})")
                     rows[(f"{name} ({engine})", platform)] = (
                         f"{name} ({engine})",
                         result,
@@ -182,14 +219,28 @@ def glance_table(summaries: list[dict[str, Any]], link_prefix: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def update_readme(readme: Path, table: str) -> bool:
-    """Replace the text between the glance markers; True when the README changed."""
-    text = readme.read_text(encoding="utf-8")
+def readme_with(readme: Path, table: str) -> str | None:
+    """The README with ``table`` between the glance markers, or None when it already shows it; ReportError
+    when the README cannot be read or lacks the markers."""
+    try:
+        text = readme.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReportError(f"{readme}: cannot be read: {exc}") from None
     begin, end = text.find(GLANCE_BEGIN), text.find(GLANCE_END)
     if begin < 0 or end < begin:
         raise ReportError(f"{readme} lacks the markers {GLANCE_BEGIN} ... {GLANCE_END} (in that order)")
     new = text[: begin + len(GLANCE_BEGIN)] + "\n" + table + text[end:]
-    if new == text:
+    return None if new == text else new
+
+
+def write_readme(readme: Path, text: str) -> None:
+    atomic_write_text(readme, text)
+
+
+def update_readme(readme: Path, table: str) -> bool:
+    """Replace the text between the glance markers; True when the README changed."""
+    new = readme_with(readme, table)
+    if new is None:
         return False
-    atomic_write_text(readme, new)
+    write_readme(readme, new)
     return True

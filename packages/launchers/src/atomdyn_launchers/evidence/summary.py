@@ -13,6 +13,8 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
+import os
+import re
 import shutil
 import socket
 import tempfile
@@ -22,13 +24,22 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from atomdyn_core.fingerprint import collect_fingerprint
 from atomdyn_core.sanitize import Sanitizer
-from atomdyn_launchers.evidence import pictures
-from atomdyn_launchers.evidence.data import COLLECTOR_FINGERPRINT, DATA, json_bytes, reduce_run
+from atomdyn_launchers.evidence import mdtext, pictures, signature
+from atomdyn_launchers.evidence.data import (
+    COLLECTOR_FINGERPRINT,
+    DATA,
+    CollectError,
+    check_run_dir,
+    json_bytes,
+    reduce_run,
+)
 from atomdyn_launchers.evidence.expectations import platform_label
 from atomdyn_launchers.evidence.gates import GateResult, evaluate, failed_count, overall
 from atomdyn_launchers.evidence.signals import Signals, collect_signals
 
 SCHEMA_VERSION = 2  # of summary.json; 1 had no data/ and no file digests, so its gates cannot be recomputed
+SAFE_RUN_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,127}$")  # a run id that is a plain directory name and link
+EVIDENCE = "evidence"  # the evidence root beside a user's runs/ (SHARED_DIR/evidence), and the project's
 EXCERPT_MAX_LINES = 16
 EXCERPT_MAX_CHARS = 400
 
@@ -86,13 +97,33 @@ def _fingerprints(data: Path) -> tuple[dict[str, Any], str]:
 
 
 def _platform(signals: Signals, fingerprints: dict[str, Any], source: str) -> tuple[str, str]:
-    """The platform label: from the jobs' fingerprints through the engine when they exist (what the nodes
-    reported), else what run.json says."""
-    if source.startswith("saved"):
-        label = platform_label(signals.get("run.engine"), fingerprints)
-        if label is not None:
-            return label, "the jobs' fingerprints"
-    return str(signals.get("run.platform") or "unknown (run.json missing)"), "run.json"
+    """The platform label and where it came from: what the jobs' fingerprints show, as the engine object reads
+    them, or without fingerprints what the engine alone can say (a mock or CPU engine never ran on a GPU; any
+    other is unknown). Never run.json's word: it is checked against this (:func:`platform_contradiction`)."""
+    jobs = fingerprints if source.startswith("saved") else {}
+    label = platform_label(signals.get("run.engine"), jobs)
+    if label is None:
+        return f"unknown (engine {signals.get('run.engine')!r} is not known)", "nothing (an unknown engine)"
+    return label, "the jobs' fingerprints" if jobs else "the engine (the run saved no fingerprint)"
+
+
+def run_platform(directory: Path, signals: Signals) -> tuple[str, str]:
+    """The platform label of a run directory (or collected data) and where it came from."""
+    return _platform(signals, *_fingerprints(directory))
+
+
+def platform_contradiction(
+    signals: Signals, platform: str, source: str, where: str = "run.json"
+) -> str | None:
+    """Why run.json's platform contradicts the one the run's jobs and engine show, or None when it agrees,
+    names none (the provenance gate fails that) or the engine is unknown (``engine_known`` fails that)."""
+    claimed = signals.get("run.platform")
+    if source.startswith("nothing") or not isinstance(claimed, str) or not claimed.strip():
+        return None
+    if claimed == platform:
+        return None
+    return (f"{where}: platform {claimed!r} contradicts the engine: {signals.get('run.engine')} reads "
+            f"{platform!r} from what the run's jobs measured")  # fmt: skip
 
 
 def _figures(signals: Signals) -> dict[str, Any]:
@@ -147,20 +178,23 @@ def excerpts(summary: dict[str, Any], signals: Signals) -> dict[str, str]:
 
 def markdown(summary: dict[str, Any]) -> str:
     """summary.md: the summary for people, generated from summary.json alone."""
+    t, c = mdtext.text, mdtext.code
     rows = [
-        ("platform", f"{summary['platform']} (from {summary['platform_source']})"),
-        ("run kind", summary["kind"]),
-        ("engine profile", summary["engine_profile"]),
-        ("model profile", summary["model_profile"]),
-        ("runtime", summary["runtime"]),
+        ("platform", f"{t(summary['platform'])} (from {t(summary['platform_source'])})"),
+        ("run kind", t(summary["kind"])),
+        ("engine profile", t(summary["engine_profile"])),
+        ("model profile", t(summary["model_profile"])),
+        ("runtime", t(summary["runtime"])),
         (
             "lock digest",
-            f"`{summary['lock_digest']}`"
-            + (f" (from the {summary['lock_digest_source']})" if summary.get("lock_digest_source") else ""),
+            c(summary["lock_digest"])
+            + (
+                f" (from the {t(summary['lock_digest_source'])})" if summary.get("lock_digest_source") else ""
+            ),
         ),
-        ("verdict", f"**{summary['verdict'].upper()}** ({verdict_words(summary)})"),
+        ("verdict", f"**{t(summary['verdict'].upper())}** ({verdict_words(summary)})"),
     ]
-    out = [f"# Evidence: {summary['run_id']}", "", "| | |", "|---|---|"]
+    out = [f"# Evidence: {t(summary['run_id'])}", "", "| | |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in rows]
     out += [
         "",
@@ -171,17 +205,19 @@ def markdown(summary: dict[str, Any]) -> str:
     ]
     for gate in summary["gates"]:
         link = f"[excerpt]({gate['excerpt']})" if gate["excerpt"] else ""
-        value = "no data" if gate["value"] is None else f"`{gate['value']}`"
-        verdict = gate["verdict"].upper() + (f": {gate['reason']}" if gate["verdict"] == "fail" else "")
-        out.append(f"| {gate['id']} | {gate['title']} | {value} | `{gate['expect']}` | {verdict} | {link} |")
+        value = "no data" if gate["value"] is None else c(gate["value"])
+        verdict = t(gate["verdict"].upper()) + (f": {t(gate['reason'])}" if gate["verdict"] == "fail" else "")
+        out.append(f"| {gate['id']} | {gate['title']} | {value} | {c(gate['expect'])} | {verdict} | {link} |")
     out += ["", "## Key figures", ""]
-    out += [f"- {k.replace('_', ' ')}: `{v}`" for k, v in sorted(summary["figures"].items())]
+    out += [
+        f"- {t(k.replace('_', ' '))}: {c(v, in_table=False)}" for k, v in sorted(summary["figures"].items())
+    ]
     if summary["pictures"]:
         out += ["", "## Pictures", ""]
         out += [f"![{Path(p).stem.replace('_', ' ')}]({p})" for p in summary["pictures"]]
     if summary["problems"]:
         out += ["", "## Problems met while reading the run", ""]
-        out += [f"- {p}" for p in summary["problems"]]
+        out += [f"- {t(p)}" for p in summary["problems"]]
     out += [
         "",
         f"Fingerprint ({summary['fingerprint_source']}) and every value above: `summary.json`; the data the",
@@ -195,8 +231,8 @@ def markdown(summary: dict[str, Any]) -> str:
 def verdict_words(summary: dict[str, Any]) -> str:
     """``14 of 14 gates passed`` or ``3 of 14 gates failed``."""
     if summary["verdict"] == "pass":
-        return f"{summary['gates_passed']} of {summary['gates_judged']} gates passed"
-    return f"{summary['gates_failed']} of {summary['gates_judged']} gates failed"
+        return f"{int(summary['gates_passed'])} of {int(summary['gates_judged'])} gates passed"
+    return f"{int(summary['gates_failed'])} of {int(summary['gates_judged'])} gates failed"
 
 
 def judged_summary(data: Path, run_name: str) -> tuple[dict[str, Any], Signals]:
@@ -272,9 +308,35 @@ def _disagreements(raw: list[GateResult], judged: dict[str, Any]) -> list[str]:
             for r in raw if mine.get(r.id) != r.verdict]  # fmt: skip
 
 
-def collect(run_dir: Path, evidence_root: Path, with_pictures: bool = True) -> tuple[Path, dict[str, Any]]:
-    """Write ``evidence_root/<run-id>/`` for ``run_dir``; return its path and the summary."""
+def default_evidence_root(run_dir: Path) -> Path:
+    """Where a run's evidence goes unless asked elsewhere: beside the runs it came from
+    (``<SHARED_DIR>/runs/<run-id>`` -> ``<SHARED_DIR>/evidence``), so a user's runs never land in the project's
+    committed ``evidence/``; an evidence's own ``data/`` is collected again in place."""
+    path = Path(os.path.abspath(run_dir))
+    if path.parent.name == "runs":
+        return path.parent.parent / EVIDENCE
+    if path.name == DATA and (path.parent / "summary.json").is_file():
+        return path.parent.parent
+    raise CollectError(
+        f"{run_dir} is not in a runs/ directory: say where its evidence goes with --evidence "
+        f"(--evidence {EVIDENCE} publishes it into the project's {EVIDENCE}/)"
+    )
+
+
+def collect(
+    run_dir: Path, evidence_root: Path | None = None, with_pictures: bool = True, sign_key: Path | None = None
+) -> tuple[Path, dict[str, Any]]:
+    """Write ``evidence_root/<run-id>/`` for ``run_dir`` (default: :func:`default_evidence_root`), signed with
+    ``sign_key`` when given (signature.py); return its path and the summary. A run directory collect refuses
+    (a link or special file, a run id that is no plain name, a platform its engine contradicts, a key it cannot
+    sign with) raises :class:`CollectError` and writes nothing."""
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise CollectError(f"{run_dir} is not a run directory")
+    evidence_root = default_evidence_root(run_dir) if evidence_root is None else Path(evidence_root)
+    if sign_key is not None:
+        signature.check_key(sign_key)
+    check_run_dir(run_dir)
     raw = collect_signals(run_dir)  # judged here too: a collection that lost data shows as a disagreement
     raw_results = evaluate(raw)
     sanitizer = sanitizer_for_run(raw.run)
@@ -285,8 +347,12 @@ def collect(run_dir: Path, evidence_root: Path, with_pictures: bool = True) -> t
             continue
         if isinstance(found, dict) and found.get("hostname"):
             sanitizer.add_known(hosts=[str(found["hostname"])])
-    evidence_root.mkdir(parents=True, exist_ok=True)
     run_id = str(raw.get("run.id") or run_dir.name)
+    if not SAFE_RUN_ID.match(run_id):
+        raise CollectError(
+            f"{run_dir}: the run id {run_id!r} is not a plain name (letters, digits, '.', '_', '-')"
+        )
+    evidence_root.mkdir(parents=True, exist_ok=True)
     final = evidence_root / run_id
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=evidence_root))
     try:
@@ -297,6 +363,9 @@ def collect(run_dir: Path, evidence_root: Path, with_pictures: bool = True) -> t
             atomic_write_bytes(data / COLLECTOR_FINGERPRINT, json_bytes(mine, sanitizer.sanitize))
         # Judged from the sanitized copy alone, exactly as verify will judge it again.
         summary, signals = judged_summary(data, final.name)
+        contradiction = platform_contradiction(signals, summary["platform"], summary["platform_source"])
+        if contradiction is not None:
+            raise CollectError(f"{run_dir}/{contradiction}")
         summary["collection_notes"] = _disagreements(raw_results, summary)
         shown = excerpts(summary, signals)
         for rel, text in shown.items():
@@ -307,6 +376,8 @@ def collect(run_dir: Path, evidence_root: Path, with_pictures: bool = True) -> t
         atomic_write_text(staging / "summary.md", markdown(summary))
         summary["files"] = file_digests(staging)
         atomic_write_json(staging / "summary.json", summary)
+        if sign_key is not None:
+            signature.sign(staging / "summary.json", sign_key)
         staging.chmod(0o755)
         old = None
         if final.exists():
