@@ -1,8 +1,13 @@
-"""The evidence committed under evidence/ verifies, and the README's result table is what it generates."""
+"""The evidence committed under evidence/ verifies, and the README's result table is what it generates.
+
+Only what git tracks is judged: a user's own run collected into a checkout (``invoke evidence.collect RUN
+--evidence evidence``) is not the project's evidence until it is committed.
+"""
 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,7 +18,22 @@ from atomdyn_launchers.evidence.summary import SCHEMA_VERSION
 from atomdyn_launchers.evidence.verify import verify_evidence
 
 EVIDENCE = REPO / "evidence"
-COLLECTED = sorted(p.parent for p in EVIDENCE.glob("*/summary.json"))
+
+
+def committed(evidence: Path) -> list[Path]:
+    """The evidence directories under ``evidence`` whose summary.json git tracks (every one outside a git
+    checkout, as in an unpacked source archive)."""
+    done = subprocess.run(
+        ["git", "ls-files", "-z", "--", "*/summary.json"], cwd=evidence, capture_output=True, text=True
+    )
+    found = sorted(evidence.glob("*/summary.json"))
+    if done.returncode != 0:
+        return [p.parent for p in found]
+    tracked = {(evidence / rel).resolve() for rel in done.stdout.split("\0") if rel}
+    return [p.parent for p in found if p.resolve() in tracked]
+
+
+COLLECTED = committed(EVIDENCE)
 CURRENT = [
     p
     for p in COLLECTED
@@ -33,8 +53,18 @@ def test_committed_evidence_verifies(evidence_dir: Path) -> None:
     assert summary["lock_digest"].startswith("sha256:") and summary["platform"]
 
 
+def test_only_committed_evidence_is_judged(tmp_path: Path) -> None:
+    for name in ("20261201T000000Z-disagg-mocker", "20261202T000000Z-disagg-mocker"):
+        (tmp_path / "evidence" / name).mkdir(parents=True)
+        (tmp_path / "evidence" / name / "summary.json").write_text("{}")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q", str(tmp_path)], check=True)
+    subprocess.run([*git, "add", "evidence/20261201T000000Z-disagg-mocker"], cwd=tmp_path, check=True)
+    assert [p.name for p in committed(tmp_path / "evidence")] == ["20261201T000000Z-disagg-mocker"]
+
+
 def test_readme_table_is_generated_from_the_evidence() -> None:
-    summaries, skipped = results.load_summaries(EVIDENCE)
+    summaries, skipped = results.load_summaries(EVIDENCE, names={p.name for p in COLLECTED})
     assert {s["_dir"] for s in summaries} == {p.name for p in CURRENT}
     assert len(skipped) == len(COLLECTED) - len(CURRENT)
     readme = (REPO / "README.md").read_text()
