@@ -288,3 +288,53 @@ def test_fetch_cli_cache_that_is_a_file_is_an_error_not_a_traceback(tmp_path: Pa
     assert result.returncode == 2
     assert f"error: {not_a_dir}: File exists" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_an_oversized_mirror_file_is_refused_from_its_size_before_copying(
+    tmp_path: Path, mirror: Path
+) -> None:
+    """issue 25, item 13: a 300 MB sparse file in a mirror is not read: its size comes from stat."""
+    sparse = mirror / "demo-1.0-py3-none-any.whl"
+    sparse.unlink()
+    with sparse.open("wb") as handle:
+        handle.truncate(300 * 2**20)
+    copied: list[int] = []
+    cache = tmp_path / "cache"
+    with pytest.raises(VerificationError) as caught:
+        fetch_wheel(
+            wheel_for(PAYLOAD), cache, mirror=str(mirror), progress=lambda _l, done, _t: copied.append(done)
+        )
+    assert copied == []
+    message = str(caught.value)
+    assert f"size mismatch: expected {len(PAYLOAD)} bytes" in message
+    assert f"{sparse} has {300 * 2**20} bytes; not copied" in message
+    assert list(cache.iterdir()) == []
+
+
+def test_a_download_longer_than_the_lock_says_is_refused_from_its_length(
+    tmp_path: Path, http_root: tuple[str, Path]
+) -> None:
+    """The server's Content-Length is checked before the body is read."""
+    base, root = http_root
+    with (root / "demo-1.0-py3-none-any.whl").open("wb") as handle:
+        handle.truncate(64 * 2**20)
+    copied: list[int] = []
+    wheel = wheel_for(PAYLOAD, url=f"{base}/demo-1.0-py3-none-any.whl")
+    with pytest.raises(VerificationError) as caught:
+        fetch_wheel(wheel, tmp_path / "cache", progress=lambda _l, done, _t: copied.append(done))
+    assert copied == []
+    assert f"size mismatch: expected {len(PAYLOAD)} bytes, the server announces {64 * 2**20}" in str(
+        caught.value
+    )
+
+
+@pytest.mark.parametrize(
+    "filename", ["../demo-1.0-py3-none-any.whl", "sub/x.whl", "a\x00b.whl", "a\nb.whl", ".."]
+)
+def test_an_artifact_whose_file_name_is_not_a_base_name_is_refused(tmp_path: Path, filename: str) -> None:
+    from atomdyn_core.fetch import Artifact, fetch_artifact
+
+    artifact = Artifact("wheel demo", filename, "0" * 64, 1, url="https://example.invalid/x")
+    with pytest.raises(FetchError, match="not a plain file name"):
+        fetch_artifact(artifact, tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()

@@ -185,3 +185,104 @@ def test_duplicate_keys_are_refused_naming_the_json_path(
     assert "duplicate key" in caught.value.message
     result = run_verify(bad)
     assert result.returncode == 2 and f"{json_path}: duplicate key" in result.stderr
+
+
+# issue 25, item 13: names that become file names are plain base names; nesting is bounded.
+PATH_NAMES = [
+    pytest.param(
+        ["debs", "etcd-server"],
+        {"package": "../../../../tmp/EVIL", "filename": "../../../../tmp/EVIL_3.4.23-4+b4_amd64.deb"},
+        "$.debs.etcd-server.package",
+        id="deb-package-escapes-the-cache",
+    ),
+    pytest.param(
+        ["debs", "etcd-server"],
+        {"version": "3.4/../../x", "filename": "etcd-server_3.4/../../x_amd64.deb"},
+        "$.debs.etcd-server.version",
+        id="deb-version-with-a-slash",
+    ),
+    pytest.param(
+        ["debs", "etcd-server"],
+        {"architecture": "amd64\n", "filename": "etcd-server_3.4.23-4+b4_amd64\n.deb"},
+        "$.debs.etcd-server.architecture",
+        id="deb-architecture-with-a-newline",
+    ),
+    pytest.param(
+        ["wheels", "nixl"],
+        {"filename": "nixl\x00-1.5.1-py3-none-any.whl"},
+        "$.wheels.nixl.filename",
+        id="wheel-filename-with-nul",
+    ),
+    pytest.param(
+        ["wheels", "nixl"],
+        {"filename": "nixl-1.5.1-py3-none-any\n.whl"},
+        "$.wheels.nixl.filename",
+        id="wheel-filename-with-newline",
+    ),
+    pytest.param(["wheels", "nixl"], {"filename": "..whl"}, "$.wheels.nixl.filename", id="wheel-dots"),
+    pytest.param(
+        ["wheels", "nixl"], {"filename": "nixl.whl"}, "$.wheels.nixl.filename", id="wheel-without-tags"
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "changes", "json_path"), PATH_NAMES)
+def test_names_that_become_file_names_are_plain(
+    tmp_path: Path, path: list[str], changes: dict[str, str], json_path: str
+) -> None:
+    raw = copy.deepcopy(committed())
+    target = raw
+    for key in path:
+        target = target[key]
+    target.update(changes)
+    bad = tmp_path / "release-lock.json"
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(LockError) as caught:
+        load_lock(bad)
+    assert caught.value.json_path == json_path
+    result = run_verify(bad)
+    assert result.returncode == 2 and f"error: {json_path}: " in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("section", ["sources", "wheels", "debs", "images"])
+def test_entry_names_are_plain(tmp_path: Path, section: str) -> None:
+    raw = copy.deepcopy(committed())
+    entries = raw[section]
+    name = next(iter(entries))
+    entries["../../x\n"] = entries.pop(name)
+    bad = tmp_path / "release-lock.json"
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(LockError) as caught:
+        load_lock(bad)
+    assert caught.value.json_path == f"$.{section}.../../x\n"
+    assert "plain name" in caught.value.message
+
+
+@pytest.mark.parametrize(("depth", "where"), [(100_000, "document"), (100_000, "note")], ids=lambda v: str(v))
+def test_deeply_nested_json_is_a_clean_error_naming_the_file(tmp_path: Path, depth: int, where: str) -> None:
+    raw = committed()
+    raw["images"]["atom_base"]["note"] = "@@nested@@"
+    nested = "[" * depth + "]" * depth
+    text = nested if where == "document" else json.dumps(raw).replace('"@@nested@@"', nested)
+    bad = tmp_path / "release-lock.json"
+    bad.write_text(text)
+    with pytest.raises(LockError) as caught:
+        load_lock(bad)
+    assert caught.value.json_path == "$"
+    assert str(bad) in caught.value.message and "nested" in caught.value.message
+    result = run_verify(bad)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "RecursionError" not in result.stderr
+    assert f"error: $: {bad}: JSON nested more than" in result.stderr
+
+
+def test_an_integer_too_long_to_read_is_a_clean_error(tmp_path: Path) -> None:
+    bad = tmp_path / "release-lock.json"
+    bad.write_text(json.dumps(committed()).replace('"schema_version": 1', '"schema_version": 1' + "0" * 5000))
+    with pytest.raises(LockError) as caught:
+        load_lock(bad)
+    assert caught.value.json_path == "$" and "not valid JSON" in caught.value.message
+    result = run_verify(bad)
+    assert result.returncode == 2 and "error: $: not valid JSON: " in result.stderr
+    assert "Traceback" not in result.stderr

