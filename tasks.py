@@ -235,6 +235,12 @@ def _package_collections() -> list[Collection]:
     return [cluster, nodes, agg, disagg, evidence, validate, dmabuf, nixl, mori]
 
 
+def _root_tasks() -> tuple[Task[Any], ...]:
+    from atomdyn_launchers.tasks import ROOT_TASKS
+
+    return ROOT_TASKS
+
+
 def cli_collection(source: Collection) -> Collection:
     """``source`` with every task a `CliTask` (names, aliases and the default task kept)."""
     out = Collection(source.name)
@@ -251,6 +257,8 @@ sys.excepthook = _quiet_broken_pipe(sys.excepthook)
 atexit.register(_flush_at_exit)
 
 ns = Collection(demo)
+for _root_task in _root_tasks():
+    ns.add_task(CliTask.of(_root_task))
 ns.add_collection(Collection("lock", verify))
 ns.add_collection(Collection("wheels", fetch))
 for _collection in _package_collections():

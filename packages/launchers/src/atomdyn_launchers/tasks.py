@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from invoke.collection import Collection
 
-from atomdyn_launchers.certify.tasks import nixl_cross_node
+from atomdyn_launchers.certify.tasks import certify, nixl_cross_node
 from atomdyn_launchers.evidence.invoke_tasks import ns as evidence_ns
 from atomdyn_launchers.nodes.invoke_tasks import ns as nodes_ns
 from atomdyn_launchers.rehearsal.tasks import disagg_bench
@@ -21,3 +21,5 @@ disagg_ns.add_task(disagg_bench, name="bench")
 COLLECTIONS: tuple[Collection, ...] = (cluster_ns, nodes_ns, agg_ns, disagg_ns, evidence_ns, validate_ns)
 # Tasks the launchers add to other packages' collections: collection name -> (task name, task).
 EXTRA_TASKS = {"nixl": (("cross_node", nixl_cross_node),)}
+# Tasks at the top of `invoke --list`, beside `demo`.
+ROOT_TASKS = (certify,)

@@ -13,7 +13,7 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from atomdyn_launchers.certify.nixl import cross_node
-from atomdyn_launchers.config.cluster import resolve_cluster_config
+from atomdyn_launchers.config.cluster import load_cluster_config, resolve_cluster_config
 from atomdyn_launchers.run.options import Flags, OptionError
 from atomdyn_launchers.run.submission import ProbeOptions
 from atomdyn_launchers.run.tasks import HELP, PREFLIGHT_ERRORS, options_of
@@ -76,3 +76,73 @@ def nixl_cross_node(
     if not result.passed:
         raise Exit(f"FAIL: {result.failure()}", code=1)
     print("PASS")
+
+
+CERTIFY_HELP = {
+    **{k: HELP[k] for k in ("config", "engine", "model", "recipe", "ready_timeout")},
+    **PROBE_HELP,
+    "dry_run": "print the plan (rungs, nodes, jobs, the most each can take) and submit nothing",
+    "from_rung": "start at this rung (name or number), reusing the earlier ones that passed for the same lock, "
+    "images and config (default: the first)",
+    "resume": "reuse every rung that passed in the newest climb with the same lock, images and config",
+    "evidence": "also write the sanitized report to DIR/certify-<id>/ (default: none; the climb's own report is "
+    "under <runs>/certify/<id>/)",
+}
+
+
+@task(help=CERTIFY_HELP)
+def certify(
+    c: Context,
+    config: str | None = None,
+    recipe: str | None = None,
+    engine: str | None = None,
+    model: str | None = None,
+    ready_timeout: float | None = None,
+    blocks: int = 64,
+    transfer_blocks: str = "1,4,16",
+    iterations: int = 20,
+    large_mib: int = 64,
+    timeout: float = 120.0,
+    dry_run: bool = False,
+    from_rung: str | None = None,
+    resume: bool = False,
+    evidence: str | None = None,
+) -> None:
+    """The bring-up ladder, cheapest rung first: preflight, images, in-image validation, a cross-node NIXL
+    transfer, then aggregated, two-node and P/D serving and the benchmark; stops at the first failure."""
+    from atomdyn_launchers.certify.ladder import CertifyError, climb, plan_lines
+    from atomdyn_launchers.certify.report import publish
+
+    probe = probe_options(blocks, transfer_blocks, iterations, large_mib, timeout)
+    try:
+        flags = Flags.parse(engine=engine, model=model, ready_timeout=ready_timeout)
+    except OptionError as exc:
+        raise Exit(f"error: {exc}", code=2) from None
+    options = options_of("disagg", "disagg", recipe, flags)
+    try:
+        if dry_run and config:  # the plan is read from the file alone: nothing here needs to exist
+            for line in plan_lines(load_cluster_config(Path(config)), options, probe):
+                print(line)
+            return
+        cluster = resolve_cluster_config(Path(config) if config else None)
+        if dry_run:
+            for line in plan_lines(cluster, options, probe):
+                print(line)
+            return
+        root = (options.runs_root or cluster.runs_dir) / "certify"
+        cert = climb(cluster, options, probe, root=root, start=from_rung, resume=resume,
+                     config_path=config, recipe_path=recipe)  # fmt: skip
+    except CertifyError as exc:
+        raise Exit(f"error: {exc}", code=2) from None
+    except PREFLIGHT_ERRORS as exc:
+        raise Exit(f"error: {exc}", code=2) from exc
+    for row in cert.rungs:
+        print(
+            f"{row['number']} {row['name']:<10} {row['verdict'].upper():<10} {row['seconds']:>7g} s  {row['detail']}"
+        )
+    print(f"report: {Path(cert.directory) / 'README.md'}")
+    if evidence:
+        print(f"evidence: {publish(cert, Path(evidence))}")
+    if not cert.certified:
+        raise Exit(f"{cert.verdict_line()} after {cert.elapsed_s:g} s; rerun: {cert.rerun}", code=1)
+    print(cert.verdict_line())
