@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from mori_repro.native import binary_path
+from mori_repro.verdict import check_result
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DOUBLES_BUILD = REPO_ROOT / "testing" / "doubles" / "build.py"
@@ -30,6 +31,9 @@ class Result:
     def report(self) -> dict[str, Any]:
         data = json.loads(self.stdout)
         assert isinstance(data, dict)
+        # Every result the program writes must give its own verdict by mori_repro.verdict's rules, which
+        # `report --result` applies to a result written elsewhere: the two sets of rules cannot drift apart.
+        assert check_result(data) == data["exit_code"] == self.returncode
         return data
 
 

@@ -15,11 +15,14 @@ from typing import Any, NoReturn
 from mori_repro import __version__
 from mori_repro.exitcodes import ExitCode
 from mori_repro.native import BINARY_NAME, NativeError, UsageError, binary_path, run_loopback
-from mori_repro.report import write_bundle
-from mori_repro.shared import quiet_broken_pipe
+from mori_repro.report import BUNDLE_FILES, write_bundle
+from mori_repro.shared import JSONNestingError, loads_bounded, quiet_broken_pipe
 from mori_repro.system import collect
+from mori_repro.verdict import ResultError, check_result
 
 EXIT_CODE_HELP = "\n".join(f"  {int(c):>2}  {c.verdict}" for c in ExitCode)
+# The program's report nests four levels ($.modes[i].write.status); a result nested far deeper is not one.
+MAX_RESULT_DEPTH = 16
 
 
 class _ArgumentsRejected(Exception):
@@ -132,19 +135,53 @@ def usage_error_json(message: str) -> str:
 
 def _load_result(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        data = loads_bounded(path.read_text(encoding="utf-8"), limit=MAX_RESULT_DEPTH)
+    except JSONNestingError as exc:
+        raise NativeError(f"--result {path}: {exc}: not a `mori-repro run --json` output") from None
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
         raise NativeError(f"--result {path}: not a readable `mori-repro run --json` output: {exc}") from exc
     if not isinstance(data, dict) or data.get("tool") != "mori-repro-loopback" or "exit_code" not in data:
         raise NativeError(f"--result {path}: not a `mori-repro run --json` output (no tool/exit_code fields)")
+    try:
+        check_result(data)  # the verdict is the observations', never the file's word
+    except ResultError as exc:
+        raise NativeError(f"--result {path}: {exc}; no bundle written") from None
     return data
 
 
+def _usable_out(out: Path) -> None:
+    """Refuse an --out that cannot hold the bundle before anything runs: nothing is written there then."""
+    if out.exists() or out.is_symlink():
+        if not out.is_dir():
+            raise UsageError(
+                f"--out {out}: not a directory (the bundle is a directory of {len(BUNDLE_FILES)} files)"
+            )
+        return
+    ancestor = out.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"--out {out}: cannot write the bundle there: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: cannot write the bundle there: {ancestor} is not writable")
+
+
 def _cmd_report(ns: argparse.Namespace) -> int:
-    result = _load_result(ns.result) if ns.result else run_loopback(_native_args(ns)).report
     out = ns.out or Path(f"mori-repro-report-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    _usable_out(out)
+    if ns.result:
+        result = _load_result(ns.result)
+    else:
+        result = run_loopback(_native_args(ns)).report
+        try:
+            check_result(result)
+        except ResultError as exc:  # the program and verdict.py disagree: a bug here, not the user's
+            raise NativeError(f"{BINARY_NAME}'s report does not hold together: {exc}") from None
     system = collect(os.environ, (result.get("rdma") or {}).get("device") or ns.device or None)
-    written = write_bundle(out, result, system)
+    try:
+        written = write_bundle(out, result, system)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write the bundle there: {exc.strerror or exc}") from None
     print(f"mori-repro: {result.get('verdict')} (exit {result.get('exit_code')}); bundle written to {out}/")
     for path in written:
         print(f"  {path}")

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import getpass
 import json
+import os
 import socket
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from mori_repro import __version__
-from mori_repro.shared import Sanitizer, atomic_write_text
+from mori_repro.shared import Sanitizer
 
 BUNDLE_FILES = ("report.md", "result.json", "system.json")
 
@@ -138,8 +142,39 @@ def render_markdown(result: Mapping[str, Any], system: Mapping[str, Any]) -> str
     return "\n".join(lines)
 
 
+def _write_all(out_dir: Path, files: Mapping[str, str]) -> list[Path]:
+    """All the files or none: each is written to a temporary name beside its final one and fsynced, and only
+    once every one is there are they renamed into place. A directory this call made is removed on failure."""
+    created = not out_dir.exists()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for name, text in files.items():
+            final = out_dir / name
+            if final.is_dir():
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(final))
+            fd, staging = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
+            staged.append((Path(staging), final))
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(text.encode("utf-8"))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(staging, 0o644)
+        for tmp, final in staged:
+            os.replace(tmp, final)
+    except BaseException:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        if created:
+            with contextlib.suppress(OSError):  # what else is there now is not ours to remove
+                out_dir.rmdir()
+        raise
+    return [final for _, final in staged]
+
+
 def write_bundle(out_dir: Path, result: Mapping[str, Any], system: Mapping[str, Any]) -> list[Path]:
-    """Write the sanitized bundle; one Sanitizer across all files keeps placeholders consistent."""
+    """Write the sanitized bundle, all of it or nothing; one Sanitizer across all files keeps placeholders
+    consistent."""
     hosts, users = _identities()
     sanitizer = Sanitizer(hosts=hosts, users=users)
     for text in _strings(result) + _strings(system):
@@ -147,18 +182,5 @@ def write_bundle(out_dir: Path, result: Mapping[str, Any], system: Mapping[str, 
     clean_result = _scrub(result, sanitizer)
     clean_system = _scrub(system, sanitizer)
     markdown = sanitizer.sanitize(render_markdown(clean_result, clean_system))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in zip(
-        BUNDLE_FILES,
-        (
-            markdown,
-            json.dumps(clean_result, indent=2) + "\n",
-            json.dumps(clean_system, indent=2) + "\n",
-        ),
-        strict=True,
-    ):
-        path = out_dir / name
-        atomic_write_text(path, text)
-        written.append(path)
-    return written
+    texts = (markdown, json.dumps(clean_result, indent=2) + "\n", json.dumps(clean_system, indent=2) + "\n")
+    return _write_all(out_dir, dict(zip(BUNDLE_FILES, texts, strict=True)))
