@@ -16,6 +16,7 @@ from atomdyn_launchers.certify.report import publish
 from atomdyn_launchers.certify.rungs import RUNG_NAMES
 from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.engines.vllm_cpu import VENV_DIR
+from atomdyn_launchers.evidence import cli as evidence_cli
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.submission import ProbeOptions
 
@@ -63,6 +64,7 @@ def test_the_mock_engines_climb_is_certified_and_a_resume_reuses_what_passed(
     assert readme.count("\n| ") == 1 + len(RUNG_NAMES) and "**certified on " in readme
     published = publish(cert, tmp_path / "evidence")
     assert (published / "README.md").read_text().count("| pass |") == 5
+    assert evidence_cli.verify([published]) == 0  # recomputed from its certify.json
 
     again = climb(config, options, PROBE, root=root, resume=True)
     assert again.certified

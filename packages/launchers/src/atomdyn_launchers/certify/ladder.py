@@ -19,7 +19,6 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.certify.rungs import (
-    NOT_NEEDED,
     REUSED,
     RUNGS,
     Climb,
@@ -30,13 +29,12 @@ from atomdyn_launchers.certify.rungs import (
 )
 from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.engines import get_engine
+from atomdyn_launchers.evidence.certify_report import REPORT_FILE, STATE_FILE, certified, render, verdict_line
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.submission import ProbeOptions
 
-STATE_FILE = "certify.json"
-REPORT_FILE = "README.md"
 ALWAYS = ("preflight", "images")  # cheap, and they establish the key
 
 
@@ -59,20 +57,10 @@ class Certification:
 
     @property
     def certified(self) -> bool:
-        return len(self.rungs) == len(RUNGS) and all(
-            r["verdict"] in ("pass", NOT_NEEDED, REUSED) for r in self.rungs
-        )
+        return certified(asdict(self))
 
     def verdict_line(self) -> str:
-        if self.certified:
-            skipped = [str(r["number"]) for r in self.rungs if r["verdict"] == NOT_NEEDED]
-            platforms = sorted({r["platform"] for r in self.rungs if not r["platform"].startswith("n/a")})
-            where = f" on {'; '.join(platforms)}" if platforms else ""
-            note = f" (rung(s) {', '.join(skipped)} not needed here)" if skipped else ""
-            return f"certified{where}{note}"
-        if self.stopped_at:
-            return f"not certified: stopped at rung {self.stopped_at}"
-        return "not certified: the climb did not finish"
+        return verdict_line(asdict(self))
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "certified": self.certified, "verdict": self.verdict_line()}
@@ -148,8 +136,15 @@ def climb(
             f"nothing to resume: no earlier climb under {root} with this config (digest {digest[:19]})"
         )
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    directory = root / f"{stamp}-{get_engine(options.engine or config.engine_profile).name}"
-    directory.mkdir(parents=True, exist_ok=False)
+    name = f"{stamp}-{get_engine(options.engine or config.engine_profile).name}"
+    root.mkdir(parents=True, exist_ok=True)
+    directory = root / name
+    for attempt in range(2, 100):  # two climbs in one second (a resume that reuses everything is quick)
+        try:
+            directory.mkdir()
+            break
+        except FileExistsError:
+            directory = root / f"{name}-{attempt}"
     engine = get_engine(options.engine or config.engine_profile)
     cert = Certification(
         certify_id=directory.name,
@@ -201,39 +196,6 @@ def _same_key(previous: dict[str, Any] | None, key: dict[str, Any]) -> bool:
     return all(theirs.get(name) == key.get(name) for name in ("config_digest", "lock_digest", "image_ids"))
 
 
-def report(cert: Certification) -> str:
-    """README.md of a climb: a row per rung, the key, and the verdict line."""
-    lines = [f"# Bring-up ladder {cert.certify_id}", "",
-             f"Engine `{cert.engine}`, model `{cert.model}`" + (f", recipe `{cert.recipe}`" if cert.recipe else "")
-             + f"; lock `{cert.key.get('lock_digest', 'unknown')}`; config `{cert.key['config_digest']}`.", "",
-             "| rung | verdict | seconds | platform | what it proved | detail |", "|---|---|---|---|---|---|"]  # fmt: skip
-    for r in cert.rungs:
-        cells = [
-            f"{r['number']} {r['name']}",
-            r["verdict"],
-            f"{r['seconds']:g}",
-            r["platform"],
-            r["proves"],
-            r["detail"],
-        ]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    images = cert.key.get("image_ids") or {}
-    if images:
-        lines += [
-            "",
-            "Images: " + "; ".join(f"`{t}` {', '.join(sorted(set(b.values())))}" for t, b in images.items()),
-        ]
-    lines += ["", f"**{cert.verdict_line()}** ({cert.elapsed_s:g} s)"]
-    if cert.rerun:
-        lines.append(f"Rerun: `{cert.rerun}`")
-    return "\n".join(lines) + "\n"
-
-
-def _cell(text: object) -> str:
-    """A table cell: one line, no column separator (run-supplied text cannot add rows)."""
-    return " ".join(str(text).split()).replace("|", "\\|")
-
-
 def write(cert: Certification, directory: Path) -> None:
     atomic_write_text(directory / STATE_FILE, json.dumps(cert.to_json(), indent=2) + "\n")
-    atomic_write_text(directory / REPORT_FILE, report(cert))
+    atomic_write_text(directory / REPORT_FILE, render(cert.to_json()))

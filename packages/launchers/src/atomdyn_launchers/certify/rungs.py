@@ -18,6 +18,7 @@ from atomdyn_core.lock import find_lock_path, load_lock
 from atomdyn_launchers.certify.nixl import cross_node
 from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.engines import Engine, get_engine
+from atomdyn_launchers.evidence.certify_report import LADDER
 from atomdyn_launchers.evidence.gates import evaluate, overall
 from atomdyn_launchers.evidence.signals import collect_signals
 from atomdyn_launchers.job.node_check import FAIL, Check
@@ -258,6 +259,8 @@ RUNGS: tuple[Rung, ...] = (
          "two jobs, when the recipe asks for a benchmark"),
 )  # fmt: skip
 RUNG_NAMES = tuple(r.name for r in RUNGS)
+if RUNG_NAMES != LADDER:  # the evidence judges a report by the ladder it names
+    raise RuntimeError(f"certify's rungs {RUNG_NAMES} differ from evidence's ladder {LADDER}")
 
 
 def rung_named(name: str) -> Rung:

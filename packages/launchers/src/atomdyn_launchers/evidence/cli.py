@@ -10,6 +10,7 @@ from pathlib import Path
 
 from atomdyn_core.sanitize import Sanitizer, sanitize_file
 from atomdyn_launchers.evidence import bench, results, summary
+from atomdyn_launchers.evidence.certify_report import is_certify_bundle, verify_certify
 from atomdyn_launchers.evidence.data import CollectError
 from atomdyn_launchers.evidence.signature import SignatureError
 from atomdyn_launchers.evidence.verify import verify_path
@@ -44,7 +45,7 @@ def verify(paths: list[Path], signers: Path | None = None) -> int:
     ok = True
     for path in paths:
         try:
-            verdict = verify_path(path, signers)
+            verdict = verify_certify(path) if is_certify_bundle(path) else verify_path(path, signers)
         except SignatureError as exc:
             print(f"evidence verify: {exc}", file=sys.stderr)
             return 2

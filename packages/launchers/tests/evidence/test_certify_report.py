@@ -1,0 +1,77 @@
+"""A published bring-up ladder (certify-<id>/) verifies only as its certify.json renders it: the fixture is the
+sanitized report of a real climb of the local cluster (`invoke certify --engine vllm-cpu --evidence DIR`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from atomdyn_launchers.evidence import cli as evidence_cli
+from atomdyn_launchers.evidence.certify_report import LADDER, certified, verify_certify
+
+FIXTURE = next((Path(__file__).parent / "fixtures" / "certify").glob("certify-*"))
+
+
+@pytest.fixture
+def bundle(tmp_path: Path) -> Path:
+    return Path(shutil.copytree(FIXTURE, tmp_path / FIXTURE.name))
+
+
+def _state(bundle: Path) -> dict[str, object]:
+    loaded = json.loads((bundle / "certify.json").read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def test_the_real_climbs_report_verifies(bundle: Path) -> None:
+    state = _state(bundle)
+    assert certified(state) and [r["name"] for r in state["rungs"]] == list(LADDER)  # type: ignore[union-attr]
+    assert "rehearsal (CPU" in state["verdict"]  # type: ignore[operator]
+    assert evidence_cli.verify([bundle]) == 0
+
+
+def test_a_row_added_to_the_readme_is_refused(bundle: Path) -> None:
+    readme = bundle / "README.md"
+    readme.write_text(
+        readme.read_text().replace(
+            "| 8 benchmark", "| 9 mi355x | pass | 1 | MI355X | all | x |\n| 8 benchmark"
+        )
+    )
+    verdict = verify_certify(bundle)
+    assert not verdict.ok and "README.md: differs from the report" in verdict.text()
+
+
+def test_a_verdict_its_rungs_do_not_give_is_refused(bundle: Path) -> None:
+    state = _state(bundle)
+    rungs = state["rungs"]
+    assert isinstance(rungs, list)
+    rungs[3]["verdict"] = "fail"  # the NIXL rung failed, the file still says certified
+    (bundle / "certify.json").write_text(json.dumps(state, indent=2) + "\n")
+    text = verify_certify(bundle).text()
+    assert "certified says True; its rungs give False" in text
+
+
+def test_a_dropped_rung_is_not_certified(bundle: Path) -> None:
+    state = _state(bundle)
+    rungs = state["rungs"]
+    assert isinstance(rungs, list)
+    state["rungs"] = [r for r in rungs if r["name"] != "disagg"]
+    assert not certified(state)
+
+
+@pytest.mark.parametrize("change", ["extra file", "link", "renamed"])
+def test_what_is_not_the_bundle_is_refused(bundle: Path, change: str) -> None:
+    if change == "extra file":
+        (bundle / "notes.md").write_text("certified\n")
+    elif change == "link":
+        copy = bundle.parent / "README.copy"
+        shutil.copy(bundle / "README.md", copy)
+        (bundle / "README.md").unlink()
+        (bundle / "README.md").symlink_to(copy)
+    else:
+        bundle = bundle.rename(bundle.parent / "certify-20990101T000000Z-atom")
+    verdict = verify_certify(bundle)
+    assert not verdict.ok and not verdict.intact, verdict.text()
