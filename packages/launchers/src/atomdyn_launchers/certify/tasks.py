@@ -6,6 +6,10 @@ Errors before anything is submitted exit 2; a rung that fails exits 1, with its 
 from __future__ import annotations
 
 import json as jsonlib
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from invoke.context import Context
@@ -13,10 +17,27 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from atomdyn_launchers.certify.nixl import cross_node
-from atomdyn_launchers.config.cluster import load_cluster_config, resolve_cluster_config
+from atomdyn_launchers.config.cluster import CLUSTER_ENV_VAR, load_cluster_config, resolve_cluster_config
+from atomdyn_launchers.rehearsal.localcluster.cluster import LocalCluster
 from atomdyn_launchers.run.options import Flags, OptionError
 from atomdyn_launchers.run.submission import ProbeOptions
 from atomdyn_launchers.run.tasks import HELP, PREFLIGHT_ERRORS, options_of
+
+
+@contextmanager
+def local_cluster_unless(config: str | None, *, keep: bool) -> Iterator[None]:
+    """With no cluster configured (no --config, no $ATOMDYN_CLUSTER_ENV): the local cluster, the embedded
+    default, brought up for the climb (and down after it, when the climb started it and ``keep`` is off)."""
+    if config or os.environ.get(CLUSTER_ENV_VAR):
+        yield
+        return
+    cluster = LocalCluster(None)
+    started = not cluster.up(log=lambda message: print(message, file=sys.stderr)).already_up
+    try:
+        yield
+    finally:
+        if started and not keep:
+            cluster.down()
 
 
 def probe_options(
@@ -87,6 +108,7 @@ CERTIFY_HELP = {
     "resume": "reuse every rung that passed in the newest climb with the same lock, images and config",
     "evidence": "also write the sanitized report to DIR/certify-<id>/ (default: none; the climb's own report is "
     "under <runs>/certify/<id>/)",
+    "keep_cluster": "with no cluster configured: leave the local cluster up afterwards if the climb started it",
 }
 
 
@@ -107,6 +129,7 @@ def certify(
     from_rung: str | None = None,
     resume: bool = False,
     evidence: str | None = None,
+    keep_cluster: bool = False,
 ) -> None:
     """The bring-up ladder, cheapest rung first: preflight, images, in-image validation, a cross-node NIXL
     transfer, then aggregated, two-node and P/D serving and the benchmark; stops at the first failure."""
@@ -124,14 +147,15 @@ def certify(
             for line in plan_lines(load_cluster_config(Path(config)), options, probe):
                 print(line)
             return
-        cluster = resolve_cluster_config(Path(config) if config else None)
         if dry_run:
-            for line in plan_lines(cluster, options, probe):
+            for line in plan_lines(resolve_cluster_config(None), options, probe):
                 print(line)
             return
-        root = (options.runs_root or cluster.runs_dir) / "certify"
-        cert = climb(cluster, options, probe, root=root, start=from_rung, resume=resume,
-                     config_path=config, recipe_path=recipe)  # fmt: skip
+        with local_cluster_unless(config, keep=keep_cluster):
+            cluster = resolve_cluster_config(Path(config) if config else None)
+            root = (options.runs_root or cluster.runs_dir) / "certify"
+            cert = climb(cluster, options, probe, root=root, start=from_rung, resume=resume,
+                         config_path=config, recipe_path=recipe)  # fmt: skip
     except CertifyError as exc:
         raise Exit(f"error: {exc}", code=2) from None
     except PREFLIGHT_ERRORS as exc:

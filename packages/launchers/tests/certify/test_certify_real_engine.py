@@ -1,0 +1,37 @@
+"""The real engine's climb of the whole ladder on the local cluster: the NIXL rung in vLLM's CPU venv, then real
+vLLM workers aggregated on one and two nodes and P/D with every evidence gate (the fixed prompt's P/D answer
+against rung 5's, token for token), and a report that evidence.verify recomputes. A few minutes on 2 cores."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from atomdyn_launchers.certify.ladder import climb
+from atomdyn_launchers.certify.report import publish
+from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.engines.vllm_cpu import LABEL, VENV_DIR
+from atomdyn_launchers.evidence import cli as evidence_cli
+from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.run.submission import ProbeOptions
+
+pytestmark = [pytest.mark.integration, pytest.mark.real_engine]
+
+
+def test_the_real_engines_climb_is_certified(local_cluster_config: ClusterConfig, tmp_path: Path) -> None:
+    venv = local_cluster_config.project_dir / VENV_DIR
+    if not (venv / "bin" / "python").exists():
+        message = f"{venv} is missing (scripts/install_vllm_cpu.sh, run by scripts/bootstrap.sh, makes it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    options = LaunchOptions(kind="disagg", engine="vllm-cpu", runs_root=tmp_path / "runs")
+    cert = climb(local_cluster_config, options, ProbeOptions(), root=tmp_path / "runs" / "certify")
+    assert cert.certified, cert.to_json()
+    rows = {r["name"]: r for r in cert.rungs}
+    assert all(rows[n]["verdict"] == "pass" for n in ("preflight", "nixl", "agg-single", "agg-two", "disagg"))
+    assert all(rows[n]["platform"] == LABEL for n in ("nixl", "agg-single", "agg-two", "disagg"))
+    assert cert.verdict_line().startswith(f"certified on {LABEL}")
+    assert evidence_cli.verify([publish(cert, tmp_path / "evidence")]) == 0
