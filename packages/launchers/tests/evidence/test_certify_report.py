@@ -13,6 +13,7 @@ from atomdyn_launchers.evidence import cli as evidence_cli
 from atomdyn_launchers.evidence.certify_report import LADDER, certified, verify_certify
 
 FIXTURE = next((Path(__file__).parent / "fixtures" / "certify").glob("certify-*"))
+REPO_EVIDENCE = Path(__file__).resolve().parents[4] / "evidence"
 
 
 @pytest.fixture
@@ -75,3 +76,18 @@ def test_what_is_not_the_bundle_is_refused(bundle: Path, change: str) -> None:
         bundle = bundle.rename(bundle.parent / "certify-20990101T000000Z-atom")
     verdict = verify_certify(bundle)
     assert not verdict.ok and not verdict.intact, verdict.text()
+
+
+def test_evidence_report_records_a_verified_climb(bundle: Path, tmp_path: Path) -> None:
+    root = bundle.parent
+    run = next(p for p in sorted(REPO_EVIDENCE.iterdir()) if (p / "summary.json").is_file())
+    shutil.copytree(run, root / run.name)  # a committed run's evidence beside the climb
+    results_md = tmp_path / "RESULTS.md"
+    assert evidence_cli.report(root, results_md, None) == 0
+    text = results_md.read_text()
+    assert f"<!-- run:{bundle.name} -->" in text and f"<!-- run:{run.name} -->" in text
+    assert f"## {bundle.name}: bring-up ladder / vllm-cpu: certified on rehearsal (CPU" in text
+    assert "- rungs: 1 preflight pass; 2 images not needed;" in text
+    (bundle / "README.md").write_text("# certified\n")  # a climb that does not verify: nothing is written
+    results_md.unlink()
+    assert evidence_cli.report(root, results_md, None) == 2 and not results_md.exists()

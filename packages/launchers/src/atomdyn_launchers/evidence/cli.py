@@ -59,7 +59,10 @@ def report(evidence_root: Path, results_md: Path, readme: Path | None) -> int:
     record is written, so a refusal leaves both as they were."""
     try:
         summaries, skipped = results.load_summaries(evidence_root)
-        planned = results.plan_results(results_md, summaries, _relative(evidence_root, results_md.parent))
+        climbs = results.load_climbs(evidence_root)
+        planned = results.plan_results(
+            results_md, summaries, _relative(evidence_root, results_md.parent), climbs
+        )
         readme_text = None
         if readme is not None:
             table = results.glance_table(summaries, _relative(evidence_root, readme.parent))

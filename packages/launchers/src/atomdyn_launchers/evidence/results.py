@@ -19,6 +19,7 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.evidence import mdtext
+from atomdyn_launchers.evidence.certify_report import BUNDLE_PREFIX, STATE_FILE, verify_certify
 from atomdyn_launchers.evidence.summary import SCHEMA_VERSION, verdict_words
 from atomdyn_launchers.evidence.verify import verify_evidence
 
@@ -110,6 +111,38 @@ def _entry(summary: dict[str, Any], link: str) -> str:
     return "\n".join(lines)
 
 
+def load_climbs(evidence_root: Path) -> list[dict[str, Any]]:
+    """The published bring-up ladders of ``evidence_root`` (certify-<id>/), each verified (recomputed from its
+    certify.json); one that does not verify raises ReportError."""
+    found = []
+    for path in sorted(evidence_root.glob(f"{BUNDLE_PREFIX}*/{STATE_FILE}")):
+        verdict = verify_certify(path.parent)
+        if not verdict.intact:
+            raise ReportError(f"{path.parent} does not verify; nothing published:\n{verdict.text().rstrip()}")
+        state = json.loads(path.read_text(encoding="utf-8"))
+        state["_dir"] = path.parent.name
+        found.append(state)
+    return found
+
+
+def _climb_entry(state: dict[str, Any], link: str) -> str:
+    """One climb's entry, keyed like a run's (``certify-<id>``): its verdict line, the lock, each rung."""
+    t = mdtext.text
+    rungs = "; ".join(f"{r['number']} {t(r['name'])} {t(r['verdict'])}" for r in state.get("rungs", []))
+    key = state.get("key") or {}
+    lines = [
+        f"<!-- run:{state['_dir']} -->",
+        f"## {t(state['_dir'])}: bring-up ladder / {t(state.get('engine'))}: {t(state.get('verdict'))}",
+        "",
+        f"- lock digest: {mdtext.code(key.get('lock_digest'), in_table=False)}; model profile: "
+        f"{t(state.get('model'))}",
+        f"- rungs: {rungs}",
+        f"- report: [{link}]({link})",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 @dataclass
 class PlannedResults:
     """RESULTS.md as it will be written (``text`` None: unchanged), and the runs added and rewritten."""
@@ -124,7 +157,12 @@ class PlannedResults:
             atomic_write_text(self.path, self.text)
 
 
-def plan_results(results_md: Path, summaries: Iterable[dict[str, Any]], link_prefix: str) -> PlannedResults:
+def plan_results(
+    results_md: Path,
+    summaries: Iterable[dict[str, Any]],
+    link_prefix: str,
+    climbs: Iterable[dict[str, Any]] = (),
+) -> PlannedResults:
     """What :func:`append_results` would write, written by nothing yet."""
     text = results_md.read_text(encoding="utf-8") if results_md.exists() else _HEADER
     if not text.endswith("\n"):
@@ -134,9 +172,10 @@ def plan_results(results_md: Path, summaries: Iterable[dict[str, Any]], link_pre
     entries = {m.group(1): text[m.start() : (starts[i + 1].start() if i + 1 < len(starts) else len(text))]
                for i, m in enumerate(starts)}  # fmt: skip
     planned = PlannedResults(results_md, None)
-    for summary in summaries:
-        run_id = str(summary["run_id"])
-        entry = _entry(summary, f"{link_prefix}/{summary['_dir']}/summary.md") + "\n"
+    made = [(str(s["run_id"]), _entry(s, f"{link_prefix}/{s['_dir']}/summary.md")) for s in summaries]
+    made += [(str(c["_dir"]), _climb_entry(c, f"{link_prefix}/{c['_dir']}/README.md")) for c in climbs]
+    for run_id, text_of_entry in made:
+        entry = text_of_entry + "\n"
         if run_id not in entries:
             planned.added.append(run_id)
         elif entries[run_id].rstrip("\n") != entry.rstrip("\n"):
