@@ -39,8 +39,8 @@ CORPUS: list[tuple[str, str, list[str]]] = [
     ),
     (
         "DefaultEndpointsProtocol=https;AccountName=acmeml;AccountKey=q1w2e3r4t5y6u7i8o9p0==;EndpointSuffix=core",
-        "DefaultEndpointsProtocol=https;AccountName=acmeml;AccountKey=<redacted:cloud-key>;EndpointSuffix=core",
-        ["q1w2e3"],
+        "DefaultEndpointsProtocol=https;AccountName=account-1;AccountKey=<redacted:cloud-key>;EndpointSuffix=core",
+        ["q1w2e3", "acmeml"],  # the storage account's name identifies the site too
     ),
     (
         "NGC_API_KEY=nvapi-Qx7Lw2Vb9Kp4Rt6Ym1Zs3Hd8Jf5Gc0Nn",
@@ -310,3 +310,40 @@ def test_a_configured_node_list_too_large_is_an_error_but_a_logged_one_is_kept_w
 def test_a_node_list_in_a_log_teaches_its_nodes() -> None:
     out = sanitize("NodeList=gpu-[01-02,07]\ngpu-07 drained, gpu-02 up, gpu-04 unknown")
     assert out == "NodeList=host-1\nhost-4 drained, host-3 up, gpu-04 unknown"
+
+
+def test_one_identifier_keeps_its_placeholder_in_every_notation() -> None:
+    """A MAC, a GUID and an address written as different tools write them are the same placeholder."""
+    text = (
+        "ether 06:90:81:3f:7e:10 is 06-90-81-3F-7E-10 is 0690.813f.7e10\n"
+        "Node GUID: 0x0c42a10300fa1234 node_guid 0c42:a103:00fa:1234 "
+        "link/infiniband 80:00:00:48:fe:80:00:00:00:00:00:00:0c:42:a1:03:00:fa:12:34\n"
+        "ip-10-20-30-42 is 10.20.30.42 is host_10.20.30.42\n"
+    )
+    assert sanitize(text) == (
+        "ether 02:00:00:00:00:01 is 02-00-00-00-00-01 is 0200.0000.0001\n"
+        "Node GUID: 0x0200000000000001 node_guid 0200:0000:0000:0001 "
+        "link/infiniband 80:00:00:48:fe:80:00:00:00:00:00:00:02:00:00:00:00:00:00:01\n"
+        "ip-192-0-2-1 is 192.0.2.1 is host_192.0.2.1\n"
+    )
+
+
+def test_json_with_cloud_and_hardware_ids_stays_json() -> None:
+    doc = {
+        "Account": "123456789012",
+        "subscriptionId": "3f2b1c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d",
+        "gpus": ["GPU-5f3c2a10-8f2b-4e5c-9d1a-0b2c3d4e5f60"],
+        "serial": "1654922001234",
+        "machine-id": "3f1c2b4a5d6e7f8091a2b3c4d5e6f708",
+        "headers": {"Authorization": "Token 9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b"},
+        "cmd": "sshpass -p 'Sup3r S3cret' ssh root@127.0.0.1",
+    }
+    assert json.loads(sanitize(json.dumps(doc, indent=1))) == {
+        "Account": "aws-account-1",
+        "subscriptionId": "subscription-1",
+        "gpus": ["GPU-uuid-1"],
+        "serial": "serial-1",
+        "machine-id": "machine-id-1",
+        "headers": {"Authorization": "Token <redacted:token>"},
+        "cmd": "sshpass -p '<redacted:password>' ssh root@127.0.0.1",
+    }

@@ -67,7 +67,12 @@ def _run(case: Case) -> str:
     return sanitizer.sanitize(case.raw)
 
 
-HIDE = load_cases("ipv6.txt") + load_cases("hosts.txt")
+HIDE = (
+    load_cases("ipv6.txt")
+    + load_cases("hosts.txt")
+    + load_cases("secrets.txt")
+    + load_cases("identifiers.txt")
+)
 KEEP = load_cases("keep.txt")
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -446,6 +448,89 @@ def test_cli_file_writes_the_sanitized_copy(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "absent.log is not a file" in missing.stderr
 
 
+def _cli_into_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command with its standard output a pipe whose reader is gone already (``| head -0``)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "atomdyn_core.sanitize", *args],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+
+
+def _cli_with_stdout_closed(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command with its standard output closed (``>&-``)."""
+    command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "atomdyn_core.sanitize", *args])
+    return subprocess.run(["sh", "-c", f"exec {command} >&-"], capture_output=True, text=True, timeout=120)
+
+
+def _no_traceback(done: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+
+
+def test_cli_whose_reader_goes_away_ends_quietly(tmp_path: Path) -> None:
+    src = tmp_path / "raw.log"
+    src.write_text("peer fe80::1%eth0 at login-02.cluster.example.internal\n" * 20_000)
+    helped = _cli_into_closed_pipe("--help")  # argparse may drop the help it could not write: 0 then
+    _no_traceback(helped)
+    assert helped.returncode in (0, 1)
+    for args in (["file", str(src)], ["bench", "--size-mb", "1", "--slow-sample-mb", "0"]):
+        done = _cli_into_closed_pipe(*args)
+        _no_traceback(done)
+        assert done.returncode == 1, (args, done.stderr)
+
+
+def test_cli_with_standard_output_closed(tmp_path: Path) -> None:
+    src = tmp_path / "raw.log"
+    src.write_text("peer fe80::1%eth0\n")
+    shown = _cli_with_stdout_closed("--help")
+    _no_traceback(shown)
+    assert shown.returncode == 0 and "usage:" in shown.stderr  # argparse shows it on standard error then
+    for args in (["file", str(src)], ["bench", "--size-mb", "1"]):
+        done = _cli_with_stdout_closed(*args)
+        _no_traceback(done)
+        assert done.returncode == 1 and "standard output is closed" in done.stderr, (args, done.stderr)
+    dest = tmp_path / "clean.log"
+    assert _cli_with_stdout_closed("file", str(src), str(dest)).returncode == 0  # DEST needs no stdout
+    assert dest.read_text() == "peer 2001:db8::1\n"
+
+
+def test_cli_file_that_cannot_be_read_is_a_clean_error_and_writes_nothing(tmp_path: Path) -> None:
+    dest = tmp_path / "new" / "dir" / "clean.log"
+    for path in ("/proc/self/mem", "/proc/x", str(tmp_path)):  # a read error (EIO), none, a directory
+        for out in ([], [str(dest)]):
+            done = _cli("file", path, *out)
+            _no_traceback(done)
+            assert done.returncode == 2 and f"sanitize: {path}" in done.stderr, done.stderr
+            assert done.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no DEST, no directory for it, no temporary file
+
+
+def test_cli_file_not_permitted_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from atomdyn_core.sanitize import __main__ as command
+    from atomdyn_core.sanitize import files
+
+    src = tmp_path / "secret.log"
+    src.write_text("line\n")
+
+    def refused(path: Path, *args: Any, **kwargs: Any) -> Any:
+        raise PermissionError(13, "Permission denied", str(path))  # as open() says it where root is not
+
+    monkeypatch.setattr(files, "read_blocks", refused)
+    for out in ([], [str(tmp_path / "out" / "clean.log")]):
+        assert command.main(["file", str(src), *out]) == 2
+        assert capsys.readouterr().err == f"sanitize: {src}: Permission denied\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["secret.log"]
+
+
 def test_cli_bench_prints_its_figures() -> None:
     done = _cli("bench", "--size-mb", "1", "--slow-sample-mb", "1")
     assert done.returncode == 0, done.stderr
@@ -459,7 +544,8 @@ _ONE_SCANNER_LINES = [
     "*** JOB 42 ON node07 CANCELLED",
     "#SBATCH -A projx",
     "push with ghp_" + "a1B2" * 9,
-    "Authorization Bearer abcdefgh12345678",
+    "proxy sent Bearer abcdefgh12345678",
+    "proxy sent Basic YWxpY2U6aHVudGVyMlNlY3JldA== too",
     "key AKIAABCDEFGHIJKLMNOP here",
     "google AIza" + "x1Y2z" * 7,
     "jwt eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.abcdefghijk",

@@ -4,6 +4,10 @@
 the whole-file path on a generated log of realistic lines and prints its throughput beside the rate at which
 Python merely reads the same file line by line (the parse rate), in one process and, with more than one job,
 with worker processes (checking that both wrote the same bytes). A figure, not a test: nothing fails if slow.
+
+A reader that goes away (``| head``) ends the command with status 1 and no traceback, as a closed standard
+output (``>&-``) does where the command would write to it; a file that cannot be read is an error naming it
+(status 2), and nothing is written then.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from atomdyn_core.console import stdout_gone
 from atomdyn_core.sanitize.files import PARALLEL_MIN_BYTES, sanitize_file, sanitize_file_to
 from atomdyn_core.sanitize.loggen import KNOWN, generate_text
 from atomdyn_core.sanitize.parallel import default_jobs
@@ -28,6 +33,19 @@ _MIN_CPUS_FOR_WORKERS = 4
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command; its status. A closed pipe (argparse's --help too, flushed here) ends it with 1."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            if sys.stdout is not None:  # None: started with standard output closed
+                sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_gone()  # the interpreter's last flush must not fail again
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m atomdyn_core.sanitize", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("file", help="sanitize one file")
@@ -53,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs is not None and args.jobs < 1:
         parser.error("--jobs must be at least 1")
     jobs = args.jobs or _default_jobs()
+    if sys.stdout is None and (args.command == "bench" or args.dest is None):
+        print("sanitize: standard output is closed", file=sys.stderr)
+        return 1
     if args.command == "file":
         return _file(args.src, args.dest, jobs)
     if args.size_mb < 1:
@@ -81,10 +102,19 @@ def _file(src: Path, dest: Path | None, jobs: int) -> int:
     if not src.is_file():
         print(f"sanitize: {src} is not a file", file=sys.stderr)
         return 2
-    if dest is None:
-        sanitize_file(src, sys.stdout, jobs=jobs)
-    else:
-        sanitize_file_to(src, dest, jobs=jobs)
+    if dest is not None and dest.is_dir():
+        print(f"sanitize: {dest} is a directory", file=sys.stderr)
+        return 2
+    try:
+        if dest is None:
+            sanitize_file(src, sys.stdout, jobs=jobs)  # staged whole before the first byte is written
+        else:
+            sanitize_file_to(src, dest, jobs=jobs)
+    except BrokenPipeError:
+        raise  # the reader went away: main ends quietly
+    except OSError as exc:  # /proc/self/mem, a file not permitted, a destination that cannot be written
+        print(f"sanitize: {exc.filename or src}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -62,8 +62,15 @@ def sanitize_file_to(
     path, dest = Path(path), Path(dest)
     if not path.is_file():
         raise FileNotFoundError(f"sanitize: {path} is not a file")
+    with open(path, "rb"):
+        pass  # a file that cannot be opened fails here, before anything is made for the destination
+    made = [p for p in (dest.parent, *dest.parent.parents) if not p.exists()]
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    except BaseException:
+        _remove_dirs(made)
+        raise
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as staged:
             _sanitize_into(path, staged, sanitizer or Sanitizer(), block_bytes, jobs)
@@ -73,7 +80,17 @@ def sanitize_file_to(
         os.replace(tmp_name, dest)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
+        _remove_dirs(made)  # a failed run (a read error half-way: /proc/self/mem) leaves nothing behind
         raise
+
+
+def _remove_dirs(made: list[Path]) -> None:
+    """The directories made for a destination (innermost first), where still empty."""
+    for directory in made:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
 
 
 def _sanitize_into(path: Path, out: TextIO, sanitizer: Sanitizer, block_bytes: int, jobs: int) -> None:
@@ -126,7 +143,7 @@ def read_blocks(path: Path, block_bytes: int = BLOCK_BYTES, start: int = 0) -> I
     as it is read (it is redacted whole), so that memory stays bounded."""
     with open(path, "rb") as handle:
         handle.seek(start)
-        reader = _LineReader(handle, block_bytes)
+        reader = _LineReader(handle, block_bytes, path)
         while block := reader.next_block():
             while (header_end := _open_key_block(block)) is not None:
                 more = reader.next_block()
@@ -141,15 +158,20 @@ def read_blocks(path: Path, block_bytes: int = BLOCK_BYTES, start: int = 0) -> I
 class _LineReader:
     """Blocks of whole lines read as bytes and decoded whole (a line end never falls inside a character)."""
 
-    def __init__(self, handle: BinaryIO, block_bytes: int) -> None:
+    def __init__(self, handle: BinaryIO, block_bytes: int, path: Path) -> None:
         self._handle = handle
         self._size = block_bytes
         self._pending = b""
+        self._path = path
 
     def next_block(self) -> str:
         data = self._pending
         while True:
-            chunk = self._handle.read(self._size)
+            try:
+                chunk = self._handle.read(self._size)
+            except OSError as exc:
+                exc.filename = exc.filename or str(self._path)  # a read error names the file (EIO of /proc)
+                raise
             data += chunk
             if not chunk:
                 self._pending = b""

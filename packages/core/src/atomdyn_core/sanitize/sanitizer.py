@@ -51,7 +51,47 @@ _INTERFACE = re.compile(
     r"(?:lo|(?:eth|ens|enp|eno|enx|ib|ibp|ibs|bond|docker|veth|br|virbr|wlan|wlp|rdma|ionic_?|mlx\d_|bnxt_re)\d[\w.-]*)\Z",
     re.IGNORECASE,
 )
-_PLACEHOLDER = re.compile(r"(?:host|user|account|partition|qos|cluster)-\d+\Z")
+# The numbered placeholders (kinds of value that are identifiers, not secrets): never numbered again.
+_NUMBERED_KINDS = (
+    *("host", "user", "account", "partition", "qos", "cluster", "group"),
+    *("instance", "aws-account", "project", "subscription", "tenant", "resource-group", "ocid"),
+    *("uuid", "serial", "machine-id", "boot-id"),
+)
+_PLACEHOLDER = re.compile(rf"(?:{'|'.join(_NUMBERED_KINDS)})-\d+\Z")
+# Groups that identify nothing (id(1)'s groups=, Slurm's AllowGroups=), and Slurm's words for every one.
+_SYSTEM_GROUPS = frozenset(
+    {
+        *(
+            "root",
+            "wheel",
+            "sudo",
+            "adm",
+            "admin",
+            "users",
+            "staff",
+            "nogroup",
+            "nobody",
+            "daemon",
+            "bin",
+            "sys",
+        ),
+        *(
+            "video",
+            "render",
+            "docker",
+            "audio",
+            "input",
+            "kvm",
+            "plugdev",
+            "dialout",
+            "cdrom",
+            "floppy",
+            "tty",
+        ),
+        *("disk", "lp", "mail", "lxd", "systemd-journal", "slurm", "munge", "rdma", "infiniband"),
+        *("ALL", "NONE", "all", "none", "normal"),
+    }
+)
 
 _TLDS = (
     "com|net|org|io|ai|dev|cloud|app|edu|gov|mil|internal|local|localdomain|lan|corp|intra|cluster|hpc|"
@@ -82,7 +122,22 @@ _URL_HOST = re.compile(
 # (kind, literals of which one must be in the line (lower-case ones are looked for case-blind), pattern)
 _TOKENS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
     ("hf-token", ("hf_",), re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")),
+    # A secret access key beside its key id (the credentials CSV: id,secret), before the id is redacted.
+    (
+        "aws-secret-key",
+        ("AKIA", "ASIA"),
+        re.compile(r"(?P<k>\b(?:AKIA|ASIA)[0-9A-Z]{16}[,;:\s]+)(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"),
+    ),
     ("aws-access-key", ("AKIA", "ASIA"), re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    # `aws configure set [profile.]aws_secret_access_key VALUE`, or the key and its value apart by whitespace.
+    (
+        "secret",
+        ("aws_secret_access_key", "aws_session_token", "aws_security_token"),
+        re.compile(
+            r"(?i)(?P<k>(?<![\w-])(?:[\w-]+\.)*aws_(?:secret_access_key|session_token|security_token)[ \t]+)"
+            r"(?P<v>[A-Za-z0-9/+=]{16,})"
+        ),
+    ),
     ("gcp-api-key", ("AIza",), re.compile(r"\bAIza[0-9A-Za-z_\-]{35}")),
     (
         "github-token",
@@ -94,6 +149,23 @@ _TOKENS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
     ("jwt", ("eyJ",), re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
     ("bearer-token", ("bearer",), re.compile(r"(?i)\b(?P<k>bearer\s+)(?P<v>[A-Za-z0-9._~+/=-]{8,})")),
     ("basic-auth", ("basic",), re.compile(r"(?i)(?P<k>\bbasic\s+)(?P<v>[A-Za-z0-9+/]{12,}={0,2})")),
+    # Any other scheme (Token, ApiKey, SSWS, ...) or none; the credentials hold a digit ("Authorization: required").
+    (
+        "token",
+        ("authorization",),
+        re.compile(
+            r"(?i)(?P<k>\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?!digest\b)[A-Za-z][\w-]*[ \t]+)?)"
+            r"(?P<v>(?=[^\s\"',;]*\d)[A-Za-z0-9._~+/-]{8,}=*)(?=$|[\s\"',;])"
+        ),
+    ),
+    # crypt(3) hashes: $1$ MD5, $5$ and $6$ SHA, $2b$ bcrypt, $y$ yescrypt, $apr1$ Apache, $argon2id$.
+    (
+        "password-hash",
+        ("$",),
+        re.compile(
+            r"(?<![\w$])\$(?:1|2[abxy]?|5|6|7|y|gy|apr1|sha1|md5|argon2(?:id|i|d))\$(?:[\w./=,+-]*\$){1,4}[\w./+=-]{16,}"
+        ),
+    ),
     (
         "cloud-key",
         ("key=", "sig=", "signature="),
@@ -103,18 +175,37 @@ _TOKENS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
     ),
 )
 _TOKEN_HINTS = tuple(sorted({g.lower() for _, guards, _ in _TOKENS for g in guards}))
-_SECRET_WORDS = ("pass", "secret", "token", "key", "credential")
+_SECRET_WORDS = ("pass", "secret", "token", "key", "credential", "pwd", "auth")
 # Cheap pre-checks: each starts with a literal, which the regex engine scans for quickly.
 _TLD_HINT = re.compile(rf"\.(?i:{_TLDS})(?![\w-])")
 _IPV4_HINT = re.compile(r"\.\d{1,3}\.\d{1,3}(?!\d)")
 _PATH_HINT = re.compile(
     r"/(?:lustre|gpfs|scratch|nfs|fsx|mnt|shared|projects?|proj|data|datasets|beegfs|cephfs|work|vast|weka)/"
 )
-# What each Slurm pattern needs in the line (lower case): its flag, its KEY=, its JSON key, #SBATCH.
+# What each Slurm pattern needs in the line (lower case): its flag, its KEY=, its JSON key, the command.
 _SLURM_WORDS = {
-    "account": ("--account", "account=", '"account"', "#sbatch"),
-    "partition": ("--partition", "partition=", '"partition"', "#sbatch"),
+    "account": (
+        "--account",
+        "account=",
+        "accountname=",
+        "accounts=",
+        '"account"',
+        "srun",
+        "sbatch",
+        "salloc",
+    ),
+    "partition": (
+        "--partition",
+        "partition=",
+        "partitionname=",
+        "partitions=",
+        '"partition"',
+        "srun",
+        "sbatch",
+        "salloc",
+    ),
     "qos": ("--qos", "qos=", '"qos"'),
+    "group": ("groupid=", "allowgroups=", "denygroups="),
     "cluster": ("clustername=", "cluster_name=", '"cluster_name"'),
 }
 _HOST_WORDS = ("host", "node", "master_addr", "-w", "-x")
@@ -130,28 +221,97 @@ _SECRET_WORD = _any_of(_SECRET_WORDS)
 _SLURM_WORD = {kind: _any_of(words) for kind, words in _SLURM_WORDS.items()}
 _ANY_SLURM_WORD = _any_of(w for words in _SLURM_WORDS.values() for w in words)
 _HOST_WORD = _any_of(_HOST_WORDS)
-_SECRET_KEY = r"[A-Za-z0-9_.-]*?(?:password|passwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credentials?)"
+_SECRET_KEY = (
+    r"[A-Za-z0-9_.-]*?(?:password|passwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key(?:[_-]?id)?|"
+    r"credentials?|sshpass|mysql_pwd|rediscli_auth)"
+)
 _SECRET_ASSIGNMENT = re.compile(
     rf"(?i)(?P<k>(?<![\w-])(?P<q>[\"']?){_SECRET_KEY}(?P=q)\s*[=:]\s*)(?P<v>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;&]+)"
 )
 _SECRET_FLAG = re.compile(rf"(?i)(?P<k>--{_SECRET_KEY}\s+)(?P<v>[^\s-][^\s]*)")
 
+# --- credentials on command lines ---
+_WORD = r"\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'|;&]+"  # a value: one word, or a quoted one
+_NAME = r"[A-Za-z_][\w.-]*"  # a user name
+_SAME_COMMAND = r"(?:[ \t]+[^\s|;&]+)*?[ \t]+"  # the command's words before the option (none past | ; &)
+_LOGINS = r"\b(?:docker|podman|nerdctl|buildah|skopeo|oras|helm registry) login"
+# (what the value is, literals of which one must be in the line (lower case), pattern: "v" replaced, "k" kept).
+# Case matters: sshpass -P, mysql -P and ipmitool -p name no password.
+_COMMAND_CREDENTIALS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
+    ("password", ("sshpass",), re.compile(rf"(?P<k>\bsshpass(?:[ \t]+-[vV])*[ \t]+-p[ \t]*)(?P<v>{_WORD})")),
+    # -p alone makes the client ask: a password on the command line is attached to it (-pX)
+    (
+        "password",
+        ("mysql", "mariadb"),
+        re.compile(rf"(?P<k>\b(?:mysql|mariadb)[\w-]*{_SAME_COMMAND}-p)(?P<v>{_WORD})"),
+    ),
+    (
+        "user",
+        ("mysql", "mariadb"),
+        re.compile(rf"(?P<k>\b(?:mysql|mariadb)[\w-]*{_SAME_COMMAND}-u[ \t]*)(?P<v>{_NAME})"),
+    ),
+    (
+        "password",
+        ("login",),
+        re.compile(rf"(?P<k>{_LOGINS}{_SAME_COMMAND}-p(?:[ \t]+|=)?)(?P<v>{_WORD})"),
+    ),
+    (
+        "user",
+        ("login",),
+        re.compile(rf"(?P<k>{_LOGINS}{_SAME_COMMAND}-u(?:[ \t]+|=)?)(?P<v>{_NAME})"),
+    ),
+    (
+        "password",
+        ("redis-cli",),
+        re.compile(rf"(?P<k>\bredis-cli{_SAME_COMMAND}(?:-a|--pass)[ \t]+)(?P<v>{_WORD})"),
+    ),
+    ("user", ("redis-cli",), re.compile(rf"(?P<k>\bredis-cli{_SAME_COMMAND}--user[ \t]+)(?P<v>{_NAME})")),
+    ("password", ("ipmitool",), re.compile(rf"(?P<k>\bipmitool{_SAME_COMMAND}-P[ \t]*)(?P<v>{_WORD})")),
+    ("user", ("ipmitool",), re.compile(rf"(?P<k>\bipmitool{_SAME_COMMAND}-U[ \t]*)(?P<v>{_NAME})")),
+    (
+        "password",
+        ("pass:",),
+        re.compile(rf"(?P<k>(?<![\w-])-pass(?:in|out)?[ \t]+pass:)(?P<v>{_WORD})"),
+    ),  # openssl
+    # wget --user=NAME, --username NAME (pip's --user takes no value: "--user NAME" alone is no user)
+    (
+        "user",
+        ("--user",),
+        re.compile(rf"(?P<k>(?<![\w-])(?:--user(?:name)?=|--username[ \t]+))(?P<v>{_NAME})(?![\w.@:-])"),
+    ),
+)
+# USER:PASSWORD as one word: etcdctl --user, curl -u, ETCDCTL_USER= (quoted, the password may hold spaces).
+_USER_PASSWORD = re.compile(
+    r"(?P<k>(?:-(?<![\w-]-)(?:-user[= ]|u)|ETCDCTL_USER=)[ \t]*(?P<q>[\"']?))(?P<u>[A-Za-z0-9_][\w.@+-]*):"
+    r"(?P<v>[^\s\"']+(?:[ \t]+[^\s\"']+)*?)(?=(?P=q)(?:[\s\"']|$))"
+)
+
 # --- users ---
 _HOME = re.compile(r"(?P<k>(?<![\w.-])/(?:home|Users)/)(?P<v>[A-Za-z_][\w.-]*)")
 _USER_KEY = re.compile(
-    r"(?P<k>(?<![\w-])(?P<q>[\"']?)(?:user|username|user_name|USER|LOGNAME|SLURM_JOB_USER|UserId|owner)(?P=q)"
+    r"(?P<k>(?<![\w-])(?P<q>[\"']?)(?:user|username|user_name|USER|LOGNAME|SLURM_JOB_USER|UserId|UserName|owner)(?P=q)"
     r"\s*[=:]\s*(?P<q2>[\"']?))(?P<v>[A-Za-z_][\w.-]*)"
 )
+# user@host and e-mail addresses (jane.doe+ci@acme.com: the local part is the user).
 _USER_AT_HOST = re.compile(
-    r"(?<![\w.@/-])(?P<u>[a-z_][a-z0-9_-]{0,31})@(?P<h>[A-Za-z0-9][A-Za-z0-9.-]*[A-Za-z0-9])"
+    r"(?<![\w.@/%+-])(?P<u>[A-Za-z0-9_](?:[A-Za-z0-9._%+-]{0,62}[A-Za-z0-9_%+-])?)@"
+    r"(?P<h>[A-Za-z0-9][A-Za-z0-9.-]*[A-Za-z0-9])"
 )
-_NOT_HOST_AFTER_AT = re.compile(r"(?:sha\d+|md5|latest|main|master|head|[\d.]+)\Z", re.IGNORECASE)
+_NOT_HOST_AFTER_AT = re.compile(r"(?:sha\d+|md5|latest|main|master|head|v?\d[\w.+-]*)\Z", re.IGNORECASE)
+_IPV4_ALONE = re.compile(
+    r"\d{1,3}(?:\.\d{1,3}){3}\Z"
+)  # user@10.1.2.3: the user goes, the address is the IPv4 pass's
+# id(1): uid=41027(jdoe) gid=5001(acme-ml) groups=5001(acme-ml),27(sudo)
+_ID_OUTPUT = re.compile(
+    r"(?P<k>(?<![\w-])(?P<key>e?uid|e?gid|groups)=)(?P<v>\d+\([^()\s]*\)(?:,\d+\([^()\s]*\))*)"
+)
+_ID_ENTRY = re.compile(r"(?P<n>\d+)\((?P<name>[^()\s]*)\)")
 
 # --- hosts ---
 _HOST_KEY = re.compile(
     r"(?i)(?P<k>(?<![\w-])(?P<q>[\"']?)(?:[A-Za-z0-9]+_)*(?:host|hostname|nodename|nodelist|node_list|batchhost|"
     r"submit_host|master_addr|node_ran|node_requested|node|nodes)(?P=q)\s*[=:]\s*(?P<q2>[\"']?)|"
-    r"(?<![\w-])(?:-w|--nodelist|--exclude|-x)[= ]\s*)"
+    r"(?<![\w-])(?:(?-i:-w|-x)|--nodelist|--exclude)[= ]\s*)"
     r"(?P<v>[A-Za-z][\w.-]*(?:\[[\d,-]+\])?(?:,[A-Za-z][\w.-]*(?:\[[\d,-]+\])?)*)"
 )
 # After `KEY = value`, a lowercase word that is not itself a key: the value begins prose (nvidia-smi's legend).
@@ -159,6 +319,13 @@ _PROSE_AFTER_SPACED_KEY = re.compile(r"[ \t]+[a-z]{2,}\b(?![\w.-]*\s*[=:])")
 _PLAIN_WORD = re.compile(r"[A-Z]?[a-z]+")
 _SPACED_KEY_END = re.compile(r"\s[=:]\s*\Z")
 _SLURM_ON_HOST = re.compile(r"(?P<k>\*\*\* (?:JOB|STEP) [\d.]+ ON |\bslurmstepd-)(?P<v>[\w.-]+?)(?=[\s:]|$)")
+# A node list with no key before it (srun: error: gpu-[01-03]: ...): a name and a range of numbers in brackets.
+_BARE_NODE_RANGE = re.compile(
+    r"(?<![\w.\[-])(?P<head>[A-Za-z][\w.-]*?)\[(?P<first>\d+)[-,][\d,-]*\](?:[\w.-]|\[[\d,-]+\])*(?![\w\[-])"
+)
+_BARE_NODE_RANGE_HINT = re.compile(r"\[\d+[-,]")
+_NODE_WORDS = frozenset({"node", "nodes", "nid", "cn", "gpu", "compute", "host", "worker"})
+_SRUN_ERROR_ON = re.compile(r"(?P<k>\bsrun: error: )(?P<v>[A-Za-z][\w.-]*)(?=: tasks? \d)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colours (Dynamo writes them even into files)
 # Labels after the top-level-domain word belong to the name too (login-02.cluster.acme), file extensions do not.
 _FQDN = re.compile(
@@ -168,7 +335,11 @@ _FQDN = re.compile(
 
 # --- addresses ---
 # (?<![\w.]) written after the first digit, where the regex engine skips quickly to digits.
-_IPV4 = re.compile(r"\d(?<![\w.]\d)\d{0,2}\.(?:\d{1,3}\.){2}\d{1,3}(?![\w]|\.\d)")
+# An address may stand inside a name after or before an underscore (host_10.20.30.41, 10.20.30.41_rank0).
+_IPV4 = re.compile(r"\d(?<![A-Za-z0-9.]\d)\d{0,2}\.(?:\d{1,3}\.){2}\d{1,3}(?![A-Za-z0-9]|\.\d)")
+# EC2's host names write it with dashes (ip-10-20-30-42): the same address, the same placeholder, in dashes.
+_IPV4_DASHED = re.compile(r"(?<![\w.-])(?P<k>(?i:ip)[-_])(?P<v>\d{1,3}(?:-\d{1,3}){3})(?![\w-])")
+_IPV4_DASHED_HINT = re.compile(r"(?i:p)[-_]\d{1,3}-\d{1,3}-")
 # Up to eight groups (a ninth is a port written without brackets), an IPv4-mapped tail, a zone id. A match may
 # start after a colon (eth0:fe80::1, peer:fd00::1): finditer takes the leftmost start, so no match begins inside
 # a longer run of groups.
@@ -181,11 +352,88 @@ _MAC = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}(?![\w:])")
 # Cheap tests before the look-behind patterns above (tried at every position): four groups after a colon.
 _MAC_HINT = re.compile(r":[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}")
 _IPV6_FULL_HINT = re.compile(r":(?:[0-9A-Fa-f]{1,4}:){5}")
+_UUID = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
+# The same addresses written by other tools: Windows (06-90-81-3F-7E-10), Cisco (0690.813f.7e10).
+_MAC_DASHES = re.compile(r"(?<![\w-])(?:[0-9A-Fa-f]{2}-){5}[0-9A-Fa-f]{2}(?![\w-])")
+_MAC_DASHES_HINT = re.compile(r"-[0-9A-Fa-f]{2}-[0-9A-Fa-f]{2}-[0-9A-Fa-f]{2}-")
+_MAC_DOTS = re.compile(r"(?<![\w.:])[0-9A-Fa-f]{4}\.[0-9A-Fa-f]{4}\.[0-9A-Fa-f]{4}(?![\w.:])")
+_MAC_DOTS_HINT = re.compile(r"\.[0-9A-Fa-f]{4}\.")
+# An IPoIB link address (ip link: link/infiniband): 4 bytes of flags and QPN, the 8 of the GID prefix, the port
+# GUID (replaced). The broadcast address's "GUID" is all 00 and ff bytes: kept.
+_IB_LINK = re.compile(
+    r"(?<![\w:])(?P<k>(?:[0-9A-Fa-f]{2}:){12})(?P<v>(?:[0-9A-Fa-f]{2}:){7}[0-9A-Fa-f]{2})(?![\w:])"
+)
+# A GUID as ibv_devinfo, rdma and sysfs write it: four groups of four hex digits, alone (an IPv6 address has more).
+_GUID_QUADS = re.compile(r"(?<![\w:.])[0-9A-Fa-f]{4}(?::[0-9A-Fa-f]{4}){3}(?![\w:.])")
+_GUID_QUADS_HINT = re.compile(r":[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4}:")
+_GUID_PLACEHOLDER_PREFIX = "02000000"
+# GPU UUIDs by their tag: nvidia-smi (GPU-uuid, MIG-uuid), rocminfo (GPU- and 16 hex digits); not gpu-a17, a host.
+_GPU_UUID = re.compile(
+    rf"(?:GPU|MIG)-(?<![\w-]GPU-)(?<![\w-]MIG-)(?P<v>{_UUID}|[0-9A-Fa-f]{{16}})(?![\w-])"
+)  # placeholders are 0200000000000001, ... (locally administered, as MACs)
+# (kind, literals of which one must be in the line (lower case), pattern): group "v" is replaced, the rest kept.
+# Hex identifiers are taken only by their key or their tag (GPU-, "H-), never a bare hex string.
+_HARDWARE_IDS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
+    # ibstat (Node GUID: 0x...), ibv_devinfo (node_guid:), rdma dev show, ibnetdiscover (switchguid=0x..(..))
+    (
+        "guid",
+        ("guid",),
+        re.compile(
+            r"(?i:guid)[\"']?[ \t]*[:=]?[ \t]*[\"']?(?P<v>0x[0-9A-Fa-f]{16}|[0-9A-Fa-f]{16}|[0-9A-Fa-f]{4}(?::[0-9A-Fa-f]{4}){3})"
+            r"(?![\w:])(?:\((?P<w>[0-9A-Fa-f]{1,16})\))?"
+        ),
+    ),
+    ("guid", ('"h-', '"s-', '"r-'), re.compile(r"(?<=\")[HSR]-(?P<v>[0-9a-f]{16})(?=\")")),  # ibnetdiscover
+    (
+        "guid",
+        ("\t",),
+        re.compile(r"(?<![\w-])[a-z][a-z0-9_]*\d *\t(?P<v>[0-9a-f]{16})(?![\w:])"),
+    ),  # ibv_devices
+    # rocm-smi (Unique ID:), dmidecode and amd-smi (UUID:)
+    (
+        "uuid",
+        ("unique",),
+        re.compile(r"(?i:unique[ _]?id)[ \t]*[:=][ \t]*[\"']?(?P<v>(?:0x)?[0-9A-Fa-f]{8,32})(?![\w-])"),
+    ),
+    (
+        "uuid",
+        ("uuid",),
+        re.compile(rf"(?<![\w-])(?:UUID|Uuid)[\"']?[ \t]*[:=][ \t]*[\"']?(?P<v>{_UUID})(?![\w-])"),
+    ),
+    # nvidia-smi -q, dmidecode, smartctl, rocm-smi, amd-smi (PRODUCT_SERIAL:), lspci (Device Serial Number ..),
+    # sysfs (product_serial): a value holding a digit ("Not Specified" is none)
+    (
+        "serial",
+        ("serial",),
+        re.compile(
+            r"(?i:(?<![\w-])(?:[a-z]+_)*serial(?:[ _-]?(?:number|no|num))?[\"']?[ \t]*(?:[:=][ \t]*[\"']?|(?<=number)[ \t]+))"
+            r"(?P<v>(?=[^\s\"',;]*\d)[A-Za-z0-9][\w.:/+-]{3,})"
+        ),
+    ),
+    # hostnamectl (Machine ID:, Boot ID:), /etc/machine-id, journald (_MACHINE_ID=, _BOOT_ID=)
+    (
+        "machine-id",
+        ("machine",),
+        re.compile(
+            r"(?i:(?<![\w-])_?machine[ _-]?id)[\"']?[ \t]*[:=][ \t]*[\"']?(?P<v>[0-9a-f]{32})(?![0-9A-Fa-f])"
+        ),
+    ),
+    (
+        "boot-id",
+        ("boot",),
+        re.compile(
+            r"(?i:(?<![\w-])_?boot[ _-]?id)[\"']?[ \t]*[:=][ \t]*[\"']?(?P<v>[0-9a-f]{32})(?![0-9A-Fa-f])"
+        ),
+    ),
+)
 _KEEP_V4 = tuple(
     ipaddress.IPv4Network(n)
     for n in ("127.0.0.0/8", "0.0.0.0/32", "255.0.0.0/8", "192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
 )
-_VERSION_BEFORE = re.compile(r"(?i)(?:version|ver|fw|firmware|driver|rev)[\s:=]*\Z")
+_VERSION_BEFORE = re.compile(
+    r"(?i)(?:(?:version|ver|fw|firmware|driver|rev)[\s:=]*|[=<>!~]=)\Z"
+)  # also pip's ==
+_VERSION_AFTER = re.compile(r"-(?:py|cp)\d")  # a wheel's name: nvidia_cufft_cu12-11.2.1.3-py3-none-...
 _V4_POOLS = ("192.0.2.", "198.51.100.", "203.0.113.")
 
 # --- cluster paths and Slurm identities ---
@@ -193,28 +441,33 @@ _CLUSTER_PATH = re.compile(
     r"(?<![\w.-])/(?:lustre|gpfs|scratch|nfs|fsx|mnt|shared|projects?|proj|data|datasets|beegfs|cephfs|work|vast|weka)"
     r"(?:/[^\s/\"':,;=)\]}]+){1,2}"
 )
+_SLURM_NAMES = r"[A-Za-z_][\w.-]*(?:,[A-Za-z_][\w.-]*)*"  # one name, or a list (AllowAccounts=a,b)
+_SLURM_COMMAND = rf"\b(?:srun|sbatch|salloc){_SAME_COMMAND}"  # srun -A ACCOUNT -p PARTITION ...
 _SLURM_KEYS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "account",
         re.compile(
-            r"(?P<k>(?:--account[= ]|#SBATCH\s+-A\s+|(?<![\w-])(?:Account|SLURM_JOB_ACCOUNT|SLURM_ACCOUNT|"
-            r"SBATCH_ACCOUNT|ATOMDYN_ACCOUNT)=|\"account\"\s*:\s*\"))(?P<v>[A-Za-z_][\w.-]*)"
+            r"(?P<k>(?:--account[= ]|#SBATCH\s+-A\s+|(?<![\w-])(?:Account|account|AccountName|DefaultAccount|"
+            r"AllowAccounts|DenyAccounts|SLURM_JOB_ACCOUNT|SLURM_ACCOUNT|SBATCH_ACCOUNT|ATOMDYN_ACCOUNT)=|"
+            rf"\"account\"\s*:\s*\"|{_SLURM_COMMAND}-A[ \t]*))(?P<v>{_SLURM_NAMES})"
         ),
     ),
     (
         "partition",
         re.compile(
-            r"(?P<k>(?:--partition[= ]|#SBATCH\s+-p\s+|(?<![\w-])(?:Partition|SLURM_JOB_PARTITION|SBATCH_PARTITION|"
-            r"ATOMDYN_PARTITION)=|\"partition\"\s*:\s*\"))(?P<v>[A-Za-z_][\w.-]*)"
+            r"(?P<k>(?:--partition[= ]|#SBATCH\s+-p\s+|(?<![\w-])(?:Partition|partition|PartitionName|Partitions|"
+            r"SLURM_JOB_PARTITION|SBATCH_PARTITION|ATOMDYN_PARTITION)=|"
+            rf"\"partition\"\s*:\s*\"|{_SLURM_COMMAND}-p[ \t]*))(?P<v>{_SLURM_NAMES})"
         ),
     ),
     (
         "qos",
         re.compile(
-            r"(?P<k>(?:--qos[= ]|(?<![\w-])(?:QOS|QoS|SLURM_JOB_QOS|SBATCH_QOS|ATOMDYN_QOS)=|\"qos\"\s*:\s*\"))"
-            r"(?P<v>[A-Za-z_][\w.-]*)"
+            r"(?P<k>(?:--qos[= ]|(?<![\w-])(?:QOS|QoS|qos|AllowQos|DenyQos|SLURM_JOB_QOS|SBATCH_QOS|ATOMDYN_QOS)=|"
+            rf"\"qos\"\s*:\s*\"))(?P<v>{_SLURM_NAMES})"
         ),
     ),
+    ("group", re.compile(rf"(?P<k>(?<![\w-])(?:GroupId|AllowGroups|DenyGroups)=)(?P<v>{_SLURM_NAMES})")),
     (
         "cluster",
         re.compile(
@@ -222,6 +475,116 @@ _SLURM_KEYS: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
 )
+# Rows of squeue, sacct and sinfo in their default formats: no key names the partition, account, user or nodes.
+_SLURM_TIME = r"(?:\d+-)?\d+:\d\d(?::\d\d)?"
+_SQUEUE_STATES = (
+    "PD|R|CG|CD|CF|CA|F|TO|NF|PR|S|ST|RQ|RS|RV|SO|SE|SI|BF|OOM|DL|RD|RF|RH|PENDING|RUNNING|COMPLETING|COMPLETED|"
+    "CONFIGURING|CANCELLED|FAILED|TIMEOUT|SUSPENDED|STOPPED|PREEMPTED|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|"
+    "REQUEUED|RESIZING|REVOKED|SPECIAL_EXIT|SIGNALING|STAGE_OUT"
+)
+_SACCT_STATES = (
+    "COMPLETED|RUNNING|FAILED|CANCELLED|PENDING|TIMEOUT|OUT_OF_ME(?:MORY)?|NODE_FAIL|PREEMPTED|REQUEUED|SUSPENDED|"
+    "BOOT_FAIL|DEADLINE|RESIZING|REVOKED"
+)
+_SINFO_HINT = re.compile(r"[ \t](?:up|down|drain|inact)[ \t]")
+_SLURM_ROWS: tuple[
+    re.Pattern[str], ...
+] = (  # squeue's and sacct's first (a row starts with a job id), sinfo's
+    # JOBID PARTITION NAME USER ST TIME [TIME_LIMIT] NODES NODELIST(REASON)
+    re.compile(
+        r"[ \t]*\d+(?:_(?:\d+|\[[\d,%-]+\]))?(?:\+\d+)?[ \t]+(?P<partition>\S+)[ \t]+\S+[ \t]+(?P<user>\S+)[ \t]+"
+        rf"(?:{_SQUEUE_STATES})[ \t]+(?:{_SLURM_TIME}|INVALID)(?:[ \t]+(?:{_SLURM_TIME}|UNLIMITED|INVALID|NOT_SET))?"
+        r"[ \t]+\d+[ \t]+(?P<nodes>[^\s(]\S*)?"
+    ),
+    # JobID JobName Partition Account AllocCPUS State ExitCode (a step has no partition; "+" ends a cut name)
+    re.compile(
+        r"[ \t]*\d+(?:_\d+)?(?:\.(?:batch|extern|interactive|\d+))?[ \t]+\S+[ \t]+(?:(?P<partition>\S+?)\+?[ \t]+)?"
+        rf"(?P<account>\S+?)\+?[ \t]+\d+[ \t]+(?:{_SACCT_STATES})\+?(?: by \d+)?[ \t]+\d+:\d+(?![\w:])"
+    ),
+    # PARTITION AVAIL TIMELIMIT NODES STATE NODELIST ("*" marks the default partition)
+    re.compile(
+        rf"[ \t]*(?P<partition>[A-Za-z0-9_][\w.-]*?)\*?[ \t]+(?:up|down|drain|inact)[ \t]+(?:infinite|n/a|{_SLURM_TIME})"
+        r"[ \t]+\d+[ \t]+[a-z]+[*~#!%$@^+-]*[ \t]+(?P<nodes>[^\s(]\S*)"
+    ),
+)
+
+# --- cloud ids ---
+_GCP_PROJECT = r"[a-z][a-z0-9-]{4,28}[a-z0-9]"
+_GCP_COLLECTIONS = (
+    "zones|regions|global|locations|instances|serviceAccounts|secrets|topics|subscriptions|datasets|buckets|"
+    "aggregated|images|snapshots|disks|networks|subnetworks|machineImages|instanceTemplates|instanceGroups"
+)
+# (kind, literals of which one must be in the line (lower case), pattern): group "v" becomes a placeholder of the
+# kind (a host's for "host", the name a machine is reached by), the rest of the match is kept.
+_CLOUD_IDS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
+    ("instance", ("i-",), re.compile(r"i-(?<![\w-]i-)(?P<v>[0-9a-f]{17}|[0-9a-f]{8})(?![\w-])")),  # EC2
+    ("aws-account", ("arn:aws",), re.compile(r"\barn:aws[\w-]*:[\w-]*:[\w-]*:(?P<v>\d{12})(?=:)")),
+    (
+        "aws-account",
+        ("account",),
+        re.compile(
+            r"(?<![\w-])[\"']?(?i:(?:aws_)?account(?:_?id)?)[\"']?[ \t]*[:=][ \t]*[\"']?(?P<v>\d{12})(?!\d)"
+        ),
+    ),
+    (
+        "project",
+        ("projects/",),
+        re.compile(rf"(?<![\w-])projects/(?P<v>{_GCP_PROJECT})(?=/(?:{_GCP_COLLECTIONS})\b)"),
+    ),
+    ("project", ("--project",), re.compile(rf"(?<![\w-])--project[= ][\"']?(?P<v>{_GCP_PROJECT})(?![\w.-])")),
+    (
+        "project",
+        ("project",),
+        re.compile(
+            rf"(?<![\w-])[\"']?(?i:(?:[a-z]+_)*project(?:_?id)?)[\"']?[ \t]*[:=][ \t]*[\"']?(?P<v>{_GCP_PROJECT})(?![\w.-])"
+        ),
+    ),
+    (
+        "host",
+        ("instances/",),
+        re.compile(r"\bzones/[a-z0-9-]+/instances/(?P<v>[a-z][a-z0-9-]{0,62})(?![\w.-])"),
+    ),
+    (
+        "host",
+        ("gcloud",),
+        re.compile(
+            r"\bgcloud(?: alpha| beta)? compute (?:ssh|instances [a-z-]+) (?:[\w.-]+@)?(?P<v>[a-z][a-z0-9-]{0,62})(?![\w.@:-])"
+        ),
+    ),
+    ("subscription", ("subscriptions/",), re.compile(rf"(?i:subscriptions)/(?P<v>{_UUID})")),
+    (
+        "subscription",
+        ("--subscription",),
+        re.compile(rf"(?<![\w-])--subscription[= ][\"']?(?P<v>{_UUID}|[A-Za-z][\w.-]*)"),
+    ),
+    (
+        "subscription",
+        ("subscription",),
+        re.compile(
+            rf"(?<![\w-])[\"']?(?i:[a-z_]*subscription_?id)[\"']?[ \t]*[:=][ \t]*[\"']?(?P<v>{_UUID})"
+        ),
+    ),
+    (
+        "tenant",
+        ("tenant",),
+        re.compile(rf"(?<![\w-])[\"']?(?i:[a-z_]*tenant_?id)[\"']?[ \t]*[:=][ \t]*[\"']?(?P<v>{_UUID})"),
+    ),
+    ("resource-group", ("resourcegroups/",), re.compile(r"(?i:resourceGroups)/(?P<v>[\w.-]+)")),
+    ("host", ("virtualmachines/",), re.compile(r"(?i:virtualMachines)/(?P<v>[A-Za-z0-9][\w.-]*)")),
+    (
+        "ocid",
+        ("ocid1.",),
+        re.compile(r"\bocid1\.[a-z0-9_]+\.[a-z0-9-]+\.(?:[a-z0-9-]*\.){1,2}(?P<v>[a-z0-9]{20,})(?![\w.-])"),
+    ),
+)
+
+# The literals of the tables of command-line credentials, cloud ids and hardware ids, looked for once a line
+# (every pass of a line is given the same lower case; substring tests are faster than one alternation here),
+# none holding another ("project" stands for "projects/" and "--project").
+_ALL_GUARDS = {
+    g for table in (_COMMAND_CREDENTIALS, _CLOUD_IDS, _HARDWARE_IDS) for _, guards, _ in table for g in guards
+}
+_RULES_GUARDS = tuple(sorted(g for g in _ALL_GUARDS if not any(o != g and o in g for o in _ALL_GUARDS)))
 
 
 def strip_colours(text: str) -> str:
@@ -292,6 +655,7 @@ class Sanitizer:
         self._names: tuple[tuple[int, int], list[str]] | None = None  # known_names() for a known_count()
         self._all: tuple[tuple[int, int], set[str]] | None = None  # _all_names() for a known_count()
         self._path_res: list[tuple[str, re.Pattern[str]]] | None = None  # _path_patterns() (paths only grow)
+        self._hint_for, self._hinted = "", False  # _rules_hinted(): the last lower case searched, the answer
         # The passes of a line, in order: each takes the line as the passes before left it and the lower case
         # of the line as it came; the known names are replaced after them (_bare_words).
         self._passes: tuple[Callable[[str, str], str], ...] = (
@@ -349,6 +713,8 @@ class Sanitizer:
                 found = f"2001:db8::{n:x}"
             elif kind == "mac":
                 found = f"02:00:00:00:{n // 256 % 256:02x}:{n % 256:02x}"
+            elif kind == "guid":
+                found = f"{_GUID_PLACEHOLDER_PREFIX}{n:08x}"
             elif kind == "path":
                 found = f"/cluster/path-{n}"
             else:
@@ -420,10 +786,16 @@ class Sanitizer:
 
     def _slurm_replacer(self, kind: str) -> Callable[[re.Match[str]], str]:
         def replace(m: re.Match[str]) -> str:
-            value = m["v"]
-            return m["k"] + (value if _PLACEHOLDER.match(value) else self._placeholder(kind, value))
+            return m["k"] + ",".join(self._slurm_value(kind, value) for value in m["v"].split(","))
 
         return replace
+
+    def _slurm_value(self, kind: str, value: str) -> str:
+        """A partition, account, QOS, group or cluster's placeholder; itself where it is one or names nothing
+        (ALL, system groups)."""
+        if _PLACEHOLDER.match(value) or value in _SYSTEM_GROUPS:
+            return value
+        return self._placeholder(kind, value)
 
     # -- the passes ----------------------------------------------------------------------------------------
 
@@ -515,6 +887,11 @@ class Sanitizer:
                 text = pattern.sub(_after_key(_redact(kind)), text)
             else:
                 text = pattern.sub(_redact(kind), text)
+        if ("-u" in text or "ETCDCTL_USER=" in text) and ":" in text:
+            text = _USER_PASSWORD.sub(self._user_and_password, text)
+        for what, guards, pattern in _COMMAND_CREDENTIALS if self._rules_hinted(low) else ():
+            if any(g in low for g in guards):
+                text = pattern.sub(self._credential(what), text)
         if not _SECRET_WORD.search(low):
             return text
 
@@ -530,6 +907,33 @@ class Sanitizer:
             lambda m: m[0] if m["v"].startswith("<redacted:") else m["k"] + _redact("secret"), text
         )
 
+    def _rules_hinted(self, low: str) -> bool:
+        """Whether the lower case of a line holds a literal of _COMMAND_CREDENTIALS, _CLOUD_IDS or _HARDWARE_IDS:
+        searched once a line (the passes of a line are given the same string; its value decides alone)."""
+        if low is not self._hint_for:
+            self._hint_for, self._hinted = low, any(map(low.__contains__, _RULES_GUARDS))
+        return self._hinted
+
+    def _user_and_password(self, m: re.Match[str]) -> str:
+        user, password = m["u"], m["v"]
+        if user.isdigit() and password.isdigit():
+            return m[0]  # docker's uid:gid
+        if password in _SYSTEM_GROUPS or password.startswith("<redacted:"):
+            return m["k"] + self._user(user) + ":" + password  # docker's user:group
+        return f"{m['k']}{self._user(user)}:{_redact('password')}"
+
+    def _credential(self, what: str) -> Callable[[re.Match[str]], str]:
+        def replace(m: re.Match[str]) -> str:
+            value = m["v"]
+            if what == "user":
+                return m["k"] + self._user(value)
+            if value.startswith("<redacted:") or value.strip("\"'").startswith("<redacted:"):
+                return m[0]
+            quote = value[0] if value[0] in "\"'" else ""
+            return f"{m['k']}{quote}{_redact(what)}{quote}"
+
+        return replace
+
     def _users(self, text: str, low: str) -> str:
         """Known paths, users (and the hosts after them), Slurm accounts, partitions, QOS, clusters."""
         for original, pattern in self._path_patterns():
@@ -541,16 +945,99 @@ class Sanitizer:
             text = _USER_KEY.sub(lambda m: m["k"] + self._user(m["v"]), text)
 
         def user_at_host(m: re.Match[str]) -> str:
+            if _IPV4_ALONE.match(m["h"]):
+                return f"{self._user(m['u'])}@{m['h']}"  # the address is the IPv4 pass's
             if _NOT_HOST_AFTER_AT.match(m["h"]):
                 return m[0]
             return f"{self._user(m['u'])}@{self._host(m['h'], learn=True)}"
 
         if "@" in text:
             text = _USER_AT_HOST.sub(user_at_host, text)
+        if "uid=" in low or "gid=" in low or "groups=" in low:
+            text = _ID_OUTPUT.sub(self._id_output, text)
+        for kind, guards, pattern in _CLOUD_IDS if self._rules_hinted(low) else ():
+            if any(g in low for g in guards):
+                text = pattern.sub(self._identifier(kind), text)
         for kind, pattern in _SLURM_KEYS if _ANY_SLURM_WORD.search(low) else ():
             if _SLURM_WORD[kind].search(low):
                 text = pattern.sub(self._slurm_replacer(kind), text)
+        first = text.lstrip(" \t")[:1]
+        rows = _SLURM_ROWS[:2] if first.isdigit() else _SLURM_ROWS[2:] if _SINFO_HINT.search(low) else ()
+        for row in rows:
+            if (m := row.match(text)) is not None:
+                return self._slurm_row(m)
         return text
+
+    def _id_output(self, m: re.Match[str]) -> str:
+        """id(1)'s uid=N(user), gid=N(group), groups=N(group),...: the names go, the numbers stay."""
+
+        def entry(e: re.Match[str]) -> str:
+            name = e["name"]
+            if m["key"].endswith("uid"):
+                return f"{e['n']}({self._user(name)})"
+            return f"{e['n']}({self._slurm_value('group', name)})"
+
+        return m["k"] + _ID_ENTRY.sub(entry, m["v"])
+
+    def _slurm_row(self, m: re.Match[str]) -> str:
+        """A squeue, sacct or sinfo row with its partition, account, user and nodes replaced."""
+        spans: list[tuple[int, int, str]] = []
+        for group, value in m.groupdict().items():
+            if value is None:
+                continue
+            if group == "user":
+                replaced = self._user(value)
+            elif group == "nodes":
+                replaced = ",".join(self._node_list(item) for item in _NODE_LIST_ITEM.findall(value))
+            else:
+                replaced = self._slurm_value(group, value)
+            spans.append((m.start(group), m.end(group), replaced))
+        text, pos = m.string, 0
+        out: list[str] = []
+        for start, end, replaced in sorted(spans):
+            out += (text[pos:start], replaced)
+            pos = end
+        out.append(text[pos:])
+        return "".join(out)
+
+    def _identifier(self, kind: str) -> Callable[[re.Match[str]], str]:
+        """Group "v" of a match replaced by a placeholder of ``kind`` (a host's for "host"), the rest kept."""
+
+        def replace(m: re.Match[str]) -> str:
+            value = m["v"]
+            if _PLACEHOLDER.match(value):
+                return m[0]
+            if kind == "host":
+                replaced = self._host(value, learn=True)
+            elif kind == "guid":
+                replaced = self._guid(value)
+            else:
+                replaced = self._placeholder(kind, value)
+            start, end = m.start("v") - m.start(), m.end("v") - m.start()
+            out = m[0][:start] + replaced + m[0][end:]
+            if "w" in m.re.groupindex and m["w"] is not None:  # ibnetdiscover: the GUID again, without 0x
+                w_start, w_end = m.start("w") - m.start(), m.end("w") - m.start()
+                shift = len(replaced) - (end - start)
+                again = f"{int(self._guid(value).removeprefix('0x').replace(':', ''), 16):x}"
+                out = out[: w_start + shift] + again + out[w_end + shift :]
+            return out
+
+        return replace
+
+    def _guid(self, value: str) -> str:
+        """The placeholder of a 64-bit GUID, written as ``value`` is (0x..., four groups of four, 16 digits,
+        eight bytes with colons); itself where it is one."""
+        digits = value.lower().removeprefix("0x").replace(":", "")
+        if digits.startswith(_GUID_PLACEHOLDER_PREFIX):
+            return value
+        found = self._placeholder("guid", digits)
+        if value.lower().startswith("0x"):
+            return "0x" + found
+        if value.count(":") == 3:
+            return ":".join(found[i : i + 4] for i in range(0, 16, 4))
+        if value.count(":") == 7:
+            return ":".join(found[i : i + 2] for i in range(0, 16, 2))
+        return found
 
     def _hosts_and_paths(self, text: str, low: str) -> str:
         """Hosts (in URLs, after keys and flags, Slurm's messages, FQDNs) and cluster paths."""
@@ -562,6 +1049,8 @@ class Sanitizer:
                 and _PROSE_AFTER_SPACED_KEY.match(m.string, m.end())
             ):
                 return m[0]  # "NODE = Connection traversing PCIe ..." is a sentence, not a host
+            if m["k"].rstrip("= \t") in ("-w", "-x") and _PLAIN_WORD.fullmatch(m["v"]):
+                return m[0]  # etcdctl -w table, curl -x proxy: a node's name holds a digit or a hyphen
             return m["k"] + ",".join(self._node_list(item) for item in _NODE_LIST_ITEM.findall(m["v"]))
 
         if "://" in text:
@@ -570,32 +1059,70 @@ class Sanitizer:
             text = _HOST_KEY.sub(host_list, text)
         if "***" in text or "slurmstepd-" in text:
             text = _SLURM_ON_HOST.sub(host_list, text)
+        if "srun: error: " in text:
+            text = _SRUN_ERROR_ON.sub(lambda m: m["k"] + self._host(m["v"], learn=True), text)
+        if _BARE_NODE_RANGE_HINT.search(text):
+            text = _BARE_NODE_RANGE.sub(self._bare_node_range, text)
         if _TLD_HINT.search(text):
             text = _FQDN.sub(lambda m: self._host(m[0], learn=False), text)
         if _PATH_HINT.search(text):
             text = _CLUSTER_PATH.sub(lambda m: self._placeholder("path", m[0]), text)
         return text
 
+    def _bare_node_range(self, m: re.Match[str]) -> str:
+        """A node list no key names, where it looks like one: the name before the brackets ends in - or _,
+        holds a digit or a hyphen, or is a node word, or the numbers are zero-padded (nid[001234-001240]);
+        CPU[0-63] and kv_caches[0-31] are no nodes, nor interfaces (mlx5_[0-3])."""
+        head, first = m["head"], m["first"]
+        if not (
+            head[-1] in "-_"
+            or _DISTINCT_LABEL.search(head)
+            or head.lower() in _NODE_WORDS
+            or (len(first) > 1 and first.startswith("0"))
+        ):
+            return m[0]
+        names = node_names(m[0], strict=False)
+        if names and _INTERFACE.match(names[0]):
+            return m[0]
+        return self._node_list(m[0])
+
     def _ipv4(self, text: str, _low: str) -> str:
         def v4(m: re.Match[str]) -> str:
             if _VERSION_BEFORE.search(m.string, max(0, m.start() - 24), m.start()):
                 return m[0]
-            known = self._known("ipv4", m[0])
-            if known is not None:
-                return known  # seen before: no need to parse it again
-            try:
-                address = ipaddress.IPv4Address(m[0])
-            except ValueError:
+            if _VERSION_AFTER.match(m.string, m.end()):
                 return m[0]
-            if any(address in net for net in _KEEP_V4):
-                return m[0]
-            return self._placeholder("ipv4", m[0])
+            return self._ipv4_placeholder(m[0])
+
+        def dashed(m: re.Match[str]) -> str:
+            return m["k"] + self._ipv4_placeholder(m["v"].replace("-", ".")).replace(".", "-")
 
         if _IPV4_HINT.search(text):
             text = _IPV4.sub(v4, text)
+        if ("ip-" in _low or "ip_" in _low) and _IPV4_DASHED_HINT.search(text):
+            text = _IPV4_DASHED.sub(dashed, text)
         return text
 
-    def _hardware_addresses(self, text: str, _low: str) -> str:
+    def _ipv4_placeholder(self, value: str) -> str:
+        """The placeholder of an IPv4 address; itself where it is none or identifies nothing."""
+        known = self._known("ipv4", value)
+        if known is not None:
+            return known  # seen before: no need to parse it again
+        try:
+            address = ipaddress.IPv4Address(value)
+        except ValueError:
+            return value
+        if any(address in net for net in _KEEP_V4):
+            return value
+        return self._placeholder("ipv4", value)
+
+    def _ib_link(self, m: re.Match[str]) -> str:
+        guid = m["v"]
+        if not guid.lower().replace("00", "").replace("ff", "").strip(":"):
+            return m[0]  # the broadcast address's
+        return m["k"] + self._guid(guid)
+
+    def _hardware_addresses(self, text: str, low: str) -> str:
         """MAC and IPv6 addresses (IPv6 before IPv4: an IPv4-mapped address is one IPv6 address)."""
 
         def v6(m: re.Match[str]) -> str:
@@ -609,6 +1136,8 @@ class Sanitizer:
             return raw
 
         colons = text.count(":")
+        if colons >= 19 and _MAC_HINT.search(text):
+            text = _IB_LINK.sub(self._ib_link, text)
         if colons >= 5 and _MAC_HINT.search(text):
             text = _MAC.sub(
                 lambda m: m[0] if m[0].startswith("02:00:00:00:") else self._placeholder("mac", m[0].lower()),
@@ -618,7 +1147,30 @@ class Sanitizer:
         # its groups (at least six colons, the last two groups may be an IPv4 address).
         if "::" in text or (colons >= 6 and _IPV6_FULL_HINT.search(text)):
             text = _IPV6.sub(v6, text)
+        if _MAC_DASHES_HINT.search(text):
+            text = _MAC_DASHES.sub(lambda m: self._mac(m[0], "-"), text)
+        if _MAC_DOTS_HINT.search(text):
+            text = _MAC_DOTS.sub(lambda m: self._mac(m[0], "."), text)
+        if colons >= 3 and _GUID_QUADS_HINT.search(text):
+            text = _GUID_QUADS.sub(lambda m: self._guid(m[0]), text)
+        if "GPU-" in text or "MIG-" in text:
+            text = _GPU_UUID.sub(self._identifier("uuid"), text)
+        for kind, guards, pattern in _HARDWARE_IDS if self._rules_hinted(low) else ():
+            if any(g in low for g in guards):
+                text = pattern.sub(self._identifier(kind), text)
         return text
+
+    def _mac(self, value: str, separator: str) -> str:
+        """The placeholder of a MAC written with dashes or dots, written so; itself where it is one."""
+        digits = value.lower().replace(separator, "")
+        colons = ":".join(digits[i : i + 2] for i in range(0, 12, 2))
+        if colons.startswith("02:00:00:00:"):
+            return value
+        found = self._placeholder("mac", colons)
+        if separator == "-":
+            return found.replace(":", "-")
+        plain = found.replace(":", "")
+        return ".".join(plain[i : i + 4] for i in range(0, 12, 4))
 
     def _ipv6(self, text: str) -> str | None:
         """The placeholder for an IPv6 address (itself where it identifies nothing), None if it is no address.

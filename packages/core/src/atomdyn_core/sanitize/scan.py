@@ -48,11 +48,30 @@ _KEY_SUFFIXES = (
     # _SECRET_ASSIGNMENT (api_key, access_key, private_key end in key)
     *("password", "passwd", "secret", "token", "key", "credential", "credentials"),
     *("account", "partition", "qos", "clustername", "cluster_name"),  # _SLURM_KEYS
+    *("accountname", "accounts", "partitionname", "partitions", "groupid", "groups"),  # and their lists
+    *("uid", "gid"),  # _ID_OUTPUT (groups= above)
+    # _SECRET_ASSIGNMENT's SSHPASS, MYSQL_PWD, REDISCLI_AUTH, private_key_id
+    *("sshpass", "pwd", "auth", "key_id"),
+    *("account_id", "accountid"),  # the AWS account of _CLOUD_IDS
     *("signature", "sig"),  # cloud-key (AccountKey=, SharedAccessKey= end in key)
 )
 _CLUSTER_DIRS = (
     *("lustre", "gpfs", "scratch", "nfs", "fsx", "mnt", "shared", "projects", "project", "proj", "data"),
     *("datasets", "beegfs", "cephfs", "work", "vast", "weka"),
+)
+# Words of the patterns that need no key before a separator: command-line credentials, headers, the AWS
+# secret after whitespace, Slurm commands and srun's errors, cloud ids, hardware ids.
+_WORDS = (
+    *("sshpass", "mysql", "mariadb", "redis-cli", "ipmitool", "pass:"),  # _COMMAND_CREDENTIALS
+    *("docker login", "podman login", "nerdctl login", "buildah login", "skopeo login", "oras login"),
+    "registry login",
+    *("authorization", "aws_secret_access_key", "aws_session_token", "aws_security_token"),  # _TOKENS
+    # _SLURM_KEYS (srun -A, -p, #SBATCH -A and -p), _SRUN_ERROR_ON (not srun's other messages, "srun: Job ...")
+    *("srun ", "srun\t", "sbatch ", "sbatch\t", "salloc ", "salloc\t", "#sbatch", "srun: error: "),
+    *("arn:aws", "project", "gcloud", "zones/", "subscription", "tenant", "resourcegroups/"),  # _CLOUD_IDS
+    *("virtualmachines/", "ocid1."),
+    *("guid", "unique id", "unique_id", "uniqueid", "uuid", "serial"),  # _HARDWARE_IDS
+    *("machine-id", "machine_id", "machine id", "machineid", "boot-id", "boot_id", "boot id", "bootid"),
 )
 
 
@@ -126,24 +145,34 @@ class _Builder:
         not_hex_word = "[g-z_]"
         not_127 = self.unless(r"(?<!127\.)")
         nor_dot_digit = self.unless(r"|\.\d")
+        alnum = "[0g-z]" if self.shapes else "[a-z0-9]"
         return (
-            # _IPV4 (from its first dot; 127.x is left alone by the pattern), _FQDN (its top-level-domain word)
-            rf"\.(?:{not_127}{d}{{1,3}}\.{d}{{1,3}}\.{d}{{1,3}}(?!\w{nor_dot_digit})"
-            rf"|(?={self.letter}{{2,11}}(?![\w-]))(?:{self.words(_s._TLDS)})(?![\w-]))",
+            # _IPV4 (from its first dot; 127.x is left alone by the pattern), _FQDN (its top-level-domain word),
+            # _MAC_DOTS (from its first dot)
+            rf"\.(?:{not_127}{d}{{1,3}}\.{d}{{1,3}}\.{d}{{1,3}}(?!{alnum}{nor_dot_digit})"
+            rf"|(?={self.letter}{{2,11}}(?![\w-]))(?:{self.words(_s._TLDS)})(?![\w-])"
+            rf"|(?<={h}{{4}}\.){h}{{4}}\.{h}{{4}})",
             # _IPV6 with :: (neither side a letter beyond f, no longer word before it)
             rf"::(?!{not_hex_word})(?<![g-z_.]::)(?<!{not_hex_word}{h}::)(?<!{not_hex_word}{h}{{2}}::)"
             rf"(?<!{not_hex_word}{h}{{3}}::)(?<!{not_hex_word}{h}{{4}}::)(?<!{h}{{5}}::)",
-            # _URL_CREDENTIALS and _URL_HOST (://); _IPV6 in full and _MAC (five colons from the first);
-            # keys before a colon (_HOST_KEY, _USER_KEY, _SECRET_ASSIGNMENT, JSON keys of _SLURM_KEYS)
-            rf":(?://|(?<={h}:){h}{{1,4}}:{h}{{1,4}}:{h}{{1,4}}:{h}{{1,4}}:|{self.key_before()})",
+            # _URL_CREDENTIALS and _URL_HOST (://); _IPV6 in full, _MAC and _IB_LINK (five colons from the
+            # first); _GUID_QUADS (from its first colon); keys before a colon (_HOST_KEY, _USER_KEY,
+            # _SECRET_ASSIGNMENT, JSON keys of _SLURM_KEYS)
+            rf":(?://|(?<={h}:){h}{{1,4}}:{h}{{1,4}}:{h}{{1,4}}:{h}{{1,4}}:|(?<={h}{{4}}:){h}{{4}}:{h}{{4}}:{h}{{4}}"
+            rf"|{self.key_before()})",
             # keys before an equals sign: _HOST_KEY, _USER_KEY, _SECRET_ASSIGNMENT, _SLURM_KEYS, cloud-key
             rf"=(?:{self.key_before()})",
             "@",  # _USER_AT_HOST
             rf"/(?:{self.words(['home/', 'users/', *(f'{w}/' for w in _CLUSTER_DIRS)])})",  # _HOME, _CLUSTER_PATH
             # _SECRET_FLAG, host flags of _HOST_KEY, Slurm flags of _SLURM_KEYS, _SLURM_ON_HOST's slurmstepd-,
-            # tokens ending in a hyphen (sk-, nvapi-, xox?-)
-            rf"-(?:[wx][= ]"
-            rf"|-(?:{self.words(['nodelist', 'exclude', 'account', 'partition', 'qos'])})[= ]"
+            # tokens ending in a hyphen (sk-, nvapi-, xox?-); _USER_PASSWORD (-u, --user), --project and
+            # --subscription of _CLOUD_IDS; EC2's i-, _GPU_UUID's GPU- and MIG-, ibnetdiscover's "H-,
+            # _IPV4_DASHED's ip-, _MAC_DASHES (from its first dash)
+            rf"-(?:[wx][= ]|(?<![\w-]-)u"
+            rf"|-(?:{self.words(['nodelist', 'exclude', 'account', 'partition', 'qos', 'user', 'username', 'project'])})[= ]"
+            rf"|-{self.lit('subscription')}[= ]"
+            rf"|(?<={self.lit('i-')}){h}{{8}}|(?:(?<={self.lit('gpu-')})|(?<={self.lit('mig-')})){h}{{8}}"
+            rf"|(?<=[\"']{self.cls('hsr')}-){h}{{16}}|(?<={self.lit('ip-')}){d}|(?<={h}{{2}}-){h}{{2}}-{h}{{2}}-{h}{{2}}-{h}{{2}}"
             rf"|-[{self.letter[1:-1]}0-9_.-]*?(?:"
             + self.words(["password", "passwd", "secret", "token", "apikey", "credential", "credentials"])
             + "|"
@@ -152,16 +181,27 @@ class _Builder:
             rf"|(?<={self.lit('slurmstepd-')})|(?<={self.lit('sk-')})|(?<={self.lit('nvapi-')})"
             rf"|(?<={self.lit('xox')}{self.cls('abprs')}-))",
             r"\*\*\* ",  # _SLURM_ON_HOST
-            self.lit("#sbatch"),  # _SLURM_KEYS (-A, -p)
             # tokens: hf_, gh?_ and github_pat_, AKIA/ASIA/AIza, eyJ, bearer and basic (the hex-digit free
             # letter of each is the anchor: a shape writes hex digits, frequent, as 0)
-            rf"_(?<={self.lit('hf_')})",
+            rf"_(?<={self.lit('hf_')})|_(?<={self.lit('ip_')}){d}",  # and _IPV4_DASHED's ip_
             rf"_(?<={self.lit('gh')}{self.cls('pousr')}_)|_(?<={self.lit('github_pat_')})",
             rf"r{nl}(?<={self.lit('bearer')}{nl})",
             rf"s(?:(?<={self.lit('bas')})i{self.lit('c')}{nl}|i{self.lit('a')}(?<={self.lit('asia')}))",
             rf"k(?:i{self.lit('a')}(?<={self.lit('akia')}))",
             rf"z{self.lit('a')}(?<={self.lit('aiza')})",
             rf"j(?<={self.lit('eyj')})",
+            # _TOKENS' password hashes ($6$..., $2b$..., $argon2id$...)
+            rf"\$(?:{alnum}){{1,8}}\$",
+            # _BARE_NODE_RANGE (a name, then a range of numbers in brackets)
+            rf"\[(?<=[{self.letter[1:-1]}0-9_.-]\[){d}+[,-]",
+            # ibv_devices' GUIDs (_HARDWARE_IDS), after a tab
+            rf"\t{h}{{16}}(?!{alnum})",
+            # words of the patterns that need no key (_WORDS)
+            self.words(_WORDS),
+            # _SLURM_ROWS: squeue's and sacct's rows begin with a job id and hold four more words at least,
+            # sinfo's name a partition and its availability
+            rf"(?m)^[ \t]*(?:{d}+(?:[_.+]\S*)?(?:[ \t]+\S+){{4}}"
+            rf"|[{self.letter[1:-1]}0-9_][{self.letter[1:-1]}0-9_.-]*\*?[ \t]+(?:{self.words(['up', 'down', 'drain', 'inact'])})[ \t])",
         )
 
 
