@@ -112,7 +112,7 @@ def test_prometheus_lines() -> None:
     )
     assert sample is not None
     assert sample.name == "dynamo_frontend_requests_total" and sample.value == 7.0
-    assert sample.labels == {"endpoint": "chat", "model": 'a \\"b\\", c', "status": "success"}
+    assert sample.labels == {"endpoint": "chat", "model": 'a "b", c', "status": "success"}  # unescaped
     assert prom.parse_line("vllm:nixl_bytes_transferred_sum 3.538944e+07").value == 35389440.0  # type: ignore[union-attr]
     for bad in ("# HELP x y", "", 'x{a="1"}', "x NaN", "x notanumber", "\x00\xff"):
         assert prom.parse_line(bad) is None

@@ -8,13 +8,14 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from atomdyn_launchers.evidence import prom
+
 _KV_METRICS = (
     "vllm:nixl_xfer_time_seconds_sum",
     "vllm:nixl_xfer_time_seconds_count",
     "vllm:nixl_bytes_transferred_sum",
 )
-_TIME_BUCKET = "vllm:nixl_xfer_time_seconds_bucket"
-_LE = re.compile(r'[{,]le="([^"]+)"')
+_TIME_HISTOGRAM = "vllm:nixl_xfer_time_seconds"
 
 
 @dataclass(frozen=True)
@@ -29,14 +30,14 @@ class KvTransfers:
     time_buckets: tuple[tuple[float, float], ...] = ()
 
     @property
+    def time_histogram(self) -> prom.Histogram:
+        """The transfer-time histogram as one object: its median bucket and quantiles come from it."""
+        return prom.Histogram(_TIME_HISTOGRAM, {}, self.time_buckets, self.count, self.seconds_total)
+
+    @property
     def median_bounds_s(self) -> tuple[float, float] | None:
         """(lower, upper] bucket bounds of the median transfer time; None without a histogram."""
-        lower = 0.0
-        for upper, cumulative in self.time_buckets:
-            if cumulative >= self.count / 2:
-                return lower, upper
-            lower = upper
-        return None
+        return self.time_histogram.bucket_of(0.5)
 
     @property
     def bytes_per_transfer(self) -> int:
@@ -67,20 +68,16 @@ class KvTransfers:
 def kv_transfers(run_dir: Path) -> KvTransfers | None:
     """The NIXL transfers the run's decode workers counted (``metrics/decode*.prom``); None when none."""
     sums = dict.fromkeys(_KV_METRICS, 0.0)
-    buckets: dict[float, float] = {}
-    for prom in sorted((run_dir / "metrics").glob("decode*.prom")):
-        for line in prom.read_text(errors="replace").splitlines():
-            name = line.partition("{")[0].partition(" ")[0]
-            value = line.rsplit(" ", 1)[-1]
-            if name in sums:
-                sums[name] += float(value)
-            elif name == _TIME_BUCKET and (le := _LE.search(line)):
-                bound = float(le.group(1))  # "+Inf" parses as inf
-                buckets[bound] = buckets.get(bound, 0.0) + float(value)
+    histogram = prom.Histogram(_TIME_HISTOGRAM)
+    for path in sorted((run_dir / "metrics").glob("decode*.prom")):
+        for sample in prom.read_samples(path, frozenset(_KV_METRICS)):
+            sums[sample.name] += sample.value
+        for series in prom.read_histograms(path, _TIME_HISTOGRAM):  # summed bound by bound
+            histogram = histogram.merged(series)
     time_s, count, moved = (sums[m] for m in _KV_METRICS)
     if not count:
         return None
-    return KvTransfers(round(count), round(moved), time_s, tuple(sorted(buckets.items())))
+    return KvTransfers(round(count), round(moved), time_s, histogram.buckets)
 
 
 # vLLM 0.32's messages (vllm/compilation/decorators.py, vllm/v1/engine/core.py).
