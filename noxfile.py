@@ -93,6 +93,14 @@ def real_engine(session: nox.Session) -> None:
 
 
 @nox.session
+def climb(session: nox.Session) -> None:
+    """The real engine's climb of the whole bring-up ladder on the local cluster (vLLM on CPU, every rung, a
+    report evidence.verify recomputes); about 4 minutes on 2 cores, needs root. Not in `tests` (docs/certify.md)."""
+    with session.chdir(ROOT / "packages" / "launchers"):
+        python(session, "-m", "pytest", "-v", "climbs", *session.posargs)
+
+
+@nox.session
 def faults(session: nox.Session) -> None:
     """Faults injected into real rehearsal runs (local cluster, mock engine) with expected outcomes and times to
     fail, then a soak of 20 runs counting leftovers; minutes long, needs root. ATOMDYN_SOAK_RUNS=N changes the soak."""
