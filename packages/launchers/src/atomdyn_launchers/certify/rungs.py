@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from atomdyn_core.atomic import atomic_write_json
 from atomdyn_core.lock import find_lock_path, load_lock
 from atomdyn_launchers.certify.nixl import cross_node
 from atomdyn_launchers.config.cluster import ClusterConfig
@@ -104,7 +105,7 @@ def preflight(climb: Climb) -> RungResult:
     report = check_nodes(climb.config, climb.nodes(), engine=climb.engine.name, kind="disagg")
     climb.node_report = report
     path = climb.directory / "node-check.json"
-    path.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
+    atomic_write_json(path, report.to_json())
     failed = [
         (n, c) for n, c in _node_checks(climb, lambda name: name not in IMAGE_CHECKS) if c.status == FAIL
     ]
