@@ -48,7 +48,9 @@ def shell_scripts() -> list[str]:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff, ruff format, mypy --strict on every package's sources, the import direction (import-linter,
-    .importlinter), shellcheck, hadolint on rendered Dockerfiles."""
+    .importlinter), shellcheck, hadolint on rendered Dockerfiles, and a second secret scan of the committed
+    evidence by detect-secrets (scripts/secret_scan.py: every plugin, no network, no baseline), which catches
+    what the sanitizer's own patterns miss."""
     python(session, "-m", "ruff", "check", ".")
     python(session, "-m", "ruff", "format", "--check", ".")
     for package in PACKAGES:
@@ -59,6 +61,7 @@ def lint(session: nox.Session) -> None:
     rendered = Path(session.create_tmp()) / "dockerfiles"
     session.run(tool("atomdyn-images"), "render", "--out", str(rendered), "--allow-unrecorded", external=True)
     session.run(tool("hadolint"), *sorted(str(p) for p in rendered.glob("Dockerfile*")), external=True)
+    python(session, str(ROOT / "scripts" / "secret_scan.py"))
 
 
 @nox.session
