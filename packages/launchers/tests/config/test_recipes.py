@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from jsonschema.validators import Draft202012Validator, validator_for  # type: ignore[import-untyped]
 
 from atomdyn_launchers.config import recipes
 from atomdyn_launchers.config.cluster import find_repo_root
@@ -223,7 +224,10 @@ def test_a_node_name_or_recipe_name_ending_in_a_newline_is_refused() -> None:
 
 
 def test_every_pattern_is_anchored() -> None:
-    """validate() matches a pattern against the whole string; JSON Schema searches, so each is ^...$."""
+    """validate() matches a pattern against the whole string; JSON Schema searches, so each is ^...$. Python's $
+    also matches before a final newline, which is why the recipe validator full-matches instead of searching."""
+    stock = Draft202012Validator({"pattern": recipes._TIME})
+    assert stock.is_valid("02:00:00\n")  # what a plain search lets through, and the recipe refuses
 
     def patterns(node: object) -> list[str]:
         if isinstance(node, dict):
@@ -295,3 +299,69 @@ def test_numbers_within_the_bounds_are_kept() -> None:
     )
     assert (recipe.requests, recipe.concurrency, recipe.max_tokens) == (10000, 1024, 131072)
     assert recipe.mocker is not None and recipe.mocker.kv_transfer_bandwidth_gbps == 1000000
+
+
+# -- the reference validator (jsonschema): what the hand-written subset got wrong ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "named"),
+    [
+        ("schema_version: 1", "schema_version: true", "schema_version: must be 1, not True"),
+        ("{workers: 2}", "{workers: true}", "layout.prefill.workers: must be an integer, not bool"),
+        ("{workers: 3}", "{workers: 3, gpus_per_worker: false}", "layout.decode.gpus_per_worker: must be an "
+         "integer, not bool"),
+    ],
+)  # fmt: skip
+def test_a_boolean_is_not_a_number(old: str, new: str, named: str) -> None:
+    """YAML's true is Python's True, and True == 1: the hand-written validator took `schema_version: true` for
+    version 1. JSON Schema's booleans are not numbers, nor equal to one."""
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(MINIMAL.replace(old, new, 1))
+    assert named in str(err.value), str(err.value)
+
+
+def test_the_validator_is_the_reference_one_for_the_schemas_draft() -> None:
+    draft = validator_for(recipes.SCHEMA)
+    assert draft is Draft202012Validator  # what "$schema" names
+    draft.check_schema(recipes.SCHEMA)  # the published schema is itself valid
+    assert type(recipes._VALIDATOR).META_SCHEMA == draft.META_SCHEMA  # extended (types, full-match patterns)
+    assert '"format":' not in json.dumps(recipes.SCHEMA)  # no formats: no format checker to configure
+
+
+def test_every_problem_is_reported_in_the_schemas_order() -> None:
+    """All problems, not the first: each object's unknown keys, then its keys in the schema's order, then what it
+    lacks; the same recipe always gives the same message."""
+    text = MINIMAL.replace("name: t\n", "").replace("{workers: 3}", "{workers: 0, gpu: 1}")
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(text + "smoke: {requests: x}\ncolour: blue\n", "r.yaml")
+    assert str(err.value) == (
+        "r.yaml: colour: unknown key 'colour' (known here: schema_version, name, description, engine, model, kind, "
+        "layout, router, slurm, smoke, mocker, benchmark); "
+        "layout.decode.gpu: unknown key 'gpu' (known here: workers, nodes_per_worker, gpus_per_worker); "
+        "layout.decode.workers: 0 is below the minimum 1; "
+        "smoke.requests: must be an integer, not str; "
+        "name: required key missing"
+    )
+
+
+def test_each_missing_key_is_named_once() -> None:
+    text = MINIMAL.replace("schema_version: 1\n", "").replace("name: t\n", "")
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(text)
+    assert str(err.value) == "<recipe>: schema_version: required key missing; name: required key missing"
+
+
+@pytest.mark.parametrize(
+    ("patch", "named"),
+    [
+        ("  nodes: []\n", "layout.nodes: needs at least 1 item(s)"),
+        ("  nodes: [a, a]\n", "layout.nodes: items must be unique"),
+        ("benchmark: {tool: aiperf, concurrency: [1], streaming: 1}\n", "benchmark.streaming: must be a boolean, "
+         "not int"),
+    ],
+)  # fmt: skip
+def test_lists_and_booleans_are_checked(patch: str, named: str) -> None:
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(MINIMAL + patch)
+    assert named in str(err.value), str(err.value)

@@ -1,9 +1,10 @@
 """Run recipes: one YAML file that says what a run is (engine, model, run kind, layout, router, Slurm time limit,
 smoke traffic, the serving benchmark); the cluster it runs on stays in cluster.env.
 
-The schema is one JSON Schema document, :data:`SCHEMA`; the same dictionary validates every recipe (strictly:
-an unknown key is an error naming it and its path) and is published as ``recipes/schema.json``
-(``python -m atomdyn_launchers.config.recipes --write-schema PATH``; a test keeps the published file equal).
+The schema is one JSON Schema document, :data:`SCHEMA`, published as ``recipes/schema.json``
+(``python -m atomdyn_launchers.config.recipes --write-schema PATH``; a test keeps the published file equal). The
+reference implementation, jsonschema, validates every recipe against it (strictly: an unknown key is an error
+naming it and its path); its errors are worded here.
 :func:`load_recipe` returns a typed :class:`Recipe`; :func:`atomdyn_launchers.run.options.resolve` turns it into
 the launcher's options, with the command line's explicit flags applied over it.
 """
@@ -16,12 +17,14 @@ import math
 import re
 import reprlib
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml  # type: ignore[import-untyped]  # no stubs in the project venv
+from jsonschema.exceptions import ValidationError  # type: ignore[import-untyped]  # no stubs either
+from jsonschema.validators import extend, validator_for  # type: ignore[import-untyped]
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.config.console import quiet_stdout
@@ -177,7 +180,7 @@ class RecipeError(ValueError):
     """A recipe is unreadable or invalid; the message names the file, the key path and the problem."""
 
 
-# -- validation against SCHEMA (the subset of JSON Schema it uses) -------------------------------------------
+# -- validation against SCHEMA by the reference implementation (jsonschema) ----------------------------------
 
 
 _QUOTE = reprlib.Repr()
@@ -201,66 +204,77 @@ def _path(parts: Sequence[str | int]) -> str:
     return out or "(top level)"
 
 
-def _type_ok(value: object, kind: str) -> bool:
-    if kind == "object":
-        return isinstance(value, dict)
-    if kind == "array":
-        return isinstance(value, list)
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    raise AssertionError(f"schema type {kind!r} unsupported")
+def _is_integer(_checker: object, value: object) -> bool:
+    # From draft 6, 1000.0 is an integer; a recipe's integers become counts and sbatch arguments, so a float
+    # is refused as it was (YAML tells 1000 from 1000.0).
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def validate(value: object, schema: Mapping[str, Any] = SCHEMA, at: Sequence[str | int] = ()) -> list[str]:
-    """Every problem of ``value`` against ``schema``, each naming its key path."""
+def _is_number(_checker: object, value: object) -> bool:
+    # JSON has no NaN or infinity, YAML has (.nan, .inf): a number here is what JSON could hold.
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _full_match(_validator: object, pattern: str, value: object, _schema: object) -> Iterator[Any]:
+    # jsonschema searches (re.search), and Python's $ also matches before a final newline: "02:00:00\n" would
+    # pass ^...$ and break the job script. Every pattern is ^...$, which ECMA-262 (editors) reads as the whole
+    # string; re.fullmatch reads it the same way.
+    if isinstance(value, str) and not re.fullmatch(pattern, value):
+        yield ValidationError(f"does not match {pattern}")
+
+
+def _recipe_validator() -> Any:
+    """The validator of the draft SCHEMA's ``$schema`` names, with the two refinements above."""
+    draft = validator_for(SCHEMA)
+    types = draft.TYPE_CHECKER.redefine_many({"integer": _is_integer, "number": _is_number})
+    return extend(draft, validators={"pattern": _full_match}, type_checker=types)(SCHEMA)
+
+
+_VALIDATOR = _recipe_validator()
+
+
+def _article(kind: str) -> str:
+    return "an" if kind[0] in "aeio" else "a"
+
+
+def _wording(error: Any) -> list[str]:
+    """One jsonschema error in the project's words, each naming its key path; the values quoted cut short."""
+    at, rule, value = list(error.absolute_path), error.validator_value, error.instance
     where = _path(at)
-    if "const" in schema and value != schema["const"]:
-        return [f"{where}: must be {schema['const']!r}, not {shown(value)}"]
-    if "enum" in schema and value not in schema["enum"]:
-        return [f"{where}: {shown(value)} is not one of {', '.join(map(str, schema['enum']))}"]
-    kind = schema.get("type")
-    if kind is not None and not _type_ok(value, kind):
-        return [f"{where}: must be {'an' if kind[0] in 'aeio' else 'a'} {kind}, not {type(value).__name__}"]
-    if isinstance(value, float) and not math.isfinite(value):
-        return [f"{where}: must be a finite number, not {value}"]
-    problems: list[str] = []
-    if isinstance(value, dict):
-        properties: Mapping[str, Any] = schema.get("properties", {})
-        for key in value:
-            if key not in properties:
-                known = ", ".join(properties)
-                problems.append(f"{_path([*at, str(key)])}: unknown key {shown(key)} (known here: {known})")
-        for key in schema.get("required", ()):
-            if key not in value:
-                problems.append(f"{_path([*at, key])}: required key missing")
-        for key, sub in value.items():
-            if key in properties:
-                problems += validate(sub, properties[key], [*at, str(key)])
-    if isinstance(value, list):
-        if len(value) < schema.get("minItems", 0):
-            problems.append(f"{where}: needs at least {schema['minItems']} item(s)")
-        if schema.get("uniqueItems") and len({json.dumps(v, default=repr) for v in value}) != len(value):
-            problems.append(f"{where}: items must be unique")
-        for i, item in enumerate(value):
-            problems += validate(item, schema.get("items", {}), [*at, i])
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
-            problems.append(f"{where}: {value} must be above {schema['exclusiveMinimum']}")
-        if "minimum" in schema and value < schema["minimum"]:
-            problems.append(f"{where}: {value} is below the minimum {schema['minimum']}")
-        if "maximum" in schema and value > schema["maximum"]:
-            problems.append(f"{where}: {value} is above the maximum {schema['maximum']}")
-    # The whole string: every pattern is ^...$, and Python's $ (unlike JSON Schema's) also matches before a final
-    # newline ("02:00:00\n" would pass a search and break the job script).
-    if isinstance(value, str) and "pattern" in schema and not re.fullmatch(schema["pattern"], value):
-        problems.append(f"{where}: {shown(value)} does not match {schema['pattern']}")
-    return problems
+    match error.validator:
+        case "additionalProperties":
+            known = ", ".join(error.schema["properties"])
+            extra = [key for key in value if key not in error.schema["properties"]]
+            return [f"{_path([*at, key])}: unknown key {shown(key)} (known here: {known})" for key in extra]
+        case "required":  # jsonschema reports each missing key; the message is the same for each
+            return [f"{_path([*at, key])}: required key missing" for key in rule if key not in value]
+        case "const":
+            return [f"{where}: must be {rule!r}, not {shown(value)}"]
+        case "enum":
+            return [f"{where}: {shown(value)} is not one of {', '.join(map(str, rule))}"]
+        case "type" if rule == "number" and isinstance(value, float):  # a float fails "number" as NaN or inf
+            return [f"{where}: must be a finite number, not {value}"]
+        case "type":
+            return [f"{where}: must be {_article(rule)} {rule}, not {type(value).__name__}"]
+        case "minItems":
+            return [f"{where}: needs at least {rule} item(s)"]
+        case "uniqueItems":
+            return [f"{where}: items must be unique"]
+        case "exclusiveMinimum":
+            return [f"{where}: {value} must be above {rule}"]
+        case "minimum":
+            return [f"{where}: {value} is below the minimum {rule}"]
+        case "maximum":
+            return [f"{where}: {value} is above the maximum {rule}"]
+        case "pattern":
+            return [f"{where}: {shown(value)} does not match {rule}"]
+    return [f"{where}: fails {error.validator} {shown(rule)}"]  # a keyword SCHEMA does not use yet
+
+
+def validate(value: object) -> list[str]:
+    """Every problem of ``value`` against :data:`SCHEMA`, each naming its key path, in the schema's order."""
+    problems = (line for error in _VALIDATOR.iter_errors(value) for line in _wording(error))
+    return list(dict.fromkeys(problems))
 
 
 # -- reading YAML strictly -------------------------------------------------------------------------------------
@@ -429,6 +443,7 @@ def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
         raise RecipeError(f"{source}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
         raise RecipeError(f"{source}: a recipe is a mapping of keys, not {type(raw).__name__}")
+    # Another version's recipe is named as such; true (== 1 in Python) passes here and the schema's const refuses it.
     if raw.get("schema_version") not in (None, SCHEMA_VERSION):
         raise RecipeError(
             f"{source}: schema_version {shown(raw['schema_version'])} is not supported (this launcher reads "
