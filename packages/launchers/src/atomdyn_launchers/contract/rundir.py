@@ -133,6 +133,15 @@ class JobRecord:
     state: str | None = None
     exit_code: str | None = None
     derived_exit_code: str | None = None
+    # A role started as a step of an allocation (``--allocation``): ``job_id`` is the allocation's, this the
+    # step's (``job_id.step_id``); absent from run.json for a batch job.
+    step_id: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        record = asdict(self)
+        if self.step_id is None:
+            del record["step_id"]
+        return record
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> JobRecord:
@@ -143,6 +152,7 @@ class JobRecord:
             return value if isinstance(value, str) and value else None
 
         job_id = raw.get("job_id")
+        step_id = raw.get("step_id")
         return cls(
             role=text("role") or "",
             job_id=job_id if isinstance(job_id, int) and not isinstance(job_id, bool) else None,
@@ -151,6 +161,7 @@ class JobRecord:
             state=text("state"),
             exit_code=text("exit_code"),
             derived_exit_code=text("derived_exit_code"),
+            step_id=step_id if isinstance(step_id, int) and not isinstance(step_id, bool) else None,
         )
 
     @property
@@ -222,7 +233,7 @@ class RunRecord:
             "platform": self.platform,
             "lock_digest": self.lock_digest,
             "config": dict(self.config),
-            "jobs": [asdict(job) for job in self.jobs or []],
+            "jobs": [job.to_json() for job in self.jobs or []],
             "placement_verified": self.placement_verified,
             "result": self.result,
             "failure": self.failure,

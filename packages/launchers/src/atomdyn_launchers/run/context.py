@@ -17,7 +17,7 @@ from atomdyn_launchers.run.etcd_session import EtcdSession
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import RoleSpec
 from atomdyn_launchers.run.submission import ProbeOptions, Submission
-from atomdyn_launchers.slurm.client import Slurm
+from atomdyn_launchers.slurm.client import Allocation, Slurm
 
 # Callbacks for tests and tools: called with (event name, details) at each timeline event; the details'
 # "run" is the run's Monitor (what the run has observed, and its context as .ctx).
@@ -51,6 +51,8 @@ class RunContext:
     ports: Mapping[str, Ports] = field(default_factory=dict)
     # Set: the run is the cross-node NIXL probe (two one-shot jobs), not a serving run.
     probe: ProbeOptions | None = None
+    # Set: the roles start as job steps of this allocation (options.allocation), checked in preflight.
+    allocation: Allocation | None = None
 
     @property
     def ready_timeout_s(self) -> float:

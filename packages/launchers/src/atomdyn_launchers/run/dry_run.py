@@ -19,7 +19,7 @@ from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.context import ready_timeout_s
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import RoleSpec, required_instances, write_resolved_recipe
-from atomdyn_launchers.run.submission import Submission, write_jobs
+from atomdyn_launchers.run.submission import Submission, step_command, write_jobs
 from atomdyn_launchers.slurm.client import Slurm
 
 
@@ -90,6 +90,9 @@ def _write(
             {"role": spec.role, "mode": spec.mode, "node": spec.node, "frontend": spec.with_frontend,
              "script": str(role_job.script.relative_to(rundir.path)), "sbatch": [*sbatch, str(role_job.script)]}
         )  # fmt: skip
+        if options.allocation is not None:  # started as a step of the allocation instead
+            del planned[-1]["sbatch"]
+            planned[-1]["srun"] = step_command(slurm, role_job, options.allocation, rundir.path)
         progress.line(f"dry run: {spec.role} ({spec.mode}) on {spec.node} -> {role_job.script}")
     plan = {
         "dry_run": True,
@@ -100,6 +103,7 @@ def _write(
         if owned
         else endpoint,
         "roles": planned,
+        **({"allocation": options.allocation} if options.allocation is not None else {}),
         "frontend_must_list": required_instances(
             options.kind, options.prefill_workers, options.decode_workers
         ),

@@ -7,7 +7,8 @@
 then, over one RunContext and its Monitor, the stages of SERVING in order (run/stages/):
 
   watch_etcd the role watch and the launcher's presence key
-  submit     one sbatch job per role, each pinned to its node with --nodelist
+  submit     one sbatch job per role, each pinned to its node with --nodelist (inside an allocation,
+             --allocation: one srun job step per role on its node instead, the same script)
   watch      until every role registered in etcd (its processes healthy) and the frontend lists them
   smoke      a verified response (P/D: different prefill and decode workers), the fixed prompt where the
              engine's answers are compared, the smoke requests, each checked, the metrics
@@ -60,7 +61,7 @@ from atomdyn_launchers.run.monitor import Monitor
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.orphans import clean_before_run
 from atomdyn_launchers.run.plan import new_run_dir, plan_roles
-from atomdyn_launchers.run.preflight import check_run
+from atomdyn_launchers.run.preflight import check_allocation, check_run
 from atomdyn_launchers.run.stages.benchmark import benchmark
 from atomdyn_launchers.run.stages.etcd import watch_etcd
 from atomdyn_launchers.run.stages.probe import probe
@@ -70,7 +71,7 @@ from atomdyn_launchers.run.stages.stop import cancel_hard, stop
 from atomdyn_launchers.run.stages.submit import submit
 from atomdyn_launchers.run.stages.watch import watch
 from atomdyn_launchers.run.submission import ProbeOptions
-from atomdyn_launchers.slurm.client import Slurm, SlurmError
+from atomdyn_launchers.slurm.client import Allocation, Slurm, SlurmError
 
 Stage = Callable[[RunContext, Monitor], None]
 
@@ -108,10 +109,13 @@ class Launch:
         self.roles = plan_roles(
             options.kind, config, options.prefill_workers, options.decode_workers, options.nodes
         )
+        self.allocation: Allocation | None = None  # read in preflight
 
     def preflight(self, problems: list[str] | None = None) -> CheckReport | None:
         """Refuse what cannot run before anything is created or submitted; the node report, if checked.
-        ``problems``: list the engine's launch problems there instead (a dry run)."""
+        ``problems``: list the engine's launch problems there instead (a dry run). Inside an allocation
+        (``--allocation``), first that it runs and holds every role's node."""
+        self.allocation = check_allocation(self.slurm, self.options, [r.node for r in self.roles])
         return check_run(
             self.config,
             self.options,
@@ -167,6 +171,7 @@ class Launch:
                 etcd=etcd,
                 ports=lease.roles,
                 probe=self.probe,
+                allocation=self.allocation,
             )
             return serve(ctx, Monitor(ctx))
         finally:

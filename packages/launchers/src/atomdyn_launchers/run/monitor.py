@@ -20,7 +20,8 @@ from atomdyn_launchers.run.context import LaunchFailure, RunContext
 from atomdyn_launchers.run.etcd_watch import RoleEvent
 from atomdyn_launchers.run.smoke import SmokeResult
 from atomdyn_launchers.sbatch import failure_file
-from atomdyn_launchers.slurm.client import JobPoller
+from atomdyn_launchers.slurm.client import JobInfo, JobPoller
+from atomdyn_launchers.slurm.steps import RoleStep, StepSet
 
 _POLL_S = 0.2  # how often job states are read while waiting on etcd events
 
@@ -45,6 +46,8 @@ class Monitor:
         self.finished: set[str] = set()
         self._last_poll = 0.0
         self._poller = JobPoller(ctx.slurm)  # squeue while queued, at a rate that backs off
+        # A run inside an allocation (--allocation): its roles' job steps, by role (slurm/steps.py).
+        self.steps: StepSet | None = None
 
     # -- what was seen -----------------------------------------------------------------------------------
 
@@ -63,7 +66,22 @@ class Monitor:
             self.event("failed", detail=message)
 
     def active_jobs(self) -> dict[str, int]:
-        return {role: rec.job_id for role, rec in self.jobs.items() if rec.job_id is not None}
+        """The roles' batch jobs: never a step's allocation, which a stop must not signal or cancel."""
+        steps = self.steps.steps if self.steps is not None else {}
+        return {
+            role: rec.job_id
+            for role, rec in self.jobs.items()
+            if rec.job_id is not None and role not in steps
+        }
+
+    def role_steps(self) -> dict[str, RoleStep]:
+        """The roles started as job steps of an allocation (empty for a run of batch jobs)."""
+        return dict(self.steps.steps) if self.steps is not None else {}
+
+    def job_label(self, role: str) -> str:
+        """``job N`` for a batch job, ``step N.M`` for a step of an allocation."""
+        step = self.role_steps().get(role)
+        return f"step {step.step}" if step is not None else f"job {self.jobs[role].job_id}"
 
     def frontend_url(self) -> str:
         """The frontend's address, from its role's registration."""
@@ -143,23 +161,36 @@ class Monitor:
                 f"(see logs/{event.role}.slurm.out and logs/{event.role}.*.log)"
             )
 
+    def role_infos(self) -> dict[str, JobInfo]:
+        """Every started role's job or step as Slurm (or, for a step, its srun) reports it now."""
+        active = self.active_jobs()
+        infos = self._poller.poll(active.values())
+        found = {role: infos[job_id] for role, job_id in active.items()}
+        if self.steps is not None:
+            for step in self.steps.discover():
+                self.jobs[step.role].step_id = step.step_id
+            found.update(self.steps.infos(self.steps.steps))
+        return found
+
     def _check_jobs(self) -> None:
-        infos = self._poller.poll(self.active_jobs().values())
+        infos = self.role_infos()
         for role, record in self.jobs.items():
-            if record.job_id is None:
+            if record.job_id is None or role not in infos:
                 continue
-            info = infos[record.job_id]
+            info = infos[role]
             previous = self.job_states.get(role, "").split(" ")[0]
             waiting = info.state == "PENDING" and info.reason not in (None, "None", "Priority")
             self.job_states[role] = f"{info.state} ({info.reason})" if waiting else info.state
             if info.state != previous and info.state in ("PENDING", "RUNNING"):
                 detail = f"reason {info.reason}" if info.state == "PENDING" and info.reason else info.nodes
+                if info.step_id is not None:
+                    detail = f"{detail} (step {record.job_id}.{info.step_id})"
                 self.event(info.state.lower(), role=role, job_id=record.job_id, detail=detail)
             if info.terminal and self.one_shot and info.succeeded and role not in self.finished:
                 self.finished.add(role)
                 self.event("finished", role=role, job_id=record.job_id, detail=info.nodes)
             elif info.terminal and not self.stopping and role not in self.finished:
                 raise LaunchFailure(
-                    f"job {record.job_id} ({role}) ended early: {info.state}, "
+                    f"{self.job_label(role)} ({role}) ended early: {info.state}, "
                     f"exit {format_exit_code(info.exit_code)}{self.role_failure(role)} (see logs/{role}.slurm.out)"
                 )

@@ -8,6 +8,7 @@ explicitly wins over the recipe's value, and the recipe is kept in the options s
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,9 @@ class LaunchOptions:
     kv_bytes_per_token: int | None = None
     recipe: Recipe | None = None  # the recipe these options came from (recorded in recipe.json)
     offline: bool = False  # dry run only: skip the preflight (an offline review; nothing checked)
+    # Set: every role starts as a job step of this allocation (srun --jobid), not as a batch job of its own.
+    allocation: int | None = None
+    allocation_detected: bool = False  # the allocation came from the environment (salloc), not --allocation
 
     def resolved_requests(self) -> int:
         return self.requests if self.requests is not None else DEFAULT_REQUESTS[self.kind]
@@ -70,6 +74,8 @@ class Flags:
     ready_timeout_s: float | None = None
     node_check: bool = True
     offline: bool = False
+    allocation: int | None = None
+    allocation_detected: bool = False
 
     @classmethod
     def parse(
@@ -82,9 +88,13 @@ class Flags:
         ready_timeout: object = None,
         node_check: bool = True,
         offline: bool = False,
+        allocation: object = None,
+        environ: Mapping[str, str] | None = None,
     ) -> Flags:
         """The flags from text or numbers (invoke hands an option whose default is None over as text), within
-        the bounds the recipe's smoke section has."""
+        the bounds the recipe's smoke section has. ``environ``: where an allocation is detected when
+        ``--allocation`` is not given (:func:`parse_allocation`); None detects none."""
+        job, detected = parse_allocation(allocation, environ or {})
         return cls(
             engine=engine or None,
             model=model or None,
@@ -93,7 +103,32 @@ class Flags:
             ready_timeout_s=_seconds("ready-timeout", parse_seconds("ready-timeout", ready_timeout)),
             node_check=node_check,
             offline=offline,
+            allocation=job,
+            allocation_detected=detected,
         )
+
+
+NO_ALLOCATION = ("none", "no", "off")
+
+
+def parse_allocation(value: object, environ: Mapping[str, str]) -> tuple[int | None, bool]:
+    """The allocation a run starts its roles in, and whether it was detected rather than given.
+
+    ``--allocation JOBID``: that job. ``--allocation none``: batch jobs, whatever the environment says. Not
+    given: the allocation of the ``salloc`` shell the command runs in, which is where ``SLURM_JOB_ID`` is set
+    while ``SLURM_STEP_ID`` is not (inside a step, ``srun``'s) and ``ENVIRONMENT`` is not ``BATCH`` (inside a
+    batch script, ``sbatch``'s); anywhere else, batch jobs as always."""
+    if value is not None and not (isinstance(value, str) and not value.strip()):
+        text = str(value).strip()
+        if text.lower() in NO_ALLOCATION:
+            return None, False
+        if not text.isdigit() or int(text) < 1:
+            raise OptionError(f"--allocation must be a Slurm job id or 'none', not {value!r}")
+        return int(text), False
+    job = environ.get("SLURM_JOB_ID", "").strip()
+    if not job.isdigit() or "SLURM_STEP_ID" in environ or environ.get("ENVIRONMENT") == "BATCH":
+        return None, False
+    return int(job), True
 
 
 def parse_int(flag: str, value: object) -> int | None:
@@ -148,6 +183,8 @@ def resolve(command: str, kind: str | None, flags: Flags, recipe: Recipe | None 
             ready_timeout_s=flags.ready_timeout_s,
             node_check=flags.node_check,
             offline=flags.offline,
+            allocation=flags.allocation,
+            allocation_detected=flags.allocation_detected,
         )
     if recipe.kind != command:
         raise RecipeError(
@@ -175,4 +212,6 @@ def resolve(command: str, kind: str | None, flags: Flags, recipe: Recipe | None 
         kv_bytes_per_token=mocker.kv_bytes_per_token,
         recipe=recipe,
         offline=flags.offline,
+        allocation=flags.allocation,
+        allocation_detected=flags.allocation_detected,
     )

@@ -21,7 +21,7 @@ from atomdyn_launchers.profiles.models import ModelProfile
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import RoleSpec, model_path
-from atomdyn_launchers.slurm.client import Slurm
+from atomdyn_launchers.slurm.client import Allocation, Slurm
 
 
 def check_model_path(config: ClusterConfig) -> None:
@@ -50,6 +50,26 @@ def check_etcd(config: ClusterConfig, timeout: float = 3.0) -> None:
             f"ETCD_ENDPOINTS={endpoints}: {'; '.join(down)}; Dynamo 1.3 does not start while a listed "
             "endpoint is down: remove it from ETCD_ENDPOINTS; nothing was submitted"
         )
+
+
+def check_allocation(slurm: Slurm, options: LaunchOptions, nodes: Iterable[str]) -> Allocation | None:
+    """The allocation the run starts its roles in (``options.allocation``): RUNNING, and every role's node
+    among its nodes; None for a run of batch jobs."""
+    if options.allocation is None:
+        return None
+    hint = (
+        f" (allocation {options.allocation} is SLURM_JOB_ID of this shell; --allocation none submits batch "
+        "jobs instead)"
+        if options.allocation_detected
+        else ""
+    )
+    try:
+        allocation = slurm.allocation(options.allocation)
+        allocation.require_running()
+        allocation.require_nodes(nodes)
+    except PreflightError as exc:
+        raise PreflightError(f"{exc}{hint}") from None
+    return allocation
 
 
 def cluster_checks(

@@ -23,6 +23,7 @@ from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import RoleSpec, model_path
 from atomdyn_launchers.run.ports import named_ports
 from atomdyn_launchers.sbatch import Arg, JobSpec, Shell, pid_var, render
+from atomdyn_launchers.slurm.client import Slurm
 
 # Where the probe's sides write their reports in the run directory (<run dir>/nixl/<role>.json).
 PROBE_DIR = "nixl"
@@ -243,3 +244,18 @@ def write_jobs(submission: Submission, roles: Sequence[RoleSpec]) -> list[RoleJo
         script = rundir.write_script(spec.role, render(job))
         out.append(RoleJob(spec, plan, job, script, rundir.slurm_out(spec.role)))
     return out
+
+
+def step_command(slurm: Slurm, role_job: RoleJob, allocation: int, chdir: Path) -> list[str]:
+    """The srun command line that starts ``role_job`` as a step of ``allocation`` on its node: ``srun ... bash
+    SCRIPT`` (bash named, so a shared filesystem mounted noexec does not matter), its output where sbatch's
+    ``--output`` would put it."""
+    args = slurm.srun_args(
+        allocation=allocation,
+        nodelist=role_job.spec.node,
+        job_name=role_job.job.job_name,
+        gres=role_job.gres,
+        output=role_job.output,
+        chdir=chdir,
+    )
+    return [*args, "bash", str(role_job.script)]

@@ -7,6 +7,7 @@ named), merges them over the recipe into one :class:`~atomdyn_launchers.run.opti
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from invoke.context import Context
@@ -37,6 +38,9 @@ HELP = {
     "recipe": "run recipe (YAML, recipes/*.yaml); flags given explicitly override its values (default: none)",
     "dry_run": "preflight, then write every job script and recipe.json into a run directory; submit nothing",
     "offline": "with --dry-run: skip the preflight (an offline review of the scripts; nothing is checked)",
+    "allocation": "start every role as a job step (srun) of this running allocation instead of a batch job; "
+    "'none': batch jobs even inside salloc (default: the salloc shell's allocation, SLURM_JOB_ID without "
+    "SLURM_STEP_ID outside a batch script; else batch jobs)",
 }
 
 # Raised before anything is submitted: the command exits 2 with the message.
@@ -104,6 +108,7 @@ def _flags(
     skip_node_check: bool,
     offline: bool,
     dry: bool,
+    allocation: str | None = None,
 ) -> Flags:
     if offline and not dry:
         raise Exit("error: --offline is only for --dry-run", code=2)
@@ -116,6 +121,8 @@ def _flags(
             ready_timeout=ready_timeout,
             node_check=not skip_node_check,
             offline=offline,
+            allocation=allocation,
+            environ=os.environ,
         )
     except OptionError as exc:
         raise Exit(f"error: {exc}", code=2) from None
@@ -141,6 +148,7 @@ def agg_run(
     recipe: str | None = None,
     dry_run: bool = False,
     offline: bool = False,
+    allocation: str | None = None,
 ) -> None:
     """Aggregated smoke run: one node (prefix caching on), or two separately pinned worker jobs."""
     try:
@@ -152,7 +160,9 @@ def agg_run(
     kind = None if count is None else ("agg-single" if count == 1 else "agg-two")
     if kind is None and recipe is None:
         kind = "agg-single"
-    flags = _flags(engine, model, requests, concurrency, ready_timeout, skip_node_check, offline, dry_run)
+    flags = _flags(
+        engine, model, requests, concurrency, ready_timeout, skip_node_check, offline, dry_run, allocation
+    )
     _run_or_dry("agg", kind, config, recipe, dry_run, run_dir_file, flags)
 
 
@@ -170,8 +180,11 @@ def disagg_run(
     recipe: str | None = None,
     dry_run: bool = False,
     offline: bool = False,
+    allocation: str | None = None,
 ) -> None:
     """Disaggregated run: prefill jobs and decode jobs (the first with the frontend), one node each; one of
     each on PREFILL_NODE and DECODE_NODE unless a recipe says more (xPyD)."""
-    flags = _flags(engine, model, requests, concurrency, ready_timeout, skip_node_check, offline, dry_run)
+    flags = _flags(
+        engine, model, requests, concurrency, ready_timeout, skip_node_check, offline, dry_run, allocation
+    )
     _run_or_dry("disagg", "disagg", config, recipe, dry_run, run_dir_file, flags)

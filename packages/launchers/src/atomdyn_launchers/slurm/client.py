@@ -52,6 +52,8 @@ class JobInfo:
     exit_code: ExitCode | None
     derived_exit_code: ExitCode | None  # the highest exit code of any step
     source: str  # "squeue", "sacct", "scontrol" or "cache" (the controller forgot the job; the last answer)
+    # Set for a job step inside an allocation (``job_id.step_id``); its state comes from srun (steps.py).
+    step_id: int | None = None
 
     @property
     def terminal(self) -> bool:
@@ -99,6 +101,55 @@ def parse_sacct(out: str, job_id: int) -> JobInfo | None:
             source="sacct",
         )
     return None
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A job whose nodes a run starts its roles on as job steps (``salloc``, or a holder job)."""
+
+    job_id: int
+    state: str
+    node_list: str  # as Slurm writes it, e.g. node[1-2]
+    nodes: tuple[str, ...]  # expanded (scontrol show hostnames)
+
+    def require_running(self) -> None:
+        if self.state != "RUNNING":
+            raise PreflightError(
+                f"allocation {self.job_id} is {self.state}, not RUNNING: a run starts its roles as steps "
+                "only on an allocation that holds its nodes (salloc, or a running job)"
+            )
+
+    def require_nodes(self, nodes: Iterable[str]) -> None:
+        for node in nodes:
+            if node not in self.nodes:
+                raise PreflightError(
+                    f"node {node!r} is not in allocation {self.job_id} (its nodes: {self.node_list}): "
+                    "allocate it too, or place the roles on the allocation's nodes"
+                )
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """A job step the controller still lists (``squeue --steps``)."""
+
+    job_id: int
+    step_id: int
+    name: str
+    nodes: str | None
+
+
+def parse_steps(out: str) -> list[StepInfo]:
+    """``squeue -s -h -o '%i|%j|%N'`` lines into StepInfo; the batch, extern and interactive steps are left out
+    (their ids are not numbers)."""
+    found: list[StepInfo] = []
+    for line in out.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 3:
+            continue
+        job, _, step = parts[0].partition(".")
+        if job.isdigit() and step.isdigit():
+            found.append(StepInfo(int(job), int(step), parts[1], parts[2] or None))
+    return found
 
 
 class Slurm:
@@ -227,6 +278,99 @@ class Slurm:
         ids = [str(j) for j in job_ids]
         if ids:
             self.run(["scancel", "--batch", f"--signal={signal}", *ids])
+
+    # -- job steps inside an allocation -----------------------------------------------------------------
+
+    def allocation(self, job_id: int) -> Allocation:
+        """The job ``job_id`` as an allocation to start steps on: its state and its nodes, expanded."""
+        try:
+            out = self.run(["scontrol", "show", "job", "-o", str(job_id)])
+        except SlurmError as exc:
+            if "Invalid job id" in str(exc):
+                raise PreflightError(f"allocation {job_id} is not a job of this cluster ({exc})") from None
+            raise
+        lines = [line for line in out.splitlines() if line.strip()]
+        rec = parse_scontrol_record(lines[0]) if lines else {}
+        node_list = rec.get("NodeList", "")
+        nodes: tuple[str, ...] = ()
+        if node_list not in ("", "(null)"):
+            nodes = tuple(self.run(["scontrol", "show", "hostnames", node_list]).split())
+        return Allocation(job_id, rec.get("JobState", "UNKNOWN"), node_list, nodes)
+
+    def srun_args(
+        self,
+        *,
+        allocation: int,
+        nodelist: str,
+        job_name: str | None = None,
+        gres: str | None = None,
+        output: Path | None = None,
+        chdir: Path | None = None,
+    ) -> list[str]:
+        """The srun command line before the script: one task on ``nodelist``, a step of ``allocation``.
+
+        ``--overlap``: the step shares the allocation's CPUs, memory and GPUs with its other steps (a holder's
+        batch step, a previous run's step still stopping) rather than waiting for them. Its output goes to
+        ``output`` as sbatch's ``--output`` would, appended (srun's own messages are appended there too)."""
+        args = ["srun", f"--jobid={allocation}", f"--nodelist={nodelist}", "--nodes=1", "--ntasks=1"]
+        args += ["--overlap", "--input=none", "--open-mode=append"]
+        if job_name:
+            args.append(f"--job-name={job_name}")
+        if gres:
+            args.append(f"--gres={gres}")
+        if output is not None:
+            args.append(f"--output={output}")
+        if chdir is not None:
+            args.append(f"--chdir={chdir}")
+        return args
+
+    def start_step(
+        self, args: Sequence[str], script: Path, *, log: Path, env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start ``args script`` (an srun command line) as a child in its own session, so that neither a
+        Ctrl-C at the launcher's terminal nor its exit reaches srun; srun's own messages are appended to
+        ``log`` (the file the step's output goes to)."""
+        if not Path(script).is_file():
+            raise SlurmError(f"step script {script} does not exist")
+        self._calls[Path(args[0]).name] += 1
+        with open(log, "ab") as out:
+            try:
+                return subprocess.Popen(
+                    [*args, str(script)],
+                    env={**self.env, **(env or {})},
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except FileNotFoundError as exc:
+                raise SlurmError(f"{args[0]} is not installed (Slurm client tools are needed)") from exc
+
+    def steps(self, allocation: int) -> list[StepInfo]:
+        """The allocation's job steps the controller lists now (running or being set up)."""
+        try:
+            out = self.run(["squeue", "-s", "-h", f"--jobs={allocation}", "-o", "%i|%j|%N"])
+        except SlurmError as exc:
+            if "Invalid job id" in str(exc):
+                return []
+            raise
+        return [s for s in parse_steps(out) if s.job_id == allocation]
+
+    def signal_step(self, job_id: int, step_id: int, signal: str = "TERM") -> None:
+        """Send ``signal`` to every process of one step; the allocation and its other steps are untouched.
+
+        Slurm 22.05's scancel delivers a signal other than KILL to a step and then reports "Invalid job id
+        specified" (exit 225): that answer is taken as delivered; the caller waits for the step to end and
+        cancels it when it does not."""
+        try:
+            self.run(["scancel", f"--signal={signal}", f"{job_id}.{step_id}"])
+        except SlurmError as exc:
+            if "Invalid job id specified" not in str(exc):
+                raise
+
+    def cancel_step(self, job_id: int, step_id: int) -> None:
+        """scancel one step (SIGKILL after KillWait); never the allocation it belongs to."""
+        self.run(["scancel", f"{job_id}.{step_id}"])
 
     # -- job state ---------------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from atomdyn_launchers.run.context import RunContext
 from atomdyn_launchers.run.lockinfo import checkout_lock_digest, run_lock_digest
 from atomdyn_launchers.run.monitor import Monitor
 from atomdyn_launchers.run.smoke import SmokeResult
-from atomdyn_launchers.slurm.client import JobInfo, SlurmError
+from atomdyn_launchers.slurm.client import Allocation, JobInfo, SlurmError
 
 
 @dataclass
@@ -103,6 +103,12 @@ def record(ctx: RunContext, monitor: Monitor) -> Outcome:
             ),
             # The roles whose workers published KV events to the router; evidence of older runs lacks it.
             "kv_event_roles": kv_event_roles(ctx),
+            # A run inside an allocation: the job its roles ran in as steps (jobs[].step_id).
+            **(
+                {"allocation": allocation_record(ctx.allocation, ctx.options.allocation_detected)}
+                if ctx.allocation is not None
+                else {}
+            ),
             # A probe run: what it was asked to move (its sides' reports are under nixl/).
             **({"probe": {"kind": "nixl-pair", **dataclasses.asdict(ctx.probe)}} if ctx.probe else {}),
         },
@@ -124,12 +130,26 @@ def record(ctx: RunContext, monitor: Monitor) -> Outcome:
     )
 
 
+def allocation_record(alloc: Allocation, detected: bool) -> dict[str, object]:
+    """run.json's ``allocation``: the job the roles ran in as steps, its nodes, and how it was chosen."""
+    return {
+        "job_id": alloc.job_id,
+        "node_list": alloc.node_list,
+        "nodes": list(alloc.nodes),
+        "source": "environment (SLURM_JOB_ID of salloc)" if detected else "--allocation",
+    }
+
+
 def _final_jobs(ctx: RunContext, monitor: Monitor) -> bool:
     """Fill job records from Slurm; return True when placement matches what was asked."""
     verified = True
+    steps = monitor.role_steps()
     for role, job in monitor.jobs.items():
         info: JobInfo | None = None
-        if job.job_id is not None:
+        if role in steps:  # a step of the allocation: srun's exit status, the node Slurm listed it on
+            info = steps[role].info()
+            job.step_id = info.step_id
+        elif job.job_id is not None:
             try:
                 info = ctx.slurm.job(job.job_id)
             except SlurmError:

@@ -1,5 +1,9 @@
 """Stage stop: SIGTERM to each job script (it stops its processes and exits 0), then wait until Slurm has
-every job ended; a job that cannot be stopped so is cancelled hard. A stop never fails on a Slurm error."""
+every job ended; a job that cannot be stopped so is cancelled hard. A stop never fails on a Slurm error.
+
+A role started as a step of an allocation gets SIGTERM through ``scancel --signal=TERM ALLOC.STEP`` (every
+process of the step; the script forwards it and waits as in a batch job) and, when it does not end, is cancelled
+alone (``scancel ALLOC.STEP``): a stop never signals or cancels the allocation itself."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from contextlib import suppress
 from atomdyn_launchers.run.context import RunContext
 from atomdyn_launchers.run.monitor import Monitor
 from atomdyn_launchers.slurm.client import JobInfo, JobPoller, SlurmError
+from atomdyn_launchers.slurm.steps import RoleStep
 
 SIGNAL_RETRY_S = 30.0  # how long a refused SIGTERM is retried before the job is cancelled hard
 SIGNAL_RETRY_INTERVAL_S = 1.0
@@ -19,7 +24,8 @@ def stop(ctx: RunContext, monitor: Monitor) -> None:
     slurm = ctx.slurm
     monitor.stopping = True
     active = monitor.active_jobs()
-    if not active:
+    steps = {role: step for role, step in monitor.role_steps().items() if step.returncode is None}
+    if not active and not steps:
         return
     live: dict[str, tuple[int, str]] = {}
     for role, job_id in active.items():
@@ -39,7 +45,9 @@ def stop(ctx: RunContext, monitor: Monitor) -> None:
             monitor.event("cancelled", role=role, job_id=job_id, detail="cancelled while pending")
             continue
         _signal_job_script(ctx, monitor, role, job_id)
-    ctx.progress.line(f"stopping {', '.join(live) or 'nothing'}; waiting for Slurm to settle")
+    for role, step in steps.items():
+        _signal_step(ctx, monitor, role, step)
+    ctx.progress.line(f"stopping {', '.join([*live, *steps]) or 'nothing'}; waiting for Slurm to settle")
     if not _settle(ctx, monitor, ctx.settle_timeout_s):
         ctx.progress.line("jobs did not stop within the settle timeout: cancelling them")
         cancel_hard(ctx, monitor)
@@ -48,13 +56,44 @@ def stop(ctx: RunContext, monitor: Monitor) -> None:
 def cancel_hard(ctx: RunContext, monitor: Monitor) -> None:
     """scancel every job of the run (a second interrupt, or a stop that did not settle) and wait for them."""
     active = list(monitor.active_jobs().values())
+    steps = {role: step for role, step in monitor.role_steps().items() if step.returncode is None}
     if active:
         try:
             ctx.slurm.cancel(active)
         except SlurmError as exc:
             ctx.progress.line(f"could not cancel jobs {active}: {exc}")
-        if not _settle(ctx, monitor, ctx.settle_timeout_s):
-            ctx.progress.line(f"jobs {active} had not ended {ctx.settle_timeout_s:.0f} s after scancel")
+    for role, step in steps.items():
+        step.cancelled_hard = True
+        if step.step_id is None:  # not listed yet: srun gives up its request on SIGTERM
+            step.process.terminate()
+            continue
+        try:
+            ctx.slurm.cancel_step(step.allocation, step.step_id)
+        except SlurmError as exc:
+            ctx.progress.line(f"{role}: could not cancel step {step.step}: {exc}")
+    if (active or steps) and not _settle(ctx, monitor, ctx.settle_timeout_s):
+        left = [*map(str, active), *(f"step {s.step}" for s in steps.values())]
+        ctx.progress.line(f"jobs {', '.join(left)} had not ended {ctx.settle_timeout_s:.0f} s after scancel")
+
+
+def _signal_step(ctx: RunContext, monitor: Monitor, role: str, step: RoleStep) -> None:
+    """SIGTERM every process of the role's step; a step not listed yet has no processes: its srun is stopped
+    (it withdraws the request). What is not stopped so is cancelled by the settle's timeout."""
+    if step.step_id is None and monitor.steps is not None:
+        with suppress(SlurmError):
+            monitor.steps.discover(force=True)
+    if step.step_id is None:
+        step.process.terminate()
+        detail = "srun stopped before its step was listed"
+    else:
+        monitor.jobs[role].step_id = step.step_id
+        try:
+            ctx.slurm.signal_step(step.allocation, step.step_id)
+        except SlurmError as exc:
+            ctx.progress.line(f"{role}: SIGTERM to step {step.step} not delivered ({exc})")
+            return
+        detail = f"SIGTERM to step {step.step}"
+    monitor.event("cancelled", role=role, job_id=step.allocation, detail=detail)
 
 
 def _signal_job_script(ctx: RunContext, monitor: Monitor, role: str, job_id: int) -> None:
@@ -95,9 +134,14 @@ def _settle(ctx: RunContext, monitor: Monitor, timeout_s: float) -> bool:
     frozen or overloaded) is asked again until then: a stop never fails on a Slurm error."""
     deadline = time.monotonic() + timeout_s
     pending = dict(monitor.active_jobs())
+    steps = {role: step for role, step in monitor.role_steps().items() if step.returncode is None}
     poller = JobPoller(ctx.slurm)  # a fresh schedule: polled fast while the jobs stop
     silent = False
-    while pending:
+    while pending or steps:
+        for role, step in list(steps.items()):
+            if step.returncode is not None:  # srun exited: the step ended
+                monitor.job_states[role] = step.info().state
+                del steps[role]
         try:
             infos = poller.poll(pending.values())
         except SlurmError as exc:
@@ -111,7 +155,7 @@ def _settle(ctx: RunContext, monitor: Monitor, timeout_s: float) -> bool:
             monitor.job_states[role] = info.state
             if info.terminal:
                 del pending[role]
-        if not pending:
+        if not pending and not steps:
             break
         if time.monotonic() >= deadline:
             return False
