@@ -4,15 +4,19 @@ end is read from srun."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from golden_launch import golden_config
 
-from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
+from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError, load_cluster_config
 from atomdyn_launchers.config.recipes import load_recipe
 from atomdyn_launchers.contract.rundir import JobRecord, RunRecord
+from atomdyn_launchers.progress import Progress
+from atomdyn_launchers.run.launch import dry_run
 from atomdyn_launchers.run.options import Flags, LaunchOptions, OptionError, parse_allocation, resolve
 from atomdyn_launchers.run.preflight import check_allocation
 from atomdyn_launchers.slurm.client import Allocation, Slurm, SlurmError, parse_steps
@@ -227,3 +231,24 @@ def test_srun_starts_in_a_session_of_its_own(tmp_path: Path) -> None:
     assert words[1:4] == ["--jobid=7", "bash", str(script)]
     assert int(words[-1].removeprefix("sid=")) == proc.pid
     assert slurm.call_counts()["calls"] == {"srun": 1}
+
+
+def test_a_dry_run_inside_an_allocation_lists_the_srun_lines(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[4] / "config" / "cluster.env.example").read_text(
+        encoding="utf-8"
+    )
+    text = re.sub(r"^SHARED_DIR=\S+", f"SHARED_DIR={tmp_path / 'shared'}", text, flags=re.M)
+    (tmp_path / "shared").mkdir()
+    env = tmp_path / "cluster.env"
+    env.write_text(text, encoding="utf-8")
+    config = load_cluster_config(env)
+    options = resolve("disagg", "disagg", Flags(offline=True, allocation=77))
+    path = dry_run(options, config, progress=Progress(enabled=False), slurm=FakeSlurm({}))
+    plan = json.loads((path / "dry-run.json").read_text(encoding="utf-8"))
+    assert plan["allocation"] == 77
+    for role in plan["roles"]:
+        assert "sbatch" not in role
+        srun = role["srun"]
+        assert srun[:5] == ["srun", "--jobid=77", f"--nodelist={role['node']}", "--nodes=1", "--ntasks=1"]
+        assert srun[-2:] == ["bash", str(path / role["script"])]
+        assert f"--output={path / 'logs' / (Path(role['script']).stem + '.slurm.out')}" in srun
