@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,12 +17,14 @@ from golden_launch import golden_config
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError, load_cluster_config
 from atomdyn_launchers.config.recipes import load_recipe
 from atomdyn_launchers.contract.rundir import JobRecord, RunRecord
+from atomdyn_launchers.nodes import etcd_owned
+from atomdyn_launchers.nodes import jobs as node_jobs
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.launch import dry_run
 from atomdyn_launchers.run.options import Flags, LaunchOptions, OptionError, parse_allocation, resolve
 from atomdyn_launchers.run.preflight import check_allocation
 from atomdyn_launchers.slurm.client import Allocation, Slurm, SlurmError, parse_steps
-from atomdyn_launchers.slurm.steps import RoleStep
+from atomdyn_launchers.slurm.steps import RoleStep, step_name, step_owner
 
 CONFIG: ClusterConfig = golden_config("mocker", "venv")
 SALLOC = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NNODES": "2"}
@@ -251,4 +255,152 @@ def test_a_dry_run_inside_an_allocation_lists_the_srun_lines(tmp_path: Path) -> 
         srun = role["srun"]
         assert srun[:5] == ["srun", "--jobid=77", f"--nodelist={role['node']}", "--nodes=1", "--ntasks=1"]
         assert srun[-2:] == ["bash", str(path / role["script"])]
+        assert f"--job-name=atomdyn-{Path(role['script']).stem}@{path.name}" in srun  # the run's id
         assert f"--output={path / 'logs' / (Path(role['script']).stem + '.slurm.out')}" in srun
+
+
+class StepSlurm(FakeSlurm):
+    """FakeSlurm whose srun is recorded and runs ``act(argv)`` instead (a quick real child for the process)."""
+
+    def __init__(self, answers: dict[tuple[str, ...], str], act: object = None) -> None:
+        super().__init__(answers)
+        self.started: list[list[str]] = []
+        self.act = act
+
+    def start_step(self, args: Sequence[str], script: Path, *, log: Path, env: object = None):  # type: ignore[no-untyped-def, override]
+        self.started.append([*args, str(script)])
+        if callable(self.act):
+            self.act([*args, str(script)])
+        return subprocess.Popen(["true"])
+
+    def submit(self, *args: object, **kwargs: object) -> int:  # type: ignore[override]
+        raise AssertionError("no batch job may be submitted inside an allocation")
+
+
+def test_the_node_checks_srun_line_is_a_step_of_the_allocation(tmp_path: Path) -> None:
+    work = tmp_path / "check-20261202T000000Z-abc123"
+    assert node_jobs.step_args(Slurm(CONFIG), 77, "node2", label="check", work=work) == [
+        "srun",
+        "--jobid=77",
+        "--nodelist=node2",
+        "--nodes=1",
+        "--ntasks=1",
+        "--overlap",
+        "--input=none",
+        "--open-mode=append",
+        "--job-name=atomdyn-check@check-20261202T000000Z-abc123",
+        f"--output={work}/check-node2.out",
+        f"--chdir={work}",
+        "bash",
+    ]
+
+
+def test_the_node_check_inside_an_allocation_runs_steps_and_no_batch_job(tmp_path: Path) -> None:
+    work = tmp_path / "check-w"
+    work.mkdir()
+
+    def node_side(argv: list[str]) -> None:  # what the check's script writes on its node
+        node = next(a for a in argv if a.startswith("--nodelist=")).split("=")[1]
+        (work / f"check-{node}.json").write_text(json.dumps({"node": node, "ok": True}))
+
+    slurm = StepSlurm({("squeue", "-s"): ""}, node_side)
+    runs = node_jobs.submit_and_wait(
+        CONFIG,
+        ["node1", "node2"],
+        work=work,
+        label="check",
+        module="atomdyn_launchers.job.node_check",
+        args_for=lambda node, out: ["--node", node, "--out", str(out)],
+        timeout_s=30,
+        slurm=slurm,
+        allocation=77,
+    )
+    assert [argv[:3] for argv in slurm.started] == [
+        ["srun", "--jobid=77", "--nodelist=node1"],
+        ["srun", "--jobid=77", "--nodelist=node2"],
+    ]
+    assert all(
+        argv[-2:] == ["bash", str(work / f"check-{n}.sh")]
+        for argv, n in zip(slurm.started, ("node1", "node2"), strict=True)
+    )
+    for node, run in runs.items():
+        assert (run.job_id, run.state, run.step, run.result) == (
+            77,
+            "COMPLETED",
+            True,
+            {"node": node, "ok": True},
+        )
+        assert run.label == "step 77.?"  # ended before squeue listed it
+    assert not any(cmd[0] in ("sbatch", "scancel") for cmd in slurm.ran)
+
+
+def test_the_run_owned_etcds_srun_line_is_a_step_of_the_allocation(tmp_path: Path) -> None:
+    run_dir = tmp_path / "20261202T000000Z-disagg-mocker"
+    assert etcd_owned.step_args(Slurm(CONFIG), 77, "node1", run_dir, run_dir.name) == [
+        "srun",
+        "--jobid=77",
+        "--nodelist=node1",
+        "--nodes=1",
+        "--ntasks=1",
+        "--overlap",
+        "--input=none",
+        "--open-mode=append",
+        "--job-name=atomdyn-etcd@20261202T000000Z-disagg-mocker",
+        f"--output={run_dir}/logs/etcd.slurm.out",
+        f"--chdir={run_dir}",
+        "bash",
+    ]
+
+
+def test_the_run_owned_etcd_inside_an_allocation_is_a_step_stopped_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "20261202T000000Z-disagg-mocker"
+    run_dir.mkdir()
+    monkeypatch.setattr(etcd_owned, "etcd_binary", lambda config, lock_path=None: tmp_path / "etcd")
+    monkeypatch.setattr(etcd_owned, "etcd_healthy", lambda endpoint, timeout=1.0: False)
+    monkeypatch.setattr(etcd_owned.OwnedEtcd, "_await_endpoint", lambda self, output, timeout_s: None)
+
+    class EtcdStep(StepSlurm):
+        """The step is listed once started; SIGTERM to it ends its script with 0, as the helper does."""
+
+        proc: subprocess.Popen[bytes] | None = None
+
+        def start_step(self, args, script, *, log, env=None):  # type: ignore[no-untyped-def]
+            self.started.append([*args, str(script)])
+            script_ = 'trap "exit 0" TERM; sleep 30 & wait'
+            self.proc = subprocess.Popen(["bash", "-c", script_])
+            return self.proc
+
+        def run(self, args: Sequence[str], *, env: object = None) -> str:  # type: ignore[override]
+            self.ran.append(list(args))
+            if args[0] == "squeue":
+                return f"77.5|atomdyn-etcd@{run_dir.name}|node1\n" if self.proc is not None else ""
+            if args[:2] == ["scancel", "--signal=TERM"] and args[2] == "77.5" and self.proc is not None:
+                time.sleep(0.2)  # bash has set its trap
+                self.proc.terminate()
+                return ""
+            raise AssertionError(f"unexpected command {args}")
+
+    slurm = EtcdStep({})
+    owned = etcd_owned.OwnedEtcd.start(CONFIG, run_dir, "node1", slurm=slurm, allocation=77)
+    (argv,) = slurm.started
+    assert argv == [
+        *etcd_owned.step_args(slurm, 77, "node1", run_dir, run_dir.name),
+        str(run_dir / "scripts" / "etcd.sbatch"),
+    ]
+    assert owned.job_id == 77 and owned.steps is not None
+    stopped = owned.stop(timeout_s=5)
+    assert stopped["job_state"] == "COMPLETED" and stopped["endpoint_gone"]
+    assert not any(cmd[0] == "sbatch" for cmd in slurm.ran)
+    # Only ever the step: no scancel names the allocation alone.
+    assert [cmd for cmd in slurm.ran if cmd[0] == "scancel"] == [["scancel", "--signal=TERM", "77.5"]]
+    assert owned.label == "step 77.5"
+
+
+def test_a_role_steps_name_carries_the_run_id() -> None:
+    assert step_name("atomdyn-prefill", "20261202T000000Z-disagg-mocker") == (
+        "atomdyn-prefill@20261202T000000Z-disagg-mocker"
+    )
+    assert step_owner("atomdyn-prefill@20261202T000000Z-disagg-mocker") == "20261202T000000Z-disagg-mocker"
+    assert step_owner("atomdyn-prefill") is None and step_owner("batch") is None

@@ -4,7 +4,9 @@ failed run leaves the allocation RUNNING and the next run in it passes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import multiprocessing
 import os
 import signal
 import threading
@@ -14,17 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from faultkit import wait_for
 
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.contract.rundir import read_jsonl
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.etcd.keys import run_prefix
 from atomdyn_launchers.evidence.signals import collect_signals
+from atomdyn_launchers.run import orphans, ports
 from atomdyn_launchers.run.launch import Launch
 from atomdyn_launchers.run.monitor import Monitor
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.stages.record import Outcome
 from atomdyn_launchers.slurm.client import Slurm
+from atomdyn_launchers.slurm.steps import step_name
 
 pytestmark = pytest.mark.integration
 
@@ -55,6 +60,15 @@ def _state(config: ClusterConfig, job: int) -> str:
 
 def _steps_left(config: ClusterConfig, job: int) -> list[str]:
     return [f"{s.job_id}.{s.step_id} {s.name}" for s in Slurm(config).steps(job)]
+
+
+def _no_step_left(config: ClusterConfig, job: int) -> list[str]:
+    """The steps still listed after up to 10 s: srun exits as its step ends, and the controller may list the
+    step a moment longer (on a loaded machine) before it forgets it."""
+    deadline = time.monotonic() + 10.0
+    while (left := _steps_left(config, job)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
 
 
 def _run(config: ClusterConfig, allocation: int, hook: Any = None, **options: Any) -> Outcome:
@@ -89,7 +103,7 @@ def _assert_stepped(outcome: Outcome, config: ClusterConfig, allocation: int) ->
 
 def _assert_nothing_left(config: ClusterConfig, allocation: int, outcome: Outcome) -> None:
     assert _state(config, allocation) == "RUNNING"  # the allocation outlives every run in it
-    assert _steps_left(config, allocation) == []
+    assert _no_step_left(config, allocation) == []
     etcd = EtcdClient(config.require_etcd())
     assert etcd.get_prefix(run_prefix(outcome.run_id))[0] == {}
 
@@ -155,3 +169,125 @@ def test_a_node_outside_the_allocation_is_refused_before_anything_runs(
         assert (sorted(config.runs_dir.glob("*")) if config.runs_dir.exists() else []) == runs
     finally:
         slurm.cancel([job])
+
+
+class QueueWatch:
+    """``squeue --me`` every 0.3 s in a thread while a run goes on: every job id it ever listed."""
+
+    def __init__(self, config: ClusterConfig) -> None:
+        self.slurm = Slurm(config)
+        self.seen: set[int] = set()
+        self.polls = 0
+        self.before = self._ids()  # what an earlier test left (a cancelled job still completing)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _ids(self) -> set[int]:
+        out = self.slurm.run(["squeue", "--me", "-h", "-o", "%i"])
+        return {int(line) for line in out.split() if line.isdigit()}
+
+    @property
+    def new(self) -> set[int]:
+        """The jobs that came into the queue while the watch ran."""
+        return self.seen - self.before
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            self.seen |= self._ids()
+            self.polls += 1
+            self._stop.wait(0.3)
+
+    def __enter__(self) -> QueueWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def test_a_run_inside_an_allocation_checks_its_nodes_and_owns_its_etcd_in_steps_alone(
+    config: ClusterConfig, allocation: int
+) -> None:
+    """No --skip-node-check, no ETCD_ENDPOINTS: the node check and the run's etcd are steps of the allocation
+    too, so nothing but the allocation is ever in the queue (an allocation holding its nodes exclusively
+    would leave a batch job of the run pending)."""
+    no_etcd = dataclasses.replace(config, etcd_endpoints=())
+    slurm = Slurm(no_etcd)
+    opts = LaunchOptions(kind="disagg", allocation=allocation, requests=8)
+    with QueueWatch(config) as watch:
+        outcome = Launch(no_etcd, opts, slurm=slurm).run()
+    assert outcome.passed, outcome.failure
+    # squeue listed the holder alone: no job of the run was ever queued.
+    assert watch.polls > 3 and allocation in watch.seen and watch.new == set(), (watch.before, watch.seen)
+    assert "sbatch" not in slurm.call_counts()["calls"]  # type: ignore[operator]
+    run = _assert_stepped(outcome, config, allocation)
+    assert run["result"] == "pass"
+    # The node check ran (as steps on both nodes) and admitted the run; its outputs where a batch check's go.
+    report = json.loads((outcome.run_dir / "node-check.json").read_text())
+    assert report["ok"] is True and set(report["nodes"]) == {config.prefill_node, config.decode_node}
+    works = sorted((config.shared_dir / "nodes").glob("check-*"), key=lambda p: p.stat().st_mtime)
+    for node in (config.prefill_node, config.decode_node):
+        assert (works[-1] / f"check-{node}.json").is_file()
+        assert (works[-1] / f"check-{node}.out").is_file()
+    # The run's etcd: a step on the prefill node, stopped by SIGTERM, its output in logs/etcd.slurm.out.
+    record = json.loads((outcome.run_dir / "etcd.json").read_text())
+    assert record["node"] == config.prefill_node and record["job_id"] == str(allocation)
+    assert record["stopped"] and record["exit_status"] == 0
+    assert "etcd serving at" in (outcome.run_dir / "logs" / "etcd.slurm.out").read_text()
+    scripts = (outcome.run_dir / "scripts" / "prefill.sbatch").read_text()
+    assert record["endpoint"] in scripts and config.etcd_endpoint not in scripts
+    assert _state(config, allocation) == "RUNNING"
+    assert _no_step_left(config, allocation) == []
+
+
+def _lease_in_child(shared: str, run_id: str, run_dir: str) -> None:
+    ports.allocate(Path(shared), run_id, Path(run_dir), [("prefill", 1), ("decode", 0)])
+
+
+def test_orphan_cleanup_stops_the_steps_a_killed_launcher_left(
+    config: ClusterConfig, allocation: int, tmp_path: Path
+) -> None:
+    """A launcher killed hard leaves its steps running (srun leads a session of its own): the next run's orphan
+    cleanup finds them by their name (``<job name>@<run id>``), stops each alone, and leaves the allocation."""
+    run_id = "20260101T000000Z-disagg-mocker-stepped"
+    run_dir = config.runs_dir / run_id
+    run_dir.mkdir(parents=True)
+    child = multiprocessing.get_context("fork").Process(
+        target=_lease_in_child, args=(str(config.shared_dir), run_id, str(run_dir))
+    )
+    child.start()
+    child.join(timeout=30)
+    assert child.exitcode == 0  # the lease's launcher is gone
+    script = tmp_path / "role.sh"
+    script.write_text("#!/bin/bash\ntrap 'exit 0' TERM\nsleep 600 &\nwait\n")
+    slurm = Slurm(config)
+    started = []
+    for role, node in (("prefill", config.prefill_node), ("decode", config.decode_node)):
+        args = slurm.srun_args(
+            allocation=allocation,
+            nodelist=node,
+            job_name=step_name(f"atomdyn-{role}", run_id),
+            output=run_dir / f"{role}.out",
+            chdir=run_dir,
+        )
+        started.append(slurm.start_step([*args, "bash"], script, log=run_dir / f"{role}.out"))
+    try:
+        wait_for("both steps listed", lambda: len(_steps_left(config, allocation)) == 2, timeout_s=30)
+        (found,) = [o for o in orphans.find(config.shared_dir, slurm) if o.run_id == run_id]
+        assert {s.name for s in found.steps} == {f"atomdyn-{r}@{run_id}" for r in ("prefill", "decode")}
+        assert "RUNNING" in found.describe() and f"step {allocation}." in found.describe()
+        (done,) = orphans.clean(config.shared_dir, slurm, [found], None)
+        assert "stopped steps" in done and "cancelled hard" not in done, done
+        for proc in started:
+            assert proc.wait(timeout=30) == 0  # SIGTERM reached the script: it ended on its own
+        assert _no_step_left(config, allocation) == []
+        assert _state(config, allocation) == "RUNNING"
+        note = json.loads((run_dir / "orphan-cleanup.json").read_text())
+        assert sorted(note["steps_stopped"]) == sorted(f"{s.job_id}.{s.step_id}" for s in found.steps)
+        assert note["steps_cancelled_hard"] == []
+        assert run_id not in {lease.run_id for lease in ports.leases(config.shared_dir)}
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()

@@ -17,7 +17,7 @@ the mocker in a venv needs no GPU, RDMA, Docker or image checks and says so. Wha
 - dmabuf-shim: ``dmabuf-shim env --check`` (atom) where the workers load it.
 
 The node-side half is :mod:`atomdyn_launchers.job.node_check` (``python -m atomdyn_launchers.job.node_check
---spec ... --node ...``), run by the check jobs.
+--spec ... --node ...``), run by the check jobs (inside an allocation, by job steps of it: nodes/jobs.py).
 """
 
 from __future__ import annotations
@@ -109,8 +109,11 @@ def check_nodes(
     slurm: Slurm | None = None,
     timeout_s: float = CHECK_TIMEOUT_S,
     pending_grace_s: float = PENDING_GRACE_S,
+    allocation: int | None = None,
 ) -> CheckReport:
-    """Run the node-side checks on every node (one job each, in parallel) and collect the report."""
+    """Run the node-side checks on every node (one job each, in parallel) and collect the report.
+    ``allocation``: each node's check is a job step of that allocation instead of a batch job (a run inside
+    an allocation), its output in the same place."""
     engine = engine or config.engine_profile
     needs = get_engine(engine).node_needs(kind)
     tags = list(image_tags) if image_tags is not None else run_images(config, kind, engine)
@@ -156,6 +159,7 @@ def check_nodes(
         timeout_s=timeout_s,
         slurm=slurm,
         pending_grace_s=pending_grace_s,
+        allocation=allocation,
     )
     report = CheckReport(engine, config.runtime, {})
     for node, run in runs.items():
@@ -163,7 +167,7 @@ def check_nodes(
             report.nodes[node] = [Check("job", UNKNOWN, f"checks not run: {run.pending}")]
             continue
         if run.result is None:
-            report.errors[node] = f"job {run.job_id} ended {run.state} without a result: {run.output_tail}"
+            report.errors[node] = f"{run.label} ended {run.state} without a result: {run.output_tail}"
             continue
         report.nodes[node] = [Check(**c) for c in run.result["checks"]]
     atomic_write_json(work / "report.json", report.to_json())

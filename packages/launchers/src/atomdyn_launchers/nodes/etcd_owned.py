@@ -12,6 +12,11 @@ directory. The launcher waits for that file (with a deadline, failing at once if
 submits any role, so every role starts against a serving etcd. At the end of the run, success or failure, the
 launcher sends the job SIGTERM; the helper stops etcd, removes its data directory and records ``stopped`` in
 ``etcd.json``; the launcher then checks that the endpoint no longer answers.
+
+Inside an allocation (a run's ``--allocation``) the etcd is a job step of it on the same node instead (``srun
+--jobid --nodelist NODE --nodes 1 --ntasks 1 --overlap bash scripts/etcd.sbatch``, named
+``atomdyn-etcd@<run id>``), its output in the same ``logs/etcd.slurm.out``; it is stopped by SIGTERM to the
+step's processes and, when it does not end, cancelled alone, never the allocation.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.job import owned_etcd
 from atomdyn_launchers.job.owned_etcd import OwnedEtcdError, etcd_healthy, read_record
 from atomdyn_launchers.nodes import jobs
-from atomdyn_launchers.slurm.client import Slurm, SlurmError
+from atomdyn_launchers.slurm.client import JobInfo, Slurm, SlurmError
+from atomdyn_launchers.slurm.steps import StepSet, step_name
 
 ETCD_ROLE = "etcd"
 ENDPOINT_FILE = "etcd.json"
@@ -134,12 +140,20 @@ class OwnedEtcd:
     slurm: Slurm
     run_dir: Path
     node: str
-    job_id: int
+    job_id: int  # inside an allocation: the allocation's (the etcd is its step, ``steps``)
     endpoint: str
+    steps: StepSet | None = None
 
     @property
     def record_path(self) -> Path:
         return self.run_dir / ENDPOINT_FILE
+
+    @property
+    def label(self) -> str:
+        """``job N``, or ``step A.S`` inside an allocation."""
+        if self.steps is None:
+            return f"job {self.job_id}"
+        return f"step {self.steps.steps[ETCD_ROLE].step}"
 
     @classmethod
     def start(
@@ -151,8 +165,11 @@ class OwnedEtcd:
         slurm: Slurm | None = None,
         timeout_s: float = 120.0,
         lock_path: Path | None = None,
+        allocation: int | None = None,
+        run_id: str | None = None,
     ) -> OwnedEtcd:
-        """Submit the etcd job and wait until it published a healthy endpoint."""
+        """Submit the etcd job and wait until it published a healthy endpoint. ``allocation``: start it as a
+        step of that allocation instead, named after ``run_id`` (default: the run directory's name)."""
         slurm = slurm or Slurm(config)
         binary = etcd_binary(config, lock_path=lock_path)
         record = run_dir / ENDPOINT_FILE
@@ -170,49 +187,98 @@ class OwnedEtcd:
         script = run_dir / "scripts" / "etcd.sbatch"
         atomic_write_text(script, jobs.script(config, owned_etcd.MODULE, args), mode=0o755)
         output = run_dir / "logs" / "etcd.slurm.out"
-        job_id = slurm.submit(script, job_name="atomdyn-etcd", nodelist=node, output=output, chdir=run_dir)
+        steps: StepSet | None = None
+        if allocation is not None:
+            steps = StepSet.open(slurm, allocation)
+            srun = step_args(slurm, allocation, node, run_dir, run_id or run_dir.name)
+            name = step_name("atomdyn-etcd", run_id or run_dir.name)
+            steps.start(ETCD_ROLE, srun, script, name=name, node=node, log=output)
+            job_id = allocation
+        else:
+            job_id = slurm.submit(
+                script, job_name="atomdyn-etcd", nodelist=node, output=output, chdir=run_dir
+            )
+        owned = cls(config, slurm, run_dir, node, job_id, "", steps)
+        try:
+            owned._await_endpoint(output, timeout_s)
+        except BaseException:  # a timeout, an unhealthy endpoint, an interrupt: no etcd outlives the start
+            with contextlib.suppress(SlurmError):
+                owned._cancel()
+            raise
+        return owned
+
+    def _await_endpoint(self, output: Path, timeout_s: float) -> None:
+        record = self.record_path
         deadline = time.monotonic() + timeout_s
         last_state = "SUBMITTED"
         while True:
             published = read_record(record)
             if published is not None:
                 break
-            info = slurm.job(job_id)
+            info = self._info()
             last_state = info.state
             if info.terminal:
                 raise OwnedEtcdError(
-                    f"the run-owned etcd job {job_id} on {node} ended {info.state} before publishing "
+                    f"the run-owned etcd {self.label} on {self.node} ended {info.state} before publishing "
                     f"{record.name}; last lines of {output}:\n{jobs.tail(output, 15)}"
                 )
             if time.monotonic() >= deadline:
-                slurm.cancel([job_id])
                 raise OwnedEtcdError(
                     f"timed out after {timeout_s:.0f} s waiting for the run-owned etcd to publish {record} "
-                    f"(job {job_id} on {node}: {last_state})"
+                    f"({self.label} on {self.node}: {last_state})"
                 )
             time.sleep(_POLL_S)
-        endpoint = str(published["endpoint"])
-        if not etcd_healthy(endpoint, timeout=5.0):
-            slurm.cancel([job_id])
+        self.endpoint = str(published["endpoint"])
+        if not etcd_healthy(self.endpoint, timeout=5.0):
             raise OwnedEtcdError(
-                f"the run-owned etcd published {endpoint} but it does not answer /health here"
+                f"the run-owned etcd published {self.endpoint} but it does not answer /health here"
             )
-        return cls(config, slurm, run_dir, node, job_id, endpoint)
+
+    def _info(self) -> JobInfo:
+        if self.steps is None:
+            return self.slurm.job(self.job_id)
+        self.steps.discover()
+        return self.steps.steps[ETCD_ROLE].info()
+
+    def _cancel(self) -> None:
+        """Cancel the job, or the step alone (never its allocation), and wait for srun to exit."""
+        if self.steps is None:
+            self.slurm.cancel([self.job_id])
+            return
+        self.steps.cancel_live()
 
     def stop(self, timeout_s: float = 30.0) -> dict[str, Any]:
-        """SIGTERM the job, wait until Slurm has it ended and the endpoint stopped answering."""
-        with contextlib.suppress(SlurmError):
-            self.slurm.signal_batch([self.job_id])
-        try:
-            info = self.slurm.wait_terminal(self.job_id, timeout=timeout_s)
-        except TimeoutError:
-            self.slurm.cancel([self.job_id])
-            info = self.slurm.wait_terminal(self.job_id, timeout=timeout_s)
+        """SIGTERM the job (a step: its processes), wait until it ended and the endpoint stopped answering."""
+        if self.steps is not None:
+            info = self.steps.stop(ETCD_ROLE, timeout_s)
+            if not info.terminal:
+                raise OwnedEtcdError(f"the run-owned etcd's {self.label} had not ended after scancel")
+        else:
+            with contextlib.suppress(SlurmError):
+                self.slurm.signal_batch([self.job_id])
+            try:
+                info = self.slurm.wait_terminal(self.job_id, timeout=timeout_s)
+            except TimeoutError:
+                self.slurm.cancel([self.job_id])
+                info = self.slurm.wait_terminal(self.job_id, timeout=timeout_s)
         gone = not etcd_healthy(self.endpoint, timeout=1.0)
         record = read_record(self.record_path) or {}
         if not gone:
             raise OwnedEtcdError(f"the run-owned etcd at {self.endpoint} still answers after its job ended")
         return {"job_state": info.state, "endpoint_gone": gone, "stopped": record.get("stopped")}
+
+
+def step_args(slurm: Slurm, allocation: int, node: str, run_dir: Path, run_id: str) -> list[str]:
+    """The srun command line that starts the run-owned etcd's script (``bash`` then the script follows) as a
+    step of ``allocation`` on ``node``, its output where the batch job's goes (``logs/etcd.slurm.out``)."""
+    args = slurm.srun_args(
+        allocation=allocation,
+        nodelist=node,
+        job_name=step_name("atomdyn-etcd", run_id),
+        output=run_dir / "logs" / "etcd.slurm.out",
+        chdir=run_dir,
+    )
+    return [*args, "bash"]
 
 
 def owned_etcd_node(config: ClusterConfig, kind: str) -> str:

@@ -92,7 +92,9 @@ def _write(
         )  # fmt: skip
         if options.allocation is not None:  # started as a step of the allocation instead
             del planned[-1]["sbatch"]
-            planned[-1]["srun"] = step_command(slurm, role_job, options.allocation, rundir.path)
+            planned[-1]["srun"] = step_command(
+                slurm, role_job, options.allocation, rundir.path, rundir.run_id
+            )
         progress.line(f"dry run: {spec.role} ({spec.mode}) on {spec.node} -> {role_job.script}")
     plan = {
         "dry_run": True,

@@ -51,16 +51,20 @@ def open_session(
     slurm: Slurm,
     progress: Progress,
     lock_path: Path | None = None,
+    allocation: int | None = None,
 ) -> EtcdSession:
-    """ETCD_ENDPOINT, else etcd at the lock's version in a job of its own (started here)."""
+    """ETCD_ENDPOINT, else etcd at the lock's version in a job of its own (started here); inside an
+    allocation (``allocation``), in a job step of it."""
     owned: OwnedEtcd | None = None
     if config.etcd_endpoint is None:
         node = owned_etcd_node(config, kind)
         try:
-            owned = OwnedEtcd.start(config, run_dir, node, slurm=slurm, lock_path=lock_path)
+            owned = OwnedEtcd.start(
+                config, run_dir, node, slurm=slurm, lock_path=lock_path, allocation=allocation, run_id=run_id
+            )
         except (OwnedEtcdError, SlurmError) as exc:
             raise PreflightError(f"run-owned etcd: {exc}") from exc
-        progress.line(f"run-owned etcd at {owned.endpoint} (job {owned.job_id} on {node})")
+        progress.line(f"run-owned etcd at {owned.endpoint} ({owned.label} on {node})")
     endpoint = owned.endpoint if owned is not None else config.require_etcd()
     client = EtcdClient(etcd_access(config, owned.endpoint if owned is not None else None))
     prefix = run_prefix(run_id)

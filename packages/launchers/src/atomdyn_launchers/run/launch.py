@@ -50,6 +50,7 @@ from atomdyn_launchers.config.cluster import (
 from atomdyn_launchers.contract.readiness import ReadinessError
 from atomdyn_launchers.engines import Engine, get_engine
 from atomdyn_launchers.nodes.check import CheckReport
+from atomdyn_launchers.nodes.etcd_owned import owned_etcd_node
 from atomdyn_launchers.profiles.models import ModelProfile, get_model
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run import ports as port_leases
@@ -115,7 +116,10 @@ class Launch:
         """Refuse what cannot run before anything is created or submitted; the node report, if checked.
         ``problems``: list the engine's launch problems there instead (a dry run). Inside an allocation
         (``--allocation``), first that it runs and holds every role's node."""
-        self.allocation = check_allocation(self.slurm, self.options, [r.node for r in self.roles])
+        nodes = [r.node for r in self.roles]
+        if self.config.etcd_endpoint is None:  # the run-owned etcd is a step of the allocation too
+            nodes.append(owned_etcd_node(self.config, self.options.kind))
+        self.allocation = check_allocation(self.slurm, self.options, nodes)
         return check_run(
             self.config,
             self.options,
@@ -157,6 +161,7 @@ class Launch:
                 slurm=self.slurm,
                 progress=self.progress,
                 lock_path=self.options.lock_path,
+                allocation=self.allocation.job_id if self.allocation is not None else None,
             )
             ctx = RunContext(
                 config=self.config,

@@ -7,6 +7,11 @@ run's etcd keys and an unfinished run directory stay behind. ``cluster.status`` 
 run and ``cluster.down`` clean them: SIGTERM to the job scripts (they stop their processes), a hard cancel
 for a job still there after the settle time, the run's etcd keys deleted, the lease released, and a note
 ``orphan-cleanup.json`` left in the run directory.
+
+A run inside an allocation leaves job steps of it instead (its roles', a run-owned etcd's), which ``squeue``'s
+work directories do not show: they are found by name, ``<job name>@<run id>`` (``squeue --steps``,
+slurm/steps.py), and stopped the same way, each step alone (SIGTERM to its processes, ``scancel ALLOC.STEP``
+when it does not end): never the allocation, which stays RUNNING for the next run.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.etcd.keys import KEY_ROOT
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run import ports
-from atomdyn_launchers.slurm.client import JobPoller, Slurm, SlurmError
+from atomdyn_launchers.slurm.client import JobPoller, Slurm, SlurmError, StepInfo, parse_steps
+from atomdyn_launchers.slurm.steps import step_owner
 
 SETTLE_S = 20.0  # a job script honours SIGTERM within its stop grace (5 s); this leaves room for Slurm
 
@@ -34,6 +40,7 @@ SETTLE_S = 20.0  # a job script honours SIGTERM within its stop grace (5 s); thi
 class Orphan:
     lease: ports.Lease
     jobs: dict[int, str]  # job id -> state, for the run's jobs still in the queue
+    steps: tuple[StepInfo, ...] = ()  # the run's job steps still listed (a run inside an allocation)
 
     @property
     def run_id(self) -> str:
@@ -41,7 +48,9 @@ class Orphan:
 
     def describe(self) -> str:
         who = self.lease.launcher
-        jobs = ", ".join(f"job {j} {state}" for j, state in sorted(self.jobs.items())) or "no job left"
+        listed = [f"job {j} {state}" for j, state in sorted(self.jobs.items())]
+        listed += [f"step {s.job_id}.{s.step_id} RUNNING" for s in self.steps]
+        jobs = ", ".join(listed) or "no job left"
         return f"run {self.run_id}: launcher pid {who.pid} on {who.host} is gone ({jobs})"
 
 
@@ -58,13 +67,28 @@ def queued_jobs(slurm: Slurm) -> dict[Path, dict[int, str]]:
     return found
 
 
+def run_steps(slurm: Slurm) -> dict[str, list[StepInfo]]:
+    """Run id -> this user's job steps named for that run (``<job name>@<run id>``, slurm/steps.py)."""
+    out = slurm.run(["squeue", "--me", "--steps", "-h", "-o", "%i|%j|%N"])
+    found: dict[str, list[StepInfo]] = {}
+    for step in parse_steps(out):
+        owner = step_owner(step.name)
+        if owner is not None:
+            found.setdefault(owner, []).append(step)
+    return found
+
+
 def find(shared_dir: Path, slurm: Slurm | None) -> list[Orphan]:
-    """The orphaned runs whose leases live under ``shared_dir``; their queued jobs when ``slurm`` is given."""
+    """The orphaned runs whose leases live under ``shared_dir``; their queued jobs and job steps when
+    ``slurm`` is given."""
     orphaned = [lease for lease in ports.leases(shared_dir) if lease.orphaned()]
     if not orphaned:
         return []
     queued = queued_jobs(slurm) if slurm is not None else {}
-    return [Orphan(lease, queued.get(lease.run_dir, {})) for lease in orphaned]
+    steps = run_steps(slurm) if slurm is not None else {}
+    return [
+        Orphan(lease, queued.get(lease.run_dir, {}), tuple(steps.get(lease.run_id, ()))) for lease in orphaned
+    ]
 
 
 def clean(shared_dir: Path, slurm: Slurm, found: Iterable[Orphan], etcd: EtcdClient | None) -> list[str]:
@@ -77,6 +101,8 @@ def clean(shared_dir: Path, slurm: Slurm, found: Iterable[Orphan], etcd: EtcdCli
             with suppress(SlurmError):
                 slurm.signal_batch(jobs)
             forced = _settle(slurm, jobs)
+        steps = [f"{s.job_id}.{s.step_id}" for s in orphan.steps]
+        steps_forced = _stop_steps(slurm, orphan.steps) if orphan.steps else []
         keys = "not checked (no etcd)"
         if etcd is not None:
             try:
@@ -91,11 +117,15 @@ def clean(shared_dir: Path, slurm: Slurm, found: Iterable[Orphan], etcd: EtcdCli
             "jobs_stopped": jobs,
             "jobs_cancelled_hard": forced,
             "etcd_keys": keys,
+            **({"steps_stopped": steps, "steps_cancelled_hard": steps_forced} if steps else {}),
         }
         with suppress(OSError):  # the run directory may be gone; the lease is released all the same
             atomic_write_json(orphan.lease.run_dir / "orphan-cleanup.json", note)
         stopped = f"stopped jobs {', '.join(map(str, jobs))}" if jobs else "no job was left"
         hard = f" ({', '.join(map(str, forced))} cancelled hard)" if forced else ""
+        if steps:
+            stopped += f"; stopped steps {', '.join(steps)}"
+            hard += f" (steps {', '.join(steps_forced)} cancelled hard)" if steps_forced else ""
         done.append(f"orphaned run {orphan.run_id}: {stopped}{hard}; etcd keys {keys}; ports released")
     return done
 
@@ -114,6 +144,29 @@ def _settle(slurm: Slurm, jobs: list[int]) -> list[int]:
                 slurm.cancel(left)
             return left
         time.sleep(max(0.0, min(poller.next_due(), deadline) - time.monotonic()))
+
+
+def _stop_steps(slurm: Slurm, steps: Iterable[StepInfo]) -> list[str]:
+    """SIGTERM to each step's processes, a bounded wait until squeue no longer lists them, then the ones left
+    cancelled alone (never their allocation). Returns the steps cancelled hard, as ``ALLOC.STEP``."""
+    left = {(s.job_id, s.step_id) for s in steps}
+    for job, step in sorted(left):
+        with suppress(SlurmError):
+            slurm.signal_step(job, step)
+    deadline = time.monotonic() + SETTLE_S
+    while left:
+        with suppress(SlurmError):
+            listed = {(s.job_id, s.step_id) for job in {j for j, _ in left} for s in slurm.steps(job)}
+            left &= listed
+        if not left:
+            break
+        if time.monotonic() >= deadline:
+            for job, step in sorted(left):
+                with suppress(SlurmError):
+                    slurm.cancel_step(job, step)
+            return [f"{job}.{step}" for job, step in sorted(left)]
+        time.sleep(0.5)
+    return []
 
 
 def clean_before_run(config: ClusterConfig, slurm: Slurm, progress: Progress) -> None:

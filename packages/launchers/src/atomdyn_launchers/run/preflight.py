@@ -1,6 +1,7 @@
 """The one preflight: everything a run checks before anything is created or submitted (the run's options
 against the engine and the recipe, the venv or the images, the tiny model built and verified, the cluster's
-partition, nodes, model path and etcd, then ``nodes.check`` on the run's nodes). A failure raises
+partition, nodes, model path and etcd, then ``nodes.check`` on the run's nodes: inside an allocation, as job
+steps of it). A failure raises
 :class:`~atomdyn_launchers.config.cluster.PreflightError` naming what to fix."""
 
 from __future__ import annotations
@@ -155,7 +156,14 @@ def check_run(
         return None
     try:
         with progress.heartbeat(f"nodes.check on {', '.join(nodes)}"):
-            report = check_nodes(config, nodes, engine=engine.name, kind=options.kind, slurm=slurm)
+            report = check_nodes(
+                config,
+                nodes,
+                engine=engine.name,
+                kind=options.kind,
+                slurm=slurm,
+                allocation=options.allocation,
+            )
     except NodeJobError as exc:
         raise PreflightError(f"node check could not run: {exc}") from exc
     report.require_ok()

@@ -24,6 +24,7 @@ from atomdyn_launchers.run.plan import RoleSpec, model_path
 from atomdyn_launchers.run.ports import named_ports
 from atomdyn_launchers.sbatch import Arg, JobSpec, Shell, pid_var, render
 from atomdyn_launchers.slurm.client import Slurm
+from atomdyn_launchers.slurm.steps import step_name
 
 # Where the probe's sides write their reports in the run directory (<run dir>/nixl/<role>.json).
 PROBE_DIR = "nixl"
@@ -246,16 +247,21 @@ def write_jobs(submission: Submission, roles: Sequence[RoleSpec]) -> list[RoleJo
     return out
 
 
-def step_command(slurm: Slurm, role_job: RoleJob, allocation: int, chdir: Path) -> list[str]:
+def step_command(slurm: Slurm, role_job: RoleJob, allocation: int, chdir: Path, run_id: str) -> list[str]:
     """The srun command line that starts ``role_job`` as a step of ``allocation`` on its node: ``srun ... bash
     SCRIPT`` (bash named, so a shared filesystem mounted noexec does not matter), its output where sbatch's
-    ``--output`` would put it."""
+    ``--output`` would put it, named ``<job name>@<run id>`` (:func:`role_step_name`)."""
     args = slurm.srun_args(
         allocation=allocation,
         nodelist=role_job.spec.node,
-        job_name=role_job.job.job_name,
+        job_name=role_step_name(role_job, run_id),
         gres=role_job.gres,
         output=role_job.output,
         chdir=chdir,
     )
     return [*args, "bash", str(role_job.script)]
+
+
+def role_step_name(role_job: RoleJob, run_id: str) -> str:
+    """A role's step's name: its batch job's and the run's id (a dead launcher's steps are found by it)."""
+    return step_name(role_job.job.job_name, run_id)

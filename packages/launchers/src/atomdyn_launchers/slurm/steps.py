@@ -11,6 +11,12 @@ accounting (the local cluster has none, so ``sacct`` knows no step there).
 A step is stopped by SIGTERM to its processes (``scancel --signal=TERM ALLOC.STEP``; the script forwards it and
 waits for its processes as it does in a batch job) and, when it does not end, cancelled alone
 (``scancel ALLOC.STEP``). Nothing here ever cancels the allocation: a failed run leaves it RUNNING for the next.
+
+The node check's jobs and a run-owned etcd start the same way inside an allocation (``nodes/jobs.py``,
+``nodes/etcd_owned.py``): no batch job of a run inside an allocation queues. Every step's name is the batch
+job's name and, after ``@``, what it belongs to (:func:`step_name`: the run's id; a node check's work
+directory), so ``squeue --steps`` tells whose a step is, two runs in one allocation never take each other's
+steps, and a later run's orphan cleanup finds the steps a killed launcher left (``run/orphans.py``).
 """
 
 from __future__ import annotations
@@ -18,12 +24,25 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from atomdyn_launchers.slurm.client import JobInfo, Slurm
+from atomdyn_launchers.slurm.client import JobInfo, Slurm, SlurmError
 
 DISCOVER_S = 0.5  # between two ``squeue --steps`` while a started step is not listed yet
+OWNER_SEP = "@"  # in a step's name: what the step belongs to follows it
+
+
+def step_name(name: str, owner: str) -> str:
+    """A step's name: ``name`` (the batch job's, e.g. ``atomdyn-prefill``) and ``@owner`` (a run's id)."""
+    return f"{name}{OWNER_SEP}{owner}"
+
+
+def step_owner(name: str) -> str | None:
+    """What a step named by :func:`step_name` belongs to; None for another step."""
+    _, sep, owner = name.rpartition(OWNER_SEP)
+    return owner if sep and owner else None
 
 
 @dataclass
@@ -86,6 +105,18 @@ class RoleStep:
             return False
         return True
 
+    def cancel(self, slurm: Slurm) -> None:
+        """Cancel the step hard (``scancel ALLOC.STEP``), never its allocation; a step not listed yet has no
+        processes: its srun is stopped (it withdraws the request, or forwards the signal to a step just
+        started)."""
+        if self.returncode is not None:
+            return
+        self.cancelled_hard = True
+        if self.step_id is None:
+            self.process.terminate()
+            return
+        slurm.cancel_step(self.allocation, self.step_id)
+
 
 @dataclass
 class StepSet:
@@ -142,3 +173,30 @@ class StepSet:
 
     def infos(self, roles: Iterable[str]) -> dict[str, JobInfo]:
         return {role: self.steps[role].info() for role in roles if role in self.steps}
+
+    def stop(self, role: str, timeout_s: float) -> JobInfo:
+        """Stop one step as a job script is stopped: SIGTERM to its processes (``scancel --signal=TERM``), up to
+        ``timeout_s`` for srun to exit, then cancelled hard and waited for again; how it ended."""
+        step = self.steps[role]
+        if step.returncode is None and step.step_id is None:
+            with suppress(SlurmError):
+                self.discover(force=True)
+        if step.returncode is None:
+            if step.step_id is None:
+                step.process.terminate()
+            else:
+                with suppress(SlurmError):
+                    self.slurm.signal_step(step.allocation, step.step_id)
+            if not step.wait(timeout_s):
+                with suppress(SlurmError):
+                    step.cancel(self.slurm)
+                step.wait(timeout_s)
+        return step.info()
+
+    def cancel_live(self) -> None:
+        """Cancel hard every step of the set still running (a check that timed out or was interrupted)."""
+        for step in self.live().values():
+            with suppress(SlurmError):
+                step.cancel(self.slurm)
+        for step in self.steps.values():
+            step.wait(10.0)

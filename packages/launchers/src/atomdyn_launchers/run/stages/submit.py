@@ -7,7 +7,7 @@ from atomdyn_launchers.contract.rundir import JobRecord
 from atomdyn_launchers.nodes.jobs import docker_host
 from atomdyn_launchers.run.context import RunContext
 from atomdyn_launchers.run.monitor import Monitor
-from atomdyn_launchers.run.submission import RoleJob, step_command, write_jobs
+from atomdyn_launchers.run.submission import RoleJob, role_step_name, step_command, write_jobs
 from atomdyn_launchers.slurm.steps import StepSet
 
 
@@ -42,12 +42,12 @@ def _start_step(
     ctx: RunContext, monitor: Monitor, steps: StepSet, role_job: RoleJob, env: dict[str, str] | None
 ) -> None:
     spec = role_job.spec
-    args = step_command(ctx.slurm, role_job, steps.allocation, ctx.rundir.path)[:-1]
+    args = step_command(ctx.slurm, role_job, steps.allocation, ctx.rundir.path, ctx.rundir.run_id)[:-1]
     steps.start(
         spec.role,
         args,
         role_job.script,
-        name=role_job.job.job_name,
+        name=role_step_name(role_job, ctx.rundir.run_id),
         node=spec.node,
         log=role_job.output,
         env=env,
