@@ -225,10 +225,23 @@ _SECRET_KEY = (
     r"[A-Za-z0-9_.-]*?(?:password|passwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key(?:[_-]?id)?|"
     r"credentials?|sshpass|mysql_pwd|rediscli_auth)"
 )
+# A double-quoted value ends at a quote no backslash escapes (JSON writes a password's quote as \"), or else at
+# the next quote ("C:\dir\" on a command line).
 _SECRET_ASSIGNMENT = re.compile(
-    rf"(?i)(?P<k>(?<![\w-])(?P<q>[\"']?){_SECRET_KEY}(?P=q)\s*[=:]\s*)(?P<v>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;&]+)"
+    rf"(?i)(?P<k>(?<![\w-])(?P<q>[\"']?)(?P<name>{_SECRET_KEY})(?P=q)\s*[=:]\s*)"
+    r"(?P<v>\"(?:[^\"\\\n]|\\.)*\"|\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;&]+)"
 )
-_SECRET_FLAG = re.compile(rf"(?i)(?P<k>--{_SECRET_KEY}\s+)(?P<v>[^\s-][^\s]*)")
+_SECRET_FLAG = re.compile(rf"(?i)(?P<k>--(?P<name>{_SECRET_KEY})\s+)(?P<v>[^\s-][^\s]*)")
+# A key ending in "token" names a credential (token, api_token, HF_TOKEN, x-auth-token, VAULT_TOKEN, CI_JOB_TOKEN)
+# unless its words say which token of a text it times, counts or is: aiperf's time_to_first_token,
+# time_to_second_token and time_to_first_output_token, first_token, ms_per_token, a tokenizer's eos_token. Matched
+# against the key in snake case (timeToFirstToken is time_to_first_token). No list of credential qualifiers instead:
+# every service names its own (VAULT_TOKEN, CONSUL_HTTP_TOKEN), and a key this misses is redacted, not leaked.
+_MEASURED_TOKEN = re.compile(
+    r"(?:^|[_.-])(?:time[_-]to[_-](?:[a-z0-9]+[_-])*?|(?:first|second|third|last)[_-](?:(?:output|input|prompt|"
+    r"generated|decode|prefill)[_-])?|per[_-]|inter[_-]|(?:bos|eos|pad|unk|sep|cls|mask)[_-])token$"
+)
+_CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 # --- credentials on command lines ---
 _WORD = r"\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'|;&]+"  # a value: one word, or a quoted one
@@ -615,6 +628,81 @@ def _not_a_secret(value: str) -> bool:
     return True
 
 
+def _names_a_credential(key: str) -> bool:
+    """Whether a key that _SECRET_KEY matched names a secret: every one but a token of a text (_MEASURED_TOKEN)."""
+    return not _MEASURED_TOKEN.search(_CAMEL_HUMP.sub("_", key).lower())
+
+
+def _container_end(text: str, start: int, quote: str) -> int | None:
+    """Where the JSON (or Python) object or array opening at ``text[start]`` ends, just past its closing bracket;
+    ``None`` when it does not close on this line or its brackets do not pair. ``quote`` delimits its strings."""
+    closing = {"{": "}", "[": "]"}
+    expected: list[str] = []
+    at = start
+    while at < len(text):
+        char = text[at]
+        if char == quote:
+            at += 1
+            while at < len(text) and text[at] != quote:
+                at += 2 if text[at] == "\\" else 1
+        elif char in closing:
+            expected.append(closing[char])
+        elif char in "}]":
+            if expected.pop() != char:
+                return None
+            if not expected:
+                return at + 1
+        elif char == "\n":
+            return None
+        at += 1
+    return None
+
+
+def _assignment(m: re.Match[str], text: str) -> tuple[str, int]:
+    """A secret key's assignment as it is to be written, and where in ``text`` the part it replaces ends.
+
+    In data written with quoted keys (JSON, a Python repr) the result is still data: an object or array that a
+    secret key holds becomes one quoted marker, the brackets that close around a value stay, and the opening
+    bracket of an object or array that goes on past the line stays, its members judged on their own lines."""
+    key, raw, quote = m["k"], m["v"], m["q"]
+    kept = m[0], m.end()
+    if not _names_a_credential(m["name"]):
+        return kept
+    rest = ""
+    if raw[0] in "\"'":  # a quoted value: its own quotes stay
+        value, quote = raw[1:-1], raw[0]
+    elif raw[0] in "{[":
+        end = _container_end(text, m.start("v"), quote or '"')
+        if end is not None:
+            if not text[m.start("v") + 1 : end - 1].strip():
+                return kept  # {} or []: nothing to hide
+            return f"{key}{quote}{_redact('secret')}{quote}", end
+        if quote or raw in ("{", "["):
+            return kept  # an opening bracket is no value
+        value = raw  # PASSWORD=[abc
+    elif quote:  # a JSON or Python scalar ends where its object or array closes: {"token": 5}
+        cut = min((raw.index(c) for c in "}]" if c in raw), default=len(raw))
+        value, rest = raw[:cut], raw[cut:]
+    else:
+        value = raw
+    if not value or value.startswith("<redacted:") or _not_a_secret(value):
+        return kept
+    return f"{key}{quote}{_redact('secret')}{quote}{rest}", m.end()
+
+
+def _secret_assignments(text: str) -> str:
+    """``text`` with the value of every secret key's assignment (_SECRET_ASSIGNMENT) redacted."""
+    out: list[str] = []
+    at = 0
+    for m in _SECRET_ASSIGNMENT.finditer(text):
+        if m.start() < at:
+            continue  # inside an object or array already redacted whole
+        replacement, end = _assignment(m, text)
+        out += (text[at : m.start()], replacement)
+        at = end
+    return "".join(out) + text[at:] if out else text
+
+
 def _after_key(replacement: str) -> Callable[[re.Match[str]], str]:
     """Keep the key part (group "k") of a match and replace its value."""
 
@@ -895,17 +983,12 @@ class Sanitizer:
         if not _SECRET_WORD.search(low):
             return text
 
-        def assignment(m: re.Match[str]) -> str:
-            value = m["v"].strip("\"'")
-            if not value or value.startswith("<redacted:") or _not_a_secret(value):
+        def flag(m: re.Match[str]) -> str:
+            if m["v"].startswith("<redacted:") or not _names_a_credential(m["name"]):
                 return m[0]
-            quote = m["v"][0] if m["v"][0] in "\"'" else ""
-            return f"{m['k']}{quote}{_redact('secret')}{quote}"
+            return m["k"] + _redact("secret")
 
-        text = _SECRET_ASSIGNMENT.sub(assignment, text)
-        return _SECRET_FLAG.sub(
-            lambda m: m[0] if m["v"].startswith("<redacted:") else m["k"] + _redact("secret"), text
-        )
+        return _SECRET_FLAG.sub(flag, _secret_assignments(text))
 
     def _rules_hinted(self, low: str) -> bool:
         """Whether the lower case of a line holds a literal of _COMMAND_CREDENTIALS, _CLOUD_IDS or _HARDWARE_IDS:
