@@ -33,7 +33,9 @@ from atomdyn_launchers.evidence import logscan, prom
 
 _RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(" + "|".join(map(re.escape, KINDS)) + r")-([A-Za-z0-9_-]+)$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,127}$")
+# A run id that is a plain directory name and link: ASCII only (\w takes any script's letters and digits), and \Z,
+# not $, which lets a trailing newline through.
+SAFE_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 _MAX_EVENTS = 5000
 _MAX_RECORD = 1 << 20  # a JSON-lines record longer than this is garbage, skipped without being held
 _MAX_LATENCIES = 100_000
@@ -168,7 +170,7 @@ def _read_run(signals: Signals) -> None:
     signals.run = run
     record = RunRecord.from_json(run)
     run_id = record.run_id
-    if not (run_id and _SAFE_ID.match(run_id)):
+    if not (run_id and SAFE_RUN_ID.match(run_id)):
         signals.problems.append(
             f"run.json run_id {run.get('run_id')!r} is not a plain name; using the directory name"
         )

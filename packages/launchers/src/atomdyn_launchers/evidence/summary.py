@@ -14,7 +14,6 @@ import getpass
 import hashlib
 import json
 import os
-import re
 import shutil
 import socket
 import tempfile
@@ -35,10 +34,10 @@ from atomdyn_launchers.evidence.data import (
 )
 from atomdyn_launchers.evidence.expectations import platform_label
 from atomdyn_launchers.evidence.gates import GateResult, evaluate, failed_count, overall
+from atomdyn_launchers.evidence.signals import SAFE_RUN_ID as SAFE_RUN_ID
 from atomdyn_launchers.evidence.signals import Signals, collect_signals
 
 SCHEMA_VERSION = 2  # of summary.json; 1 had no data/ and no file digests, so its gates cannot be recomputed
-SAFE_RUN_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,127}$")  # a run id that is a plain directory name and link
 EVIDENCE = "evidence"  # the evidence root beside a user's runs/ (SHARED_DIR/evidence), and the project's
 EXCERPT_MAX_LINES = 16
 EXCERPT_MAX_CHARS = 400
