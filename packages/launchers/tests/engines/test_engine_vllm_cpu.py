@@ -51,6 +51,14 @@ def test_workers_run_the_shared_dynamo_vllm_line_from_the_cpu_environment() -> N
     assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == '"$MGMT_ADDR"'  # the address the peer must use
 
 
+def test_every_worker_runs_the_model_in_its_engine_core_process() -> None:
+    """The uni executor, as vLLM runs one GPU; the CPU platform keeps it only with multiprocessing off."""
+    for mode in ("agg", "prefill", "decode"):
+        argv, env = _worker(mode, 0)
+        assert argv[argv.index("--distributed-executor-backend") + 1] == "uni"
+        assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+
+
 def test_kv_path_is_forced_onto_tcp_and_shows_its_transport() -> None:
     for mode, index in (("prefill", 1), ("decode", 0)):
         _, env = _worker(mode, index)

@@ -8,6 +8,8 @@ The command line is the one ``vllm`` and ``atom`` run (one builder, ``dynamo_vll
   ``cma`` (a same-kernel copy) even between network namespaces: that would not stand for two machines. The
   gates then require the UCX_PROTO_INFO rows of the KV reads to name ``tcp`` and none a same-host transport;
 - one core per worker (``VLLM_CPU_OMP_THREADS_BIND``): the rehearsal's workers share the machine;
+- the uni executor (the model in the engine-core process), as vLLM runs one GPU: the multiprocess executor
+  vLLM's CPU platform picks otherwise made the KV transfers 10-100x slower here;
 - the torch.compile caches on the shared directory, so a second run starts faster. Compiled mode, never
   ``--enforce-eager``: with it, vLLM 0.32's CPU attention dies with "Illegal instruction" on the first
   request whose KV came over NIXL;
@@ -66,7 +68,17 @@ def _extra_env(ctx: RoleContext) -> dict[str, Arg]:
         "VLLM_USE_AOT_COMPILE": "0",
         # The frontend gets the tokenizer from the worker, not from a model hub (there is none here).
         "DYN_SELF_HOST_METADATA": "1",
+        # With it unset vLLM's CPU platform turns --distributed-executor-backend uni back into mp
+        # (vllm/platforms/cpu.py); dynamo.vllm's AsyncLLM keeps its engine-core process either way.
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     }
+
+
+# The model in the engine-core process (one process fewer per worker, no shared-memory queue between them), as
+# vLLM runs one GPU by default. With the mp executor vLLM's CPU platform forces, P/D runs on two cores had mean
+# KV transfers of 179-1939 ms (3 runs) and requests up to 14 s; with uni 4-104 ms (median of 11 runs: 13 ms) and
+# no request over 2.1 s, same bench and machine (docs/real-engine-rehearsal.md, "The KV path's speed").
+EXECUTOR_ARGS = ("--distributed-executor-backend", "uni")
 
 
 class VllmCpuEngine(Engine):
@@ -111,6 +123,7 @@ class VllmCpuEngine(Engine):
             ucx_env=ucx_env,
             extra_env=_extra_env(ctx),
             kv_buffer_device="cpu",
+            extra_args=EXECUTOR_ARGS,
         )
         return replace(plan_vllm_role(ctx, platform), gpus=0)
 
