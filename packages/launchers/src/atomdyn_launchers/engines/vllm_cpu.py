@@ -76,8 +76,8 @@ def _extra_env(ctx: RoleContext) -> dict[str, Arg]:
 
 # The model in the engine-core process (one process fewer per worker, no shared-memory queue between them), as
 # vLLM runs one GPU by default. With the mp executor vLLM's CPU platform forces, P/D runs on two cores had mean
-# KV transfers of 179-1939 ms (3 runs) and requests up to 14 s; with uni 4-104 ms (median of 11 runs: 13 ms) and
-# no request over 2.1 s, same bench and machine (docs/real-engine-rehearsal.md, "The KV path's speed").
+# KV transfers of 179-1939 ms (3 runs) and requests up to 14 s; with uni 3.9-104 ms (median of 12 runs: 11 ms)
+# and no request over 2.1 s, same bench and machine (docs/real-engine-rehearsal.md, "The KV path's speed").
 EXECUTOR_ARGS = ("--distributed-executor-backend", "uni")
 
 
