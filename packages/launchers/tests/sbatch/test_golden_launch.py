@@ -46,6 +46,8 @@ def test_snapshots_cover_the_required_cases() -> None:
         ("vllm", "disagg", "docker"),
         ("mocker", "disagg", "venv"),
         ("mocker", "disagg", "docker"),
+        ("atom", "disagg", "pyxis"),
+        ("vllm", "disagg", "pyxis"),
     ]:
         assert case in covered, case
 

@@ -124,6 +124,12 @@ def images(climb: Climb) -> RungResult:
     failed = [(n, c) for n, c in checks if c.status == FAIL]
     if failed:
         return RungResult(FAILED, _lines(failed))
+    if climb.config.runtime == "pyxis":
+        # One squashfs per image on the shared filesystem, checked against its import record on each node.
+        squashfs = sorted({c.detail for _, c in checks if c.name == "image"})
+        return RungResult(
+            PASS, "the imported squashfs on every node: " + "; ".join(squashfs), facts={"image_ids": {}}
+        )
     if climb.config.runtime != "docker":
         return RungResult(NOT_NEEDED, f"RUNTIME={climb.config.runtime}: no image; the venv is {climb.config.python_venv}",
                           facts={"image_ids": {}})  # fmt: skip
@@ -146,7 +152,7 @@ def images(climb: Climb) -> RungResult:
 
 def validate(climb: Climb) -> RungResult:
     """atomdyn-validate in the image on each worker node (validate.gpu's job)."""
-    if climb.config.runtime != "docker":
+    if climb.config.runtime not in ("docker", "pyxis"):
         return RungResult(NOT_NEEDED, f"RUNTIME={climb.config.runtime}: there is no image to validate")
     failed, shown = [], []
     for node in climb.nodes():  # every node a rung runs a worker on
@@ -241,7 +247,7 @@ RUNGS: tuple[Rung, ...] = (
     Rung(3, "validate", "in-image validation on each worker node",
          "inside the image: the GPU stack, vLLM's platform, NIXL and its backend, the Dynamo flags",
          "invoke validate.gpu --node NODE", validate,
-         lambda c: VALIDATE_TIMEOUT_S * 2 if c.config.runtime == "docker" else 0.0, "one job per worker node"),
+         lambda c: VALIDATE_TIMEOUT_S * 2 if c.config.runtime in ("docker", "pyxis") else 0.0, "one job per worker node"),
     Rung(4, "nixl", "cross-node NIXL transfer before any model",
          "KV blocks move between the P/D nodes with the workers' environment, every byte checked, UCX's rows judged",
          "invoke nixl.cross-node", nixl, _probe_s, "two one-shot jobs, one per P/D node"),

@@ -33,8 +33,10 @@ from atomdyn_launchers.engines import ENGINE_NAMES, get_engine
 CLUSTER_ENV_VAR = "ATOMDYN_CLUSTER_ENV"
 REPO_ENV_VAR = "ATOMDYN_REPO"
 
-Runtime = Literal["venv", "docker"]
-RUNTIMES: tuple[Runtime, ...] = ("venv", "docker")
+Runtime = Literal["venv", "docker", "pyxis"]
+RUNTIMES: tuple[Runtime, ...] = ("venv", "docker", "pyxis")
+# The runtimes whose processes run in the pinned images (docker run, or a pyxis step of its enroot squashfs).
+CONTAINER_RUNTIMES: tuple[Runtime, ...] = ("docker", "pyxis")
 
 # sbatch options that only the dedicated keys may set: every submission passes them explicitly.
 _RESERVED_SBATCH_OPTIONS = {"account": "A", "partition": "p", "qos": "q"}
@@ -474,7 +476,7 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("RUNTIME", _choice(RUNTIMES), example="docker", shown=True),
     _Spec("GPUS_PER_NODE", _count, required=False, example="8", shown=True),
     _Spec("DYNAMO_ATOM_IMAGE", _image, required=False, example="dynamo-atom-mi355x:1.3.0-0.1.6rc0", shown=True,
-          doc="aggregated runs (the base image; required for RUNTIME=docker)",
+          doc="aggregated runs (the base image; required for RUNTIME=docker and pyxis)",
           section="Images as `nox -s build_images` tags them (<release>:<version>, "
           "<release>-nixl-rocm:<version>);\npin by digest once recorded."),
     _Spec("NIXL_IMAGE", _image, required=False, example="dynamo-atom-mi355x-nixl-rocm:1.3.0-0.1.6rc0",
@@ -722,25 +724,33 @@ def _finish(kwargs: dict[str, object], source: str) -> ClusterConfig:
     kwargs["project_dir"] = project_dir
     kwargs.setdefault("python_venv", project_dir / ".venv")
     problems: list[str] = []
-    if kwargs["runtime"] == "docker" and "dynamo_atom_image" not in kwargs:
-        problems.append("DYNAMO_ATOM_IMAGE: required when RUNTIME=docker")
+    if kwargs["runtime"] in CONTAINER_RUNTIMES and "dynamo_atom_image" not in kwargs:
+        problems.append(f"DYNAMO_ATOM_IMAGE: required when RUNTIME={kwargs['runtime']}")
     if get_engine(str(kwargs["engine_profile"])).needs_gpus() and kwargs.get("gpus_per_node") == 0:
         problems.append(f"GPUS_PER_NODE: must be at least 1 for ENGINE_PROFILE={kwargs['engine_profile']}")
     problems += _etcd_security_problems(kwargs)
-    if kwargs["runtime"] == "docker":
-        problems += _mount_problems(kwargs)
+    if kwargs["runtime"] in CONTAINER_RUNTIMES:
+        problems += _mount_problems(kwargs, str(kwargs["runtime"]))
     if problems:
         raise ClusterConfigError(source, problems)
     return ClusterConfig(source=source, **kwargs)  # type: ignore[arg-type]
 
 
-def _mount_problems(kwargs: Mapping[str, object]) -> list[str]:
+def _mount_problems(kwargs: Mapping[str, object], runtime: str = "docker") -> list[str]:
     """RUNTIME=docker mounts these paths into every container with ``-v PATH:PATH``: a ':' in one would be
-    read as the separator (the rest becoming the target or the options)."""
+    read as the separator (the rest becoming the target or the options). RUNTIME=pyxis lists them in one
+    ``--container-mounts=SRC:DST[:FLAGS][,SRC:DST...]``: a ',' would also split one (pyxis's args.c)."""
     paths = [(key, kwargs.get(key.lower())) for key in ("SHARED_DIR", "MODEL_PATH", "PROJECT_DIR")]
     paths += [
         ("RDMA_PROVIDER_LIBS", lib) for lib in cast("tuple[Path, ...]", kwargs.get("rdma_provider_libs", ()))
     ]
+    if runtime == "pyxis":
+        return [
+            f"{key}: {str(path)!r} contains ':' or ',', which pyxis --container-mounts=SRC:DST[:FLAGS][,...] "
+            "would split (RUNTIME=pyxis mounts it into every container): use a path without them"
+            for key, path in paths
+            if path is not None and (":" in str(path) or "," in str(path))
+        ]
     return [
         f"{key}: {str(path)!r} contains ':', which docker -v SOURCE:TARGET[:OPTIONS] would split "
         "(RUNTIME=docker mounts it into every container): use a path without ':'"

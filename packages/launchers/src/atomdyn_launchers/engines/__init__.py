@@ -2,7 +2,7 @@
 
 Each engine lives in its own module (``mocker.py``, ``vllm.py``, ``atom.py``, ``vllm_cpu.py``); ``base.py`` says what an
 engine provides, ``dynamo_vllm.py`` builds every ``dynamo.vllm`` role from per-platform data, and
-``runtime.py`` wraps command lines for the venv and docker runtimes.
+``runtime.py`` wraps command lines for the venv, docker and pyxis runtimes.
 """
 
 from __future__ import annotations

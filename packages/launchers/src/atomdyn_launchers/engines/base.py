@@ -20,7 +20,16 @@ from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.contract.leases import lease_ttl_for
 from atomdyn_launchers.contract.node_needs import NodeNeeds
 from atomdyn_launchers.contract.ports import Ports
-from atomdyn_launchers.engines.runtime import NO_DEVICES, DeviceAccess, DockerRuntime, RdmaMounts, Runtime
+from atomdyn_launchers.engines.runtime import (
+    CONTAINER_RUNTIMES,
+    NO_DEVICES,
+    DeviceAccess,
+    DockerRuntime,
+    PyxisRuntime,
+    RdmaMounts,
+    Runtime,
+)
+from atomdyn_launchers.job import squashfs
 from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ModelProfile, ProfileError
 from atomdyn_launchers.sbatch import Arg, ProcessSpec, Shell
 
@@ -201,7 +210,7 @@ def dynamo_env(ctx: RoleContext) -> dict[str, Arg]:
 def wrap(
     ctx: RoleContext, name: str, argv: list[Arg], env: Mapping[str, Arg], devices: DeviceAccess
 ) -> ProcessSpec:
-    if isinstance(ctx.runtime, DockerRuntime):
+    if isinstance(ctx.runtime, CONTAINER_RUNTIMES):
         env = {**dynamo_env(ctx), **env}  # the job's exports do not reach into a container
     # etcd's key and password: exported by the job script, passed by name, never on a command line.
     return ctx.runtime.wrap(name, argv, env, devices, inherit=sorted(ctx.etcd_env))
@@ -226,7 +235,7 @@ def fingerprint_prelude(ctx: RoleContext) -> list[str]:
     """The node's fingerprint (GPU, ROCm/CUDA, NIC, driver), written from inside the job before the engine
     starts, to <run dir>/fingerprints/<role>.json. A failed probe is recorded, never fatal."""
     target = run_path(ctx, "fingerprints") + ".json"
-    image = ctx.runtime.image if isinstance(ctx.runtime, DockerRuntime) else ""
+    image = ctx.runtime.image if isinstance(ctx.runtime, CONTAINER_RUNTIMES) else ""
     env = f"ATOMDYN_IMAGE={shlex.quote(image)} " if image else ""
     return [
         "# This node as the evidence will describe it (written before the engine starts).",
@@ -241,7 +250,11 @@ def fingerprint_prelude(ctx: RoleContext) -> list[str]:
 
 def image_prelude(ctx: RoleContext) -> list[str]:
     """In the docker runtime: the image the workers run, as the node's daemon has it, with the lock digest
-    its label carries, to <run dir>/images/<role>.json (the run records that digest, not the checkout's)."""
+    its label carries, to <run dir>/images/<role>.json (the run records that digest, not the checkout's).
+    In the pyxis runtime: the squashfs's import record (``nodes.prepare``: the image id and lock digest of the
+    docker image it was imported from, its size and sha256), checked for its size on this node."""
+    if isinstance(ctx.runtime, PyxisRuntime):
+        return _squashfs_prelude(ctx, ctx.runtime)
     if not isinstance(ctx.runtime, DockerRuntime):
         return []
     target = run_path(ctx, "images") + ".json"
@@ -260,6 +273,19 @@ def image_prelude(ctx: RoleContext) -> list[str]:
         "  exit 2",
         "fi",
         f"mv -f {shlex.quote(target + '.tmp')} {shlex.quote(target)}",
+    ]
+
+
+def _squashfs_prelude(ctx: RoleContext, runtime: PyxisRuntime) -> list[str]:
+    target = run_path(ctx, "images") + ".json"
+    record = [*ctx.node_python, "-m", squashfs.MODULE, "record", runtime.image, "--out", target]
+    return [
+        "# The squashfs the workers run and the lock its image carried (recorded when nodes.prepare imported it).",
+        f"mkdir -p {shlex.quote(ctx.run_dir + '/images')}",
+        f"if ! {quoted(record)}; then",
+        f"  log 'squashfs {runtime.image} is missing or not the one imported (run invoke nodes.prepare)'",
+        "  exit 2",
+        "fi",
     ]
 
 

@@ -23,7 +23,7 @@ from atomdyn_launchers.engines.base import (
     worker_name,
     wrap,
 )
-from atomdyn_launchers.engines.runtime import DeviceAccess, DockerRuntime, RdmaMounts, VenvRuntime
+from atomdyn_launchers.engines.runtime import CONTAINER_RUNTIMES, DeviceAccess, RdmaMounts, VenvRuntime
 from atomdyn_launchers.sbatch import Arg, Shell
 
 
@@ -148,7 +148,7 @@ def rdma_check_prelude(ctx: RoleContext, access: DeviceAccess, env: Mapping[str,
     (mounted into the container) is not the first of its name loaded, i.e. not the one used."""
     base = run_path(ctx, "rdma")
     loader_env: dict[str, Arg] = {**env, "LD_DEBUG": "libs"}
-    if isinstance(ctx.runtime, DockerRuntime):
+    if isinstance(ctx.runtime, CONTAINER_RUNTIMES):
         probe = ctx.runtime.tool(
             ["ibv_devinfo", "-v"], env=env, devices=access, name=f"{ctx.role}-rdma-check"
         )
@@ -193,7 +193,7 @@ def doctor_prelude(ctx: RoleContext, access: DeviceAccess, env: Mapping[str, Arg
     for device in (ctx.ucx_net_devices or "").split(","):
         if device:
             argv += ["--expect-net-device", device]
-    if isinstance(ctx.runtime, DockerRuntime):
+    if isinstance(ctx.runtime, CONTAINER_RUNTIMES):
         probe = ctx.runtime.tool(argv, env=env, devices=access, name=f"{ctx.role}-doctor")
     else:
         probe = ctx.runtime.tool(argv, env=env)

@@ -1,4 +1,5 @@
-"""Where a role's processes run: the venv's Python directly, or ``docker run`` of the built image.
+"""Where a role's processes run: the venv's Python directly, ``docker run`` of the built image, or a pyxis
+container step (``srun --container-image=<squashfs>``) of the same image imported by enroot.
 
 A runtime wraps an engine's command line; it knows nothing about engines. What differs per GPU vendor (which
 devices a container gets, which variable selects GPUs) is data the engine hands it (:class:`DeviceAccess`).
@@ -6,6 +7,7 @@ devices a container gets, which variable selects GPUs) is data the engine hands 
 
 from __future__ import annotations
 
+import itertools
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -99,6 +101,83 @@ class DeviceAccess:
             "IB_DEVICE_ARGS=()",
             "if [ -e /dev/infiniband ]; then IB_DEVICE_ARGS=(--device /dev/infiniband); fi",
         ]
+
+    def pyxis_mounts(self) -> tuple[str, ...]:
+        """What pyxis bind-mounts for the devices (``--container-mounts`` entries, SRC:DST[:FLAGS]). enroot has
+        no AMD hook: ROCm's /dev/kfd and /dev/dri are bind-mounted like any path (the docker runtime passes
+        them with ``--device``; a bind mount gives the same nodes, and access is the user's own on the host,
+        so the user must be in the groups that own them, video/render, as ``--group-add video`` gives docker).
+        NVIDIA GPUs come through enroot's nvidia hook instead (:meth:`pyxis_env`). RDMA: /dev/infiniband
+        mounted (optional: by the prelude, when the node has it); the verbs provider libraries read-only."""
+        mounts: list[str] = []
+        if self.vendor == "amd":
+            mounts += ["/dev/kfd:/dev/kfd", "/dev/dri:/dev/dri"]
+        if self.rdma_required:
+            mounts.append("/dev/infiniband:/dev/infiniband")
+        if self.rdma is not None:
+            mounts += [f"{lib}:{lib}:ro" for lib in self.rdma.provider_libs]
+        return tuple(mounts)
+
+    def pyxis_env(self) -> dict[str, str]:
+        """Variables a pyxis container gets for its devices. NVIDIA: enroot's hook (``98-nvidia.sh``) runs
+        nvidia-container-cli with ``--device=$NVIDIA_VISIBLE_DEVICES`` and the capabilities of
+        ``NVIDIA_DRIVER_CAPABILITIES`` (default: utility only), i.e. what ``docker run --gpus all`` gives;
+        which GPUs the processes use is still the job's CUDA_VISIBLE_DEVICES. The provider libraries are named
+        to libibverbs as in the docker runtime (RdmaMounts)."""
+        env: dict[str, str] = {}
+        if self.vendor == "nvidia":
+            env.update(NVIDIA_VISIBLE_DEVICES="all", NVIDIA_DRIVER_CAPABILITIES="compute,utility")
+        if self.rdma is not None:
+            drivers = [n for lib in self.rdma.providers if (n := self.rdma.driver_name(lib)) is not None]
+            if drivers:
+                env["RDMAV_DRIVERS"] = ":".join(drivers)
+        return env
+
+    def pyxis_optional_rdma(self) -> bool:
+        return not self.rdma_required and self.vendor != "none" and self.rdma_optional
+
+    def pyxis_prelude(self, lock_memory: bool) -> list[str]:
+        """The job's limits, which a pyxis container inherits from its step (srun propagates the submitting
+        shell's limits, and enroot sets none of its own): what the docker runtime gives with ``--ulimit``,
+        raised here as soft limits (a hard limit below one is the site's: the job then says so and goes on,
+        as the engine may still start). No seccomp profile: the only filter in pyxis and enroot is the remapped
+        root's (``seccomp_filter.h``, from enroot's ``enroot-nsenter.c``: chown and setuid-family calls return
+        success, nothing is denied), which pyxis installs only with --container-remap-root (its
+        ``pyxis_slurmstepd.c``), never passed; so ATOM's ``--security-opt seccomp=unconfined`` has nothing
+        to undo; its ``--cap-add SYS_PTRACE`` has no pyxis
+        equivalent (the container is the user's own processes: the host's ptrace policy applies). Then the
+        optional /dev/infiniband mount, as the docker runtime's IB_DEVICE_ARGS."""
+        limits: list[tuple[str, str, str]] = []
+        if lock_memory and self.vendor != "none":
+            limits.append(("-l", "unlimited", "locked memory"))
+        args = list(self.container_args)
+        for flag, value in itertools.pairwise(args):
+            if flag != "--ulimit":
+                continue
+            name, _, amount = value.partition("=")
+            soft = amount.split(":", 1)[0]
+            if name == "stack":
+                limits.append(("-s", str(int(soft) // 1024), "stack (KiB)"))
+            elif name == "nofile":
+                limits.append(("-n", soft, "open files"))
+            elif name == "memlock" and ("-l", "unlimited", "locked memory") not in limits:
+                limits.append(
+                    ("-l", "unlimited" if soft == "-1" else str(int(soft) // 1024), "locked memory")
+                )
+        lines: list[str] = []
+        if limits:
+            lines.append("# The pyxis container inherits this job's limits (the docker runtime's --ulimit).")
+        for option, value, what in limits:
+            lines.append(
+                f"ulimit -S {option} {value} 2>/dev/null || "
+                f'echo "cannot raise the {what} limit to {value} (hard limit $(ulimit -H {option}))" >&2'
+            )
+        if self.pyxis_optional_rdma():
+            lines += [
+                "IB_MOUNT=''",
+                "if [ -e /dev/infiniband ]; then IB_MOUNT=,/dev/infiniband:/dev/infiniband; fi",
+            ]
+        return lines
 
     def selection_prelude(self) -> list[str]:
         """Leave exactly one GPU selection variable in the job: the vendor's. Slurm's GPU binding may set
@@ -235,7 +314,113 @@ class DockerRuntime:
         return devices.prelude()
 
 
-Runtime = VenvRuntime | DockerRuntime
+@dataclass(frozen=True)
+class PyxisRuntime:
+    """A role's process as a pyxis container step of the job: ``srun --overlap --ntasks=1 --nodes=1
+    --container-image=<squashfs> --container-mounts=<the docker runtime's mounts> --container-env=<names>
+    <command>`` (the job is pinned to its node by sbatch; the step shares the job's resources).
+
+    From pyxis's option table (``args.c``) and tests (``tests/env.bats``, ``tests/env_vars.bats``), upstream
+    NVIDIA/pyxis: ``--container-image`` takes an enroot URI or a path to a squashfs file on the node (here the
+    squashfs ``nodes.prepare`` imported with ``enroot import`` into SHARED_DIR/images); ``--container-mounts``
+    takes ``SRC:DST[:FLAGS]`` entries separated by ``,`` (flags joined by ``+``); ``--container-env`` names
+    variables whose values come from the step's own environment (srun's, i.e. the job's, plus the ``env``
+    prefix below) and override the image's: without it every exported variable is passed too, but the
+    image's own value of it wins. ``--no-container-mount-home`` (docker mounts no home either),
+    ``--no-container-remap-root`` (the user's own uid, as the files it writes on the shared filesystem need;
+    pyxis installs its seccomp filter only with remap-root), ``--no-container-entrypoint`` (the command runs
+    as given: the project's Dockerfiles set no entrypoint; whether a base image's would matter is for the first
+    pyxis site to see).
+
+    Stopping: the job script's ``srun`` is its child like ``docker run`` is, but the container's processes
+    belong to the step, not to a daemon: srun forwards the script's SIGTERM to the step's task, and a
+    step ends with its srun; nothing is left to stop by name (no :class:`Container`)."""
+
+    image: str  # the squashfs path on the shared filesystem (or an enroot URI)
+    mounts: Sequence[str]
+    srun: str = "srun"
+    python: str = "python3"
+    name: str = "pyxis"
+    lock_memory: bool = True
+
+    def _srun(self, names: Sequence[str], devices: DeviceAccess | None, mounts: bool = True) -> list[Arg]:
+        args: list[Arg] = [self.srun, "--overlap", "--ntasks=1", "--nodes=1"]
+        args.append(f"--container-image={self.image}")
+        entries = [f"{m}:{m}" for m in self.mounts] if mounts else []
+        entries += list(devices.pyxis_mounts()) if devices is not None else []
+        optional_ib = devices is not None and devices.pyxis_optional_rdma()
+        if entries and optional_ib:
+            args.append(Shell(shlex.quote("--container-mounts=" + ",".join(entries)) + '"$IB_MOUNT"'))
+        elif optional_ib:  # nothing else to mount: the option only when the node has /dev/infiniband
+            args.append(Shell('${IB_MOUNT:+"--container-mounts=${IB_MOUNT#,}"}'))
+        elif entries:
+            args.append("--container-mounts=" + ",".join(entries))
+        args += ["--no-container-mount-home", "--no-container-remap-root", "--no-container-entrypoint"]
+        if names:
+            args.append("--container-env=" + ",".join(sorted(set(names))))
+        return args
+
+    @staticmethod
+    def _split(env: Mapping[str, Arg]) -> tuple[dict[str, Arg], dict[str, Arg]]:
+        """(set on srun and named in --container-env, set by ``env`` inside the container). The dynamic
+        loader's variables (LD_PRELOAD of the dma-buf helper, LD_DEBUG of the provider check) only inside:
+        on srun they would act on srun itself, a host program (the helper's path is the image's)."""
+        outer = {k: v for k, v in env.items() if not k.startswith("LD_")}
+        return outer, {k: v for k, v in env.items() if k.startswith("LD_")}
+
+    @staticmethod
+    def _inner(argv: Sequence[Arg], devices: DeviceAccess | None, env: Mapping[str, Arg]) -> list[Arg]:
+        """The command in the container. A pyxis container gets every variable of the step, and a step
+        with GPUs gets Slurm's GPU variables again: the vendor's selection variable alone stays, as in the
+        job (DeviceAccess.selection_prelude)."""
+        var = devices.gpu_visibility if devices is not None else None
+        unset: list[Arg] = []
+        for other in GPU_VISIBILITY_VARS if var else ():
+            if other != var:
+                unset += ["-u", other]
+        prefix = _env_prefix(env)
+        if not unset and not prefix:
+            return list(argv)
+        return ["env", *unset, *prefix[1:], *argv]
+
+    def wrap(
+        self,
+        name: str,
+        argv: Sequence[Arg],
+        env: Mapping[str, Arg],
+        devices: DeviceAccess,
+        inherit: Sequence[str] = (),
+    ) -> ProcessSpec:
+        """``env`` must hold everything the process needs (as for docker). Its values are set on srun (the
+        ``env`` prefix the job script writes) and named in ``--container-env``; ``inherit`` (secrets the job
+        script exports) only named, so their values never appear on a command line."""
+        full: dict[str, Arg] = {**devices.pyxis_env(), **{k: v for k, v in env.items() if k not in inherit}}
+        outer, inner = self._split(full)
+        command = [*self._srun([*outer, *inherit], devices), *self._inner(argv, devices, inner)]
+        return ProcessSpec(name, command, outer)
+
+    def tool(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, Arg] | None = None,
+        devices: DeviceAccess | None = None,
+        name: str | None = None,
+    ) -> list[Arg]:
+        """A short-lived command in the image as a step of the job; with ``devices`` as the worker will run
+        (same mounts, devices and environment), else bare (no mounts)."""
+        command: list[Arg] = [self.python if argv[0] == "python" else argv[0], *argv[1:]]
+        full: dict[str, Arg] = {**(devices.pyxis_env() if devices else {}), **(env or {})}
+        outer, inner = self._split(full)
+        srun = self._srun(list(outer), devices, mounts=devices is not None)
+        return [*_env_prefix(outer), *srun, *self._inner(command, devices, inner)]
+
+    def prelude(self, devices: DeviceAccess) -> list[str]:
+        return devices.pyxis_prelude(self.lock_memory)
+
+
+Runtime = VenvRuntime | DockerRuntime | PyxisRuntime
+# The runtimes whose processes run in the image: their environment is complete, the job's exports aside.
+CONTAINER_RUNTIMES = (DockerRuntime, PyxisRuntime)
 
 
 def _env_args(env: Mapping[str, Arg]) -> list[Arg]:

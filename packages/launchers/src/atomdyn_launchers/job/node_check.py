@@ -19,7 +19,7 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json
 from atomdyn_launchers.contract.node_needs import NodeNeeds
-from atomdyn_launchers.job import images
+from atomdyn_launchers.job import images, squashfs
 
 MODULE = "atomdyn_launchers.job.node_check"
 PASS, FAIL, NOT_NEEDED, UNKNOWN = "pass", "fail", "not needed", "unknown"
@@ -165,7 +165,7 @@ def _rdma_mounts(spec: dict[str, Any], needs: NodeNeeds) -> Check:
     """The verbs provider libraries the worker containers mount (RDMA_PROVIDER_LIBS): a path missing on the node
     would give a container that sees no NIC through the provider the config names."""
     paths = list(spec.get("rdma_mounts", []))
-    if needs.rdma != "required" or spec["runtime"] != "docker":
+    if needs.rdma != "required" or spec["runtime"] not in ("docker", "pyxis"):
         return Check("rdma-mounts", NOT_NEEDED, "no container mounts the NIC's verbs provider here")
     if not paths:
         return Check(
@@ -224,6 +224,48 @@ def _docker(spec: dict[str, Any], host: str) -> list[Check]:
     return out
 
 
+# How the node check knows pyxis is there: the plugin adds its options to srun (SPANK), so `srun --help` on the
+# node lists --container-image (pyxis's README, its args.c option table).
+PYXIS_OPTION = "--container-image"
+
+
+def pyxis_installed(srun: str = "srun") -> Check:
+    """Whether srun on this node has the pyxis plugin (what a RUNTIME=pyxis job needs instead of Docker)."""
+    try:
+        done = subprocess.run([srun, "--help"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("pyxis", FAIL, f"cannot run {srun} --help: {exc}")
+    if PYXIS_OPTION in done.stdout + done.stderr:
+        return Check("pyxis", PASS, f"srun --help lists {PYXIS_OPTION} (the pyxis plugin is loaded)")
+    return Check(
+        "pyxis",
+        FAIL,
+        f"srun --help does not list {PYXIS_OPTION}: pyxis is not installed or not in plugstack.conf here",
+    )
+
+
+def _pyxis(spec: dict[str, Any], srun: str = "srun") -> list[Check]:
+    """RUNTIME=pyxis: srun has pyxis, and each image's squashfs (imported by nodes.prepare) is visible here
+    with its recorded size (and the archive manifest's image id where one is recorded)."""
+    out = [
+        Check("docker", NOT_NEEDED, "RUNTIME=pyxis: the jobs run enroot containers through srun"),
+        pyxis_installed(srun),
+    ]
+    wanted: dict[str, str | None] = spec["images"]
+    for tag, expected in wanted.items():
+        path = squashfs.squashfs_path(spec["squashfs_dir"], tag)
+        why = squashfs.matches(path, tag, expected, hashed=False)
+        if why is None:
+            out.append(
+                Check("image", PASS, f"{tag} as {path}" + (" (matches the archive)" if expected else ""))
+            )
+        else:
+            out.append(Check("image", FAIL, f"{tag}: {why} (run `invoke nodes.prepare`)"))
+    if not wanted:
+        out.append(Check("image", FAIL, "RUNTIME=pyxis but no image is configured (DYNAMO_ATOM_IMAGE)"))
+    return out
+
+
 def _shared(spec: dict[str, Any]) -> Check:
     path = Path(spec["token_path"])
     shared = spec.get("shared_dir") or path.parent.parent.parent
@@ -277,7 +319,14 @@ def _gpu_memory(engine: str, needs: NodeNeeds) -> Check:
 def _shim(spec: dict[str, Any], needs: NodeNeeds, host: str) -> Check:
     if not needs.dmabuf_shim:
         return Check("dmabuf-shim", NOT_NEEDED, f"{spec['engine']} profile does not preload it here")
-    if spec["runtime"] == "docker" and spec["shim_image"]:
+    if spec["runtime"] == "pyxis" and spec["shim_image"]:
+        image = str(squashfs.squashfs_path(spec["squashfs_dir"], spec["shim_image"]))
+        argv = ["srun", "--overlap", "--ntasks=1", "--nodes=1", f"--container-image={image}"]
+        argv += ["--no-container-mount-home", "--no-container-remap-root", "--no-container-entrypoint"]
+        argv += ["dmabuf-shim", "env", "--check"]
+        env = dict(os.environ)
+        where = f"in {image}"
+    elif spec["runtime"] == "docker" and spec["shim_image"]:
         argv = [
             images.docker_client(),
             "run",
@@ -310,7 +359,7 @@ def run_checks(spec: dict[str, Any], docker_host: str, sysfs_ib: Path = SYSFS_IB
     checks.append(_rdma(needs, sysfs_ib))
     checks.append(_rdma_mounts(spec, needs))
     checks.append(_advertise(spec["probe_target"], sysfs_ib))
-    checks += _docker(spec, docker_host)
+    checks += _pyxis(spec) if spec["runtime"] == "pyxis" else _docker(spec, docker_host)
     checks.append(_shared(spec))
     checks.append(_model(spec))
     checks.append(_gpu_memory(engine, needs))

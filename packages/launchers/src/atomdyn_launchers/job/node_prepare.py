@@ -1,6 +1,8 @@
 """The node-side half of ``nodes.prepare`` (``python -m atomdyn_launchers.job.node_prepare --spec ... --node ...``):
 build, save or load the pinned images in this node's Docker cache and install the dma-buf helper, from the spec
-the submit side wrote (:mod:`atomdyn_launchers.nodes.prepare`). It runs with the node's Python."""
+the submit side wrote (:mod:`atomdyn_launchers.nodes.prepare`); for RUNTIME=pyxis (mode ``import``), import them
+once into enroot squashfs files on the shared filesystem (:mod:`atomdyn_launchers.job.squashfs`). It runs with
+the node's Python."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json, atomic_write_text
 from atomdyn_core.fetch import sha256_file
-from atomdyn_launchers.job import images
+from atomdyn_launchers.job import images, squashfs
 
 MODULE = "atomdyn_launchers.job.node_prepare"
 PYTHON = "{python}"  # in a build step: the node's Python (the job's interpreter)
@@ -71,6 +73,51 @@ def _load(spec: dict[str, Any], docker: images.DockerCLI, actions: list[str]) ->
         return
     images.load_verified(docker, manifest)
     actions.append(f"loaded {manifest.archive.name} (sha256 verified, ids checked)")
+
+
+def _import(
+    spec: dict[str, Any], node: str, docker: images.DockerCLI, actions: list[str], log_path: Path
+) -> dict[str, Any]:
+    """RUNTIME=pyxis: every image as a squashfs in the shared directory, imported once. A squashfs whose record
+    names the expected image id (the archive manifest's, else this node's daemon's) and whose size and sha256
+    match is left alone; else the image is made present in this node's daemon as the docker strategies do
+    (``spec["source"]``: load from the verified archive, or build), then ``enroot import dockerd://<tag>``."""
+    directory = Path(spec["archive_dir"])
+    tags: list[str] = spec["images"]
+    recorded = images.recorded_ids(directory, tags)
+    stale: dict[str, str] = {}
+    with _flock(directory / ".import.lock"):  # two prepares never import into the same place at once
+        for tag in tags:
+            expected = recorded.get(tag) or docker.image_id(tag)
+            why = squashfs.matches(squashfs.squashfs_path(directory, tag), tag, expected)
+            if why is None:
+                actions.append(f"{squashfs.squashfs_name(tag)} matches its image: verified, not re-imported")
+            else:
+                stale[tag] = why
+        if not stale:
+            return {t: squashfs.read_record(squashfs.squashfs_path(directory, t)) for t in tags}
+        if spec.get("source") == "build":
+            _build(spec, node, docker, actions, log_path)
+        else:
+            _load(spec, docker, actions)
+        for tag, why in stale.items():
+            image_id = docker.image_id(tag)
+            if image_id is None:
+                raise images.ImageError(f"{tag} is not in {node}'s docker daemon: nothing to import")
+            label = docker.run(
+                "image", "inspect", "--format",
+                '{{if .Config.Labels}}{{index .Config.Labels "' + squashfs.LOCK_LABEL + '"}}{{end}}',
+                tag, timeout=60,
+            )  # fmt: skip
+            try:
+                record = squashfs.import_image(
+                    tag, directory, node, image_id=image_id, lock_digest=label,
+                    env={"DOCKER_HOST": docker.host}, log=log_path,
+                )  # fmt: skip
+            except squashfs.SquashfsError as exc:
+                raise images.ImageError(str(exc)) from None
+            actions.append(f"imported {record['squashfs']} ({why}; sha256 {record['sha256'][:16]})")
+    return {t: squashfs.read_record(squashfs.squashfs_path(directory, t)) for t in tags}
 
 
 # The action a rehearsal node (no GPU, by design) reports for the helper check.
@@ -154,6 +201,8 @@ def prepare_node(
             actions.append(f"saved {manifest.archive.name} ({manifest.size} bytes)")
         if mode == "load":
             _load(spec, docker, actions)
+        if mode == "import":
+            result["squashfs"] = _import(spec, node, docker, actions, log_path)
         if spec.get("shim") and mode != "save":
             result["shim"] = install_shim(spec["shim"], node, actions)
         result["images"] = docker.image_ids(spec["images"])
@@ -168,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=MODULE, description="node side of nodes.prepare (run by its jobs)")
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--node", required=True)
-    parser.add_argument("--mode", choices=("build", "save", "load"), required=True)
+    parser.add_argument("--mode", choices=("build", "save", "load", "import"), required=True)
     parser.add_argument("--docker-host", required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)

@@ -11,7 +11,8 @@ the mocker in a venv needs no GPU, RDMA, Docker or image checks and says so. Wha
 - advertise: the management address (source of the route to etcd, what the NIXL side channel gets) is not on
   an RDMA interface, and the node's hostname resolves to it (what Dynamo advertises);
 - docker and image: the node's daemon answers; each image is present, with the archive manifest's id when
-  ``nodes.prepare`` recorded one;
+  ``nodes.prepare`` recorded one; with RUNTIME=pyxis instead: ``srun --help`` lists ``--container-image`` (pyxis
+  is installed) and each image's squashfs in SHARED_DIR/images matches its import record;
 - shared-dir: a token written by the submit host reads back identical at the same path;
 - model-path: MODEL_PATH is readable; gpu-memory: free memory per GPU from amd-smi/rocm-smi/nvidia-smi;
 - dmabuf-shim: ``dmabuf-shim env --check`` (atom) where the workers load it.
@@ -89,8 +90,8 @@ class CheckReport:
 
 
 def run_images(config: ClusterConfig, kind: str | None, engine: str | None = None) -> list[str]:
-    """The images a run of ``kind`` uses in the docker runtime (as the engine picks them)."""
-    if config.runtime != "docker":
+    """The images a run of ``kind`` uses in the docker and pyxis runtimes (as the engine picks them)."""
+    if config.runtime not in ("docker", "pyxis"):
         return []
     chosen = get_engine(engine or config.engine_profile)
     try:
@@ -129,6 +130,7 @@ def check_nodes(
         "rdma_mounts": [str(p) for p in config.rdma_provider_libs],
         "runtime": config.runtime,
         "images": {t: recorded.get(t) for t in tags},
+        "squashfs_dir": str(archive_dir(config)),  # RUNTIME=pyxis: where nodes.prepare imported the images
         "token_path": str(work / "shared-token"),
         "shared_dir": str(config.shared_dir),
         "token": token,
@@ -175,7 +177,7 @@ def check_nodes(
 
 
 def _shim_image(config: ClusterConfig, kind: str | None, tags: Sequence[str]) -> str | None:
-    if config.runtime != "docker" or not tags:
+    if config.runtime not in ("docker", "pyxis") or not tags:
         return None
     if kind is None and config.nixl_image:
         return config.nixl_image

@@ -7,6 +7,13 @@ Two strategies (``load`` is the default: see the README's performance note for t
   exists), ``docker save``d to ``SHARED_DIR/images`` with a manifest (sha256, size, image ids); then one job per
   node verifies the archive against the manifest and ``docker load``s a verified private copy.
 
+RUNTIME=pyxis: the jobs run enroot squashfs files from the shared filesystem, not a node's daemon, so each image
+is imported once, on the first node: made present in its daemon by the strategy (``load`` from the verified
+archive, saved first when missing, or ``build``), then ``enroot import -o SHARED_DIR/images/<name>.sqsh
+dockerd://<tag>`` (:mod:`atomdyn_launchers.job.squashfs`), recorded with the image id it came from, its size and
+sha256; a squashfs whose record matches (the archive manifest's image id where one is recorded) is verified and
+left alone, with no import and no save.
+
 Idempotent: a node whose daemon already holds every image (with the manifest's ids, for ``load``) is
 verified and left alone. The helper: the dmabuf-shim wheel, hash-checked against the sha256 taken on the
 submit host, is installed once into ``SHARED_DIR/dmabuf-shim/<sha>`` (``pip --require-hashes --target``) and
@@ -26,7 +33,7 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_json
 from atomdyn_core.fetch import sha256_file
 from atomdyn_launchers.config.cluster import ClusterConfig
-from atomdyn_launchers.job import images, node_prepare
+from atomdyn_launchers.job import images, node_prepare, squashfs
 from atomdyn_launchers.job.node_prepare import SHIM_CURRENT
 from atomdyn_launchers.nodes import jobs
 from atomdyn_launchers.slurm.client import Slurm
@@ -139,6 +146,7 @@ def prepare(
             "archive_dir": str(archive_dir(config)),
             "project_dir": str(config.project_dir),
             "shim": shim,
+            "source": strategy,  # the import mode's way to make the images present first (pyxis)
         },
     )
 
@@ -176,12 +184,16 @@ def prepare(
         return results
 
     saved: dict[str, Any] | None = None
-    if strategy == "load" and images.manifest_covers(archive_dir(config), spec.images) is None:
-        log(f"no archive of {', '.join(spec.images)} yet: building on {nodes[0]} and saving it")
-        saved = run("save", "save", nodes[:1])[nodes[0]]
-        if not saved.get("ok"):
-            raise PrepareError(f"saving the image archive on {nodes[0]} failed: {saved.get('error')}")
-    results = run(strategy, strategy, nodes)
+    if config.runtime == "pyxis":
+        nodes = nodes[:1]  # one import into the shared filesystem serves every node
+        strategy_run = "import"
+        if stale_squashfs(config, spec.images) and strategy == "load":
+            saved = _save_if_missing(config, spec, nodes[0], run, log)
+    else:
+        strategy_run = strategy
+        if strategy == "load":
+            saved = _save_if_missing(config, spec, nodes[0], run, log)
+    results = run(strategy_run, strategy_run, nodes)
     report = PrepareReport(strategy, time.monotonic() - start, results, saved, work)
     atomic_write_json(
         work / "report.json",
@@ -194,3 +206,32 @@ def prepare(
             + f" (details in {work})"
         )
     return report
+
+
+def stale_squashfs(config: ClusterConfig, tags: Sequence[str]) -> list[str]:
+    """The images whose squashfs in SHARED_DIR/images is missing or does not match its import record (size, and
+    the archive manifest's image id where one is recorded): what RUNTIME=pyxis still has to import."""
+    directory = archive_dir(config)
+    recorded = images.recorded_ids(directory, tags)
+    return [
+        tag
+        for tag in tags
+        if squashfs.matches(squashfs.squashfs_path(directory, tag), tag, recorded.get(tag), hashed=False)
+    ]
+
+
+def _save_if_missing(
+    config: ClusterConfig,
+    spec: PrepareSpec,
+    node: str,
+    run: Callable[[str, str, Sequence[str]], dict[str, dict[str, Any]]],
+    log: Callable[[str], None],
+) -> dict[str, Any] | None:
+    """The ``load`` strategy's archive: built on ``node`` and saved when no archive of exactly these images exists."""
+    if images.manifest_covers(archive_dir(config), spec.images) is not None:
+        return None
+    log(f"no archive of {', '.join(spec.images)} yet: building on {node} and saving it")
+    saved = run("save", "save", [node])[node]
+    if not saved.get("ok"):
+        raise PrepareError(f"saving the image archive on {node} failed: {saved.get('error')}")
+    return saved

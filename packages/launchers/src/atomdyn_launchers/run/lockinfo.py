@@ -21,9 +21,10 @@ def run_lock_digest(
     runtime: str, images: dict[str, dict[str, Any]], checkout_digest: str | None
 ) -> tuple[str | None, str]:
     """(the lock digest the run used, where it was read). Docker: the io.atomdyn.lock.digest label of the image
-    every job ran, read on its node at run time; none when a label is missing or the roles disagree. Venv: the
+    every job ran, read on its node at run time (pyxis: as nodes.prepare recorded it when it imported the
+    squashfs); none when a label is missing or the roles disagree. Venv: the
     checkout's lock, which is what the venv was built from."""
-    if runtime != "docker":
+    if runtime == "venv":
         return checkout_digest, "checkout lock (venv runtime)"
     digests = {role: str(info.get("lock_digest") or "") for role, info in images.items()}
     if not digests:

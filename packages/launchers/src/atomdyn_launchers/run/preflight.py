@@ -131,13 +131,13 @@ def check_run(
             tinymodel.build(model_path(config, model), model.build_digest)
         except (tinymodel.TinyModelError, OSError, RuntimeError) as exc:
             raise PreflightError(f"model {model.name}: {exc}") from None
-    if config.runtime == "docker":
+    if config.runtime in ("docker", "pyxis"):
         try:
             images = engine.images(options.kind, config.dynamo_atom_image, config.nixl_image)
         except EngineError as exc:
             raise PreflightError(str(exc)) from None
         if not images:
-            raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
+            raise PreflightError(f"RUNTIME={config.runtime} needs DYNAMO_ATOM_IMAGE")
     launch = engine.launch_problems(options.kind, [r.node for r in roles], config.ucx_net_devices_for)
     if launch and problems is None:
         raise PreflightError("; ".join(launch))

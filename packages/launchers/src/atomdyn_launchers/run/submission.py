@@ -14,10 +14,11 @@ from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.contract.rundir import RunDir
 from atomdyn_launchers.engines import Engine
 from atomdyn_launchers.engines.base import KvProbe, MockTiming, RoleContext, RolePlan
-from atomdyn_launchers.engines.runtime import DockerRuntime, RdmaMounts, Runtime, VenvRuntime
+from atomdyn_launchers.engines.runtime import DockerRuntime, PyxisRuntime, RdmaMounts, Runtime, VenvRuntime
 from atomdyn_launchers.etcd.keys import launcher_key, probe_prefix, run_prefix
+from atomdyn_launchers.job.squashfs import squashfs_path
 from atomdyn_launchers.nodes import jobs
-from atomdyn_launchers.nodes.prepare import shim_current
+from atomdyn_launchers.nodes.prepare import archive_dir, shim_current
 from atomdyn_launchers.profiles.models import ModelProfile
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import RoleSpec, model_path
@@ -98,8 +99,12 @@ class Submission:
             return VenvRuntime(self.engine.venv(config.python_venv, config.project_dir))
         images = self.engine.images(self.options.kind, config.dynamo_atom_image, config.nixl_image)
         if not images:
-            raise PreflightError("RUNTIME=docker needs DYNAMO_ATOM_IMAGE")
+            raise PreflightError(f"RUNTIME={config.runtime} needs DYNAMO_ATOM_IMAGE")
         mounts = sorted({str(config.shared_dir), str(config.model_path), str(config.project_dir)})
+        if config.runtime == "pyxis":
+            # The squashfs nodes.prepare imported from the image into the shared filesystem (job/squashfs.py).
+            squashfs = str(squashfs_path(archive_dir(config), images[0]))
+            return PyxisRuntime(squashfs, mounts, lock_memory=self.engine.vendor != "none")
         return DockerRuntime(
             images[0], f"atomdyn-{self.rundir.run_id}", mounts, lock_memory=self.engine.vendor != "none"
         )

@@ -18,8 +18,10 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.engines import get_engine
-from atomdyn_launchers.engines.runtime import DockerRuntime
+from atomdyn_launchers.engines.runtime import DockerRuntime, PyxisRuntime
 from atomdyn_launchers.job.images import docker_client
+from atomdyn_launchers.job.squashfs import squashfs_path
+from atomdyn_launchers.nodes.prepare import archive_dir
 from atomdyn_launchers.sbatch import Shell
 from atomdyn_launchers.slurm.client import JobInfo, Slurm
 
@@ -51,9 +53,12 @@ def job_script(config: ClusterConfig, image: str, run_dir: Path, docker: str) ->
     engine = get_engine(config.engine_profile)
     devices = engine.container_devices()
     # Without GPUs nothing is pinned for RDMA, and an unprivileged node may refuse to raise the memlock limit.
-    runtime = DockerRuntime(
+    runtime: DockerRuntime | PyxisRuntime = DockerRuntime(
         image, f"atomdyn-validate-{run_dir.name}", [], docker=docker, lock_memory=engine.vendor != "none"
     )
+    if config.runtime == "pyxis":  # the squashfs nodes.prepare imported, as a step of this job
+        sqsh = str(squashfs_path(archive_dir(config), image))
+        runtime = PyxisRuntime(sqsh, [], lock_memory=engine.vendor != "none")
     # The checks ask the GPU stack questions (ROCm torch, the active vLLM platform): the job gets the devices.
     argv = list(runtime.wrap("check", ["atomdyn-validate", "--json"], {}, devices).argv)
     command = " ".join(a.text if isinstance(a, Shell) else shlex.quote(a) for a in argv)
