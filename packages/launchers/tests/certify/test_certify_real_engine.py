@@ -1,6 +1,7 @@
 """The real engine's climb of the whole ladder on the local cluster: the NIXL rung in vLLM's CPU venv, then real
 vLLM workers aggregated on one and two nodes and P/D with every evidence gate (the fixed prompt's P/D answer
-against rung 5's, token for token), and a report that evidence.verify recomputes. A few minutes on 2 cores."""
+against rung 5's, token for token), and a report that evidence.verify recomputes. About 2 minutes on 2 cores;
+part of the real-engine tests (`nox -s real_engine`, and so of `nox -s tests`)."""
 
 from __future__ import annotations
 
