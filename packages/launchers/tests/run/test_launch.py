@@ -223,8 +223,14 @@ def test_disagg_bench_prints_the_timeline(config: ClusterConfig, tmp_path: Path)
         assert any(re.fullmatch(rf"  {milestone} +\+ *\d+\.\d\d s", line) for line in lines), milestone
     assert re.search(r"submission -> first verified P/D response: median \d+\.\d\d s .*n=1", done.stdout)
     # The aggregated reference ran first, with the same 4 prompts; the P/D run's latency is set beside it.
-    assert re.search(r"^aggregated reference: \S+-agg-single-mocker PASS; 4 requests: p50 \d+\.\d\d s", done.stdout, re.M)
-    assert re.search(r"^  P/D 4 requests: p50 \d+\.\d\d s, max .*; aggregated p50 \d+\.\d\d s: \d+\.\dx$", done.stdout, re.M)
+    assert re.search(
+        r"^aggregated reference: \S+-agg-single-mocker PASS; 4 requests: p50 \d+\.\d\d s", done.stdout, re.M
+    )
+    assert re.search(
+        r"^  P/D 4 requests: p50 \d+\.\d\d s, max .*; aggregated p50 \d+\.\d\d s: \d+\.\dx$",
+        done.stdout,
+        re.M,
+    )
 
 
 def test_decode_worker_killed_mid_run_fails_fast_and_cleans_up(config: ClusterConfig) -> None:
