@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from allocations import QueueWatch, holder
 from faultkit import wait_for
 
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
@@ -42,16 +43,9 @@ def config(local_cluster_config: ClusterConfig) -> ClusterConfig:
 @pytest.fixture(scope="module")
 def allocation(config: ClusterConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """A job holding both nodes (``sleep infinity``), as ``salloc -N2`` would; cancelled at the end."""
-    slurm = Slurm(config)
-    nodes = f"{config.prefill_node},{config.decode_node}"
     out = tmp_path_factory.mktemp("holder") / "holder.out"
-    args = slurm.sbatch_args(job_name="alloc-holder", nodelist=nodes, output=out, extra_args=["--nodes=2"])
-    job = int(slurm.run([*args, "--wrap", "exec sleep infinity"]).strip())
-    try:
-        slurm.wait_for(job, lambda i: i.state == "RUNNING", timeout=30, what="running")
+    with holder(config, [config.prefill_node, config.decode_node], out) as job:
         yield job
-    finally:
-        slurm.cancel([job])
 
 
 def _state(config: ClusterConfig, job: int) -> str:
@@ -169,41 +163,6 @@ def test_a_node_outside_the_allocation_is_refused_before_anything_runs(
         assert (sorted(config.runs_dir.glob("*")) if config.runs_dir.exists() else []) == runs
     finally:
         slurm.cancel([job])
-
-
-class QueueWatch:
-    """``squeue --me`` every 0.3 s in a thread while a run goes on: every job id it ever listed."""
-
-    def __init__(self, config: ClusterConfig) -> None:
-        self.slurm = Slurm(config)
-        self.seen: set[int] = set()
-        self.polls = 0
-        self.before = self._ids()  # what an earlier test left (a cancelled job still completing)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def _ids(self) -> set[int]:
-        out = self.slurm.run(["squeue", "--me", "-h", "-o", "%i"])
-        return {int(line) for line in out.split() if line.isdigit()}
-
-    @property
-    def new(self) -> set[int]:
-        """The jobs that came into the queue while the watch ran."""
-        return self.seen - self.before
-
-    def _watch(self) -> None:
-        while not self._stop.is_set():
-            self.seen |= self._ids()
-            self.polls += 1
-            self._stop.wait(0.3)
-
-    def __enter__(self) -> QueueWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
 
 
 def test_a_run_inside_an_allocation_checks_its_nodes_and_owns_its_etcd_in_steps_alone(

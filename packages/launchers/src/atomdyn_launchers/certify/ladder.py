@@ -100,13 +100,16 @@ def plan_lines(config: ClusterConfig, options: LaunchOptions, probe: ProbeOption
     engine = climb.engine
     lines = [f"certify (dry run: nothing submitted): engine {engine.name}, runtime {config.runtime}, "
              f"nodes {', '.join(climb.nodes())}"]  # fmt: skip
+    allocation = options.allocation
+    if allocation is not None:  # as the run's dry run shows srun lines: no job of the climb is a batch job
+        lines.append(f"  inside allocation {allocation}: every job is a step of it (srun --jobid {allocation} "
+                     "--nodelist NODE --nodes 1 --ntasks 1 --overlap), no batch job")  # fmt: skip
     total = 0.0
     for rung in RUNGS:
         expected = rung.expected_s(climb)
         total += expected
-        lines.append(
-            f"  {rung.number} {rung.name:<10} {rung.title}; jobs: {rung.jobs}; at most {expected:.0f} s"
-        )
+        jobs = rung.jobs if allocation is None else rung.jobs.replace("job", "step")
+        lines.append(f"  {rung.number} {rung.name:<10} {rung.title}; jobs: {jobs}; at most {expected:.0f} s")
     lines.append(f"  at most {total:.0f} s in all ({total / 60:.0f} min), stopping at the first failure")
     return lines
 

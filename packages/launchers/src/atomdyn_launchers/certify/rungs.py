@@ -17,7 +17,7 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_json
 from atomdyn_core.lock import find_lock_path, load_lock
 from atomdyn_launchers.certify.nixl import cross_node
-from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.engines import Engine, get_engine
 from atomdyn_launchers.evidence.certify_report import LADDER
 from atomdyn_launchers.evidence.gates import evaluate, overall
@@ -30,6 +30,7 @@ from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import plan_roles
 from atomdyn_launchers.run.stages.probe import START_ALLOWANCE_S
 from atomdyn_launchers.run.submission import ProbeOptions
+from atomdyn_launchers.slurm.client import Slurm, held_allocation
 from atomdyn_launchers.validate.gpu import run_gpu_validation
 
 PASS, FAILED, NOT_NEEDED, REUSED = "pass", "fail", "not needed", "reused"
@@ -97,12 +98,23 @@ def _node_checks(climb: Climb, wanted: Callable[[str], bool]) -> list[tuple[str,
 
 
 def preflight(climb: Climb) -> RungResult:
-    """The lock verified, then nodes.check on every node of the ladder (one job each)."""
+    """The lock verified, then nodes.check on every node of the ladder (one job each; inside an allocation, the
+    allocation checked to hold every node, then one step of it each)."""
     try:
         lock = load_lock(climb.options.lock_path or find_lock_path(climb.config.project_dir))
     except (OSError, ValueError, LookupError) as exc:
         return RungResult(FAILED, f"the lock does not verify: {exc}")
-    report = check_nodes(climb.config, climb.nodes(), engine=climb.engine.name, kind="disagg")
+    allocation = climb.options.allocation
+    if allocation is not None:  # every rung's jobs are steps of it: it must hold every node of the ladder
+        try:
+            held_allocation(
+                Slurm(climb.config), allocation, climb.nodes(), detected=climb.options.allocation_detected
+            )
+        except PreflightError as exc:
+            return RungResult(FAILED, str(exc), facts={"lock_digest": lock.digest, "nodes": climb.nodes()})
+    report = check_nodes(
+        climb.config, climb.nodes(), engine=climb.engine.name, kind="disagg", allocation=allocation
+    )
     climb.node_report = report
     path = climb.directory / "node-check.json"
     atomic_write_json(path, report.to_json())
@@ -156,7 +168,9 @@ def validate(climb: Climb) -> RungResult:
         return RungResult(NOT_NEEDED, f"RUNTIME={climb.config.runtime}: there is no image to validate")
     failed, shown = [], []
     for node in climb.nodes():  # every node a rung runs a worker on
-        result = run_gpu_validation(climb.config, node=node, timeout_s=VALIDATE_TIMEOUT_S)
+        result = run_gpu_validation(
+            climb.config, node=node, timeout_s=VALIDATE_TIMEOUT_S, allocation=climb.options.allocation
+        )
         shown.append(str(result.run_dir))
         if not result.ok:
             failed.append(f"{node}: " + "; ".join(line for line in result.lines() if line.startswith("FAIL")))

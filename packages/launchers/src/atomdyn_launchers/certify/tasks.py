@@ -59,7 +59,7 @@ PROBE_HELP = {
 }
 
 
-@task(help={**{k: HELP[k] for k in ("config", "engine", "model", "skip_node_check")}, **PROBE_HELP,
+@task(help={**{k: HELP[k] for k in ("config", "engine", "model", "skip_node_check", "allocation")}, **PROBE_HELP,
             "json": "print the verdict as JSON"})  # fmt: skip
 def nixl_cross_node(
     c: Context,
@@ -73,12 +73,19 @@ def nixl_cross_node(
     timeout: float = 120.0,
     skip_node_check: bool = False,
     json: bool = False,
+    allocation: str | None = None,
 ) -> None:
     """KV blocks READ from the prefill node into the decode node through NIXL, in the workers' runtime and
     environment, before any model is loaded: every byte checked, UCX's rows judged, latency per block."""
     probe = probe_options(blocks, transfer_blocks, iterations, large_mib, timeout)
     try:
-        flags = Flags.parse(engine=engine, model=model, node_check=not skip_node_check)
+        flags = Flags.parse(
+            engine=engine,
+            model=model,
+            node_check=not skip_node_check,
+            allocation=allocation,
+            environ=os.environ,
+        )
     except OptionError as exc:
         raise Exit(f"error: {exc}", code=2) from None
     options = options_of("disagg", "disagg", None, flags)
@@ -100,7 +107,7 @@ def nixl_cross_node(
 
 
 CERTIFY_HELP = {
-    **{k: HELP[k] for k in ("config", "engine", "model", "recipe", "ready_timeout")},
+    **{k: HELP[k] for k in ("config", "engine", "model", "recipe", "ready_timeout", "allocation")},
     **PROBE_HELP,
     "dry_run": "print the plan (rungs, nodes, jobs, the most each can take) and submit nothing",
     "from_rung": "start at this rung (name or number), reusing the earlier ones that passed for the same lock, "
@@ -130,6 +137,7 @@ def certify(
     resume: bool = False,
     evidence: str | None = None,
     keep_cluster: bool = False,
+    allocation: str | None = None,
 ) -> None:
     """The bring-up ladder, cheapest rung first: preflight, images, in-image validation, a cross-node NIXL
     transfer, then aggregated, two-node and P/D serving and the benchmark; stops at the first failure."""
@@ -138,7 +146,9 @@ def certify(
 
     probe = probe_options(blocks, transfer_blocks, iterations, large_mib, timeout)
     try:
-        flags = Flags.parse(engine=engine, model=model, ready_timeout=ready_timeout)
+        flags = Flags.parse(
+            engine=engine, model=model, ready_timeout=ready_timeout, allocation=allocation, environ=os.environ
+        )
     except OptionError as exc:
         raise Exit(f"error: {exc}", code=2) from None
     options = options_of("disagg", "disagg", recipe, flags)

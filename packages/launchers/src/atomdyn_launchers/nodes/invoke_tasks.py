@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import statistics
 import time
@@ -15,7 +16,12 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from atomdyn_core.atomic import atomic_write_json
-from atomdyn_launchers.config.cluster import ClusterConfig, ClusterConfigError, resolve_cluster_config
+from atomdyn_launchers.config.cluster import (
+    ClusterConfig,
+    ClusterConfigError,
+    PreflightError,
+    resolve_cluster_config,
+)
 from atomdyn_launchers.job import images
 from atomdyn_launchers.job.node_prepare import NODE, PYTHON
 from atomdyn_launchers.nodes import check as node_check
@@ -33,7 +39,14 @@ from atomdyn_launchers.nodes.prepare import (
 )
 from atomdyn_launchers.profiles.models import ProfileError
 from atomdyn_launchers.progress import Progress
-from atomdyn_launchers.slurm.client import SlurmError
+from atomdyn_launchers.slurm.client import (
+    ALLOCATION_HELP,
+    AllocationFlagError,
+    Slurm,
+    SlurmError,
+    held_allocation,
+    parse_allocation,
+)
 
 _HELP = {
     "config": "cluster.env to use (default: $ATOMDYN_CLUSTER_ENV, else the local cluster)",
@@ -125,6 +138,7 @@ def prepare_task(
         "engine": "engine profile whose needs decide what is checked (default: ENGINE_PROFILE)",
         "kind": "agg or disagg: which configured image the run would use (default agg)",
         "json_out": "also write the report as JSON to this file, for evidence (default: none)",
+        "allocation": ALLOCATION_HELP,
     },
 )
 def check_task(
@@ -135,16 +149,24 @@ def check_task(
     image: list[str] | None = None,
     nodes: str = "",
     json_out: str = "",
+    allocation: str | None = None,
 ) -> None:
-    """Per-node preflight: devices, RDMA ports and GIDs, advertised address, Docker, image, shared dir, model."""
+    """Per-node preflight: devices, RDMA ports and GIDs, advertised address, Docker, image, shared dir, model.
+    Inside an allocation (``--allocation``, or the salloc shell's), each node's check is a step of it."""
+    try:
+        job, detected = parse_allocation(allocation, os.environ)
+    except AllocationFlagError as exc:
+        raise Exit(f"error: {exc}", code=2) from None
     cfg = _config(config)
     try:
         targets = _nodes(cfg, nodes)
+        if job is not None:  # before anything starts: RUNNING, and holding every node checked
+            held_allocation(Slurm(cfg), job, targets, detected=detected)
         with Progress().heartbeat(f"nodes.check on {', '.join(targets)}"):
             report = node_check.check_nodes(
-                cfg, targets, engine=engine or None, image_tags=image or None, kind=kind
+                cfg, targets, engine=engine or None, image_tags=image or None, kind=kind, allocation=job
             )
-    except ProfileError as exc:
+    except (ProfileError, PreflightError) as exc:
         raise Exit(f"error: {exc}", code=2) from None
     except (SlurmError, jobs.NodeJobError) as exc:
         raise Exit(f"FAIL: {exc}", code=1) from exc

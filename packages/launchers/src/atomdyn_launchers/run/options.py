@@ -19,6 +19,8 @@ from atomdyn_launchers.config.recipes import (
     Recipe,
     RecipeError,
 )
+from atomdyn_launchers.slurm.client import AllocationFlagError
+from atomdyn_launchers.slurm.client import parse_allocation as slurm_allocation
 
 DEFAULT_REQUESTS = {"agg-single": 8, "agg-two": 32, "disagg": 32}
 DEFAULT_CONCURRENCY = 8
@@ -108,27 +110,13 @@ class Flags:
         )
 
 
-NO_ALLOCATION = ("none", "no", "off")
-
-
 def parse_allocation(value: object, environ: Mapping[str, str]) -> tuple[int | None, bool]:
-    """The allocation a run starts its roles in, and whether it was detected rather than given.
-
-    ``--allocation JOBID``: that job. ``--allocation none``: batch jobs, whatever the environment says. Not
-    given: the allocation of the ``salloc`` shell the command runs in, which is where ``SLURM_JOB_ID`` is set
-    while ``SLURM_STEP_ID`` is not (inside a step, ``srun``'s) and ``ENVIRONMENT`` is not ``BATCH`` (inside a
-    batch script, ``sbatch``'s); anywhere else, batch jobs as always."""
-    if value is not None and not (isinstance(value, str) and not value.strip()):
-        text = str(value).strip()
-        if text.lower() in NO_ALLOCATION:
-            return None, False
-        if not text.isdigit() or int(text) < 1:
-            raise OptionError(f"--allocation must be a Slurm job id or 'none', not {value!r}")
-        return int(text), False
-    job = environ.get("SLURM_JOB_ID", "").strip()
-    if not job.isdigit() or "SLURM_STEP_ID" in environ or environ.get("ENVIRONMENT") == "BATCH":
-        return None, False
-    return int(job), True
+    """:func:`atomdyn_launchers.slurm.client.parse_allocation` (the nodes' tasks share it), a bad value an
+    OptionError."""
+    try:
+        return slurm_allocation(value, environ)
+    except AllocationFlagError as exc:
+        raise OptionError(str(exc)) from None
 
 
 def parse_int(flag: str, value: object) -> int | None:

@@ -22,7 +22,7 @@ from atomdyn_launchers.profiles.models import ModelProfile
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import RoleSpec, model_path
-from atomdyn_launchers.slurm.client import Allocation, Slurm
+from atomdyn_launchers.slurm.client import Allocation, Slurm, held_allocation
 
 
 def check_model_path(config: ClusterConfig) -> None:
@@ -58,19 +58,7 @@ def check_allocation(slurm: Slurm, options: LaunchOptions, nodes: Iterable[str])
     among its nodes; None for a run of batch jobs."""
     if options.allocation is None:
         return None
-    hint = (
-        f" (allocation {options.allocation} is SLURM_JOB_ID of this shell; --allocation none submits batch "
-        "jobs instead)"
-        if options.allocation_detected
-        else ""
-    )
-    try:
-        allocation = slurm.allocation(options.allocation)
-        allocation.require_running()
-        allocation.require_nodes(nodes)
-    except PreflightError as exc:
-        raise PreflightError(f"{exc}{hint}") from None
-    return allocation
+    return held_allocation(slurm, options.allocation, nodes, detected=options.allocation_detected)
 
 
 def cluster_checks(

@@ -23,7 +23,7 @@ from atomdyn_launchers.run.dry_run import dry_run_problems
 from atomdyn_launchers.run.launch import dry_run, run
 from atomdyn_launchers.run.options import Flags, LaunchOptions, OptionError, parse_int, resolve
 from atomdyn_launchers.run.stages.record import Outcome
-from atomdyn_launchers.slurm.client import SlurmError
+from atomdyn_launchers.slurm.client import ALLOCATION_HELP, SlurmError
 
 HELP = {
     "config": "cluster.env to use (default: $ATOMDYN_CLUSTER_ENV, else the local cluster)",
@@ -38,9 +38,7 @@ HELP = {
     "recipe": "run recipe (YAML, recipes/*.yaml); flags given explicitly override its values (default: none)",
     "dry_run": "preflight, then write every job script and recipe.json into a run directory; submit nothing",
     "offline": "with --dry-run: skip the preflight (an offline review of the scripts; nothing is checked)",
-    "allocation": "start every role as a job step (srun) of this running allocation instead of a batch job; "
-    "'none': batch jobs even inside salloc (default: the salloc shell's allocation, SLURM_JOB_ID without "
-    "SLURM_STEP_ID outside a batch script; else batch jobs)",
+    "allocation": ALLOCATION_HELP,
 }
 
 # Raised before anything is submitted: the command exits 2 with the message.

@@ -128,6 +128,58 @@ class Allocation:
                 )
 
 
+NO_ALLOCATION = ("none", "no", "off")
+# --allocation's help, the same on every task that takes it (agg.run, disagg.run, certify, nixl.cross-node,
+# nodes.check).
+ALLOCATION_HELP = (
+    "start every job (each role, node check, probe, run-owned etcd) as a job step (srun) of this running "
+    "allocation instead of a batch job; 'none': batch jobs even inside salloc (default: the salloc shell's "
+    "allocation, SLURM_JOB_ID without SLURM_STEP_ID outside a batch script; else batch jobs)"
+)
+
+
+class AllocationFlagError(ValueError):
+    """``--allocation`` is neither a job id nor ``none``."""
+
+
+def parse_allocation(value: object, environ: Mapping[str, str]) -> tuple[int | None, bool]:
+    """The allocation a command starts its jobs in as steps, and whether it was detected rather than given.
+
+    ``--allocation JOBID``: that job. ``--allocation none``: batch jobs, whatever the environment says. Not
+    given: the allocation of the ``salloc`` shell the command runs in, which is where ``SLURM_JOB_ID`` is set
+    while ``SLURM_STEP_ID`` is not (inside a step, ``srun``'s) and ``ENVIRONMENT`` is not ``BATCH`` (inside a
+    batch script, ``sbatch``'s); anywhere else, batch jobs as always."""
+    if value is not None and not (isinstance(value, str) and not value.strip()):
+        text = str(value).strip()
+        if text.lower() in NO_ALLOCATION:
+            return None, False
+        if not text.isdigit() or int(text) < 1:
+            raise AllocationFlagError(f"--allocation must be a Slurm job id or 'none', not {value!r}")
+        return int(text), False
+    job = environ.get("SLURM_JOB_ID", "").strip()
+    if not job.isdigit() or "SLURM_STEP_ID" in environ or environ.get("ENVIRONMENT") == "BATCH":
+        return None, False
+    return int(job), True
+
+
+def held_allocation(slurm: Slurm, job: int, nodes: Iterable[str], *, detected: bool = False) -> Allocation:
+    """Allocation ``job`` (``--allocation JOBID``, or the salloc shell's when ``detected``), RUNNING and holding
+    every one of ``nodes``; else a PreflightError naming the node and the allocation (and, when the allocation
+    was detected, how to opt out), before anything is started in it."""
+    hint = (
+        f" (allocation {job} is SLURM_JOB_ID of this shell; --allocation none submits batch jobs instead)"
+        if detected
+        else ""
+    )
+    try:
+        allocation = slurm.allocation(job)
+        allocation.require_running()
+        allocation.require_nodes(nodes)
+    except PreflightError as exc:
+        raise PreflightError(f"{exc}{hint}") from None
+    return allocation
+
+
 @dataclass(frozen=True)
 class StepInfo:
     """A job step the controller still lists (``squeue --steps``)."""

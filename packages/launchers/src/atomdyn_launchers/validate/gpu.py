@@ -23,7 +23,8 @@ from atomdyn_launchers.job.images import docker_client
 from atomdyn_launchers.job.squashfs import squashfs_path
 from atomdyn_launchers.nodes.prepare import archive_dir
 from atomdyn_launchers.sbatch import Shell
-from atomdyn_launchers.slurm.client import JobInfo, Slurm
+from atomdyn_launchers.slurm.client import JobInfo, Slurm, held_allocation
+from atomdyn_launchers.slurm.steps import StepSet, step_name
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,9 @@ def run_gpu_validation(
     node: str = "",
     docker_host: str = "",
     timeout_s: float = 900.0,
+    allocation: int | None = None,
 ) -> GpuValidation:
+    """Validate in the image on ``node``: one batch job, or, with ``allocation``, one step of it (srun)."""
     image = image or config.dynamo_atom_image or ""
     if not image:
         raise PreflightError(f"no image: set DYNAMO_ATOM_IMAGE in {config.source} or pass --image")
@@ -97,16 +100,21 @@ def run_gpu_validation(
     script = run_dir / "validate.sbatch"
     atomic_write_text(script, job_script(config, image, run_dir, docker_client()), mode=0o755)
     vendor = get_engine(config.engine_profile).vendor
-    job_id = slurm.submit(
-        script,
-        job_name="atomdyn-validate",
-        nodelist=node,
-        gres="gpu:1" if vendor != "none" else None,
-        output=run_dir / "slurm-%j.out",
-        chdir=run_dir,
-        env={"DOCKER_HOST": docker_host} if docker_host else None,
-    )
-    job = slurm.wait_terminal(job_id, timeout=timeout_s)
+    gres = "gpu:1" if vendor != "none" else None
+    env = {"DOCKER_HOST": docker_host} if docker_host else None
+    if allocation is not None:
+        job = _validate_step(slurm, allocation, script, node=node, gres=gres, env=env, timeout_s=timeout_s)
+    else:
+        job_id = slurm.submit(
+            script,
+            job_name="atomdyn-validate",
+            nodelist=node,
+            gres=gres,
+            output=run_dir / "slurm-%j.out",
+            chdir=run_dir,
+            env=env,
+        )
+        job = slurm.wait_terminal(job_id, timeout=timeout_s)
     report_path = run_dir / "validate.json"
     report: dict[str, Any] | None = None
     if report_path.is_file():
@@ -116,3 +124,32 @@ def run_gpu_validation(
         except json.JSONDecodeError:
             report = None
     return GpuValidation(job, run_dir, report)
+
+
+def _validate_step(
+    slurm: Slurm,
+    allocation: int,
+    script: Path,
+    *,
+    node: str,
+    gres: str | None,
+    env: dict[str, str] | None,
+    timeout_s: float,
+) -> JobInfo:
+    """The validation job's script as a step of ``allocation`` on ``node``, its output in slurm-step.out of the
+    run directory; cancelled (the step alone) when it does not end in ``timeout_s``."""
+    held_allocation(slurm, allocation, [node])
+    run_dir = script.parent
+    steps = StepSet.open(slurm, allocation)
+    name = step_name("atomdyn-validate", run_dir.name)
+    out = run_dir / "slurm-step.out"
+    args = slurm.srun_args(
+        allocation=allocation, nodelist=node, job_name=name, gres=gres, output=out, chdir=run_dir
+    )
+    step = steps.start("validate", [*args, "bash"], script, name=name, node=node, log=out, env=env)
+    try:
+        if not step.wait(timeout_s):
+            raise TimeoutError(f"validation step on {node} not finished after {timeout_s:.0f} s")
+        return step.info()
+    finally:
+        steps.cancel_live()
