@@ -56,6 +56,11 @@ class KvTransfers:
         """How many transfers took at most ``bound_s`` (one of the histogram's bounds; else None)."""
         return next((round(n) for upper, n in self.time_buckets if upper == bound_s), None)
 
+    def over(self, bound_s: float) -> int | None:
+        """How many transfers took longer than ``bound_s`` (one of the histogram's bounds; else None)."""
+        within = self.within(bound_s)
+        return None if within is None else self.count - within
+
     @property
     def bytes_per_transfer(self) -> int:
         return round(self.bytes_total / self.count)
@@ -84,13 +89,12 @@ class KvTransfers:
     def spread(self) -> dict[str, float | int | None]:
         """The transfer time's spread from the histogram: p50, p99, the slowest one's bucket bound, and how
         many fell in vLLM's smallest bucket (5 ms) and over 100 ms (the rehearsal's targets)."""
-        within_100ms = self.within(0.1)
         return {
             "p50_s": self.quantile_s(0.5),
             "p99_s": self.quantile_s(0.99),
             "slowest_bound_s": self.slowest_bound_s,
             "within_5ms": self.within(0.005),
-            "over_100ms": None if within_100ms is None else self.count - within_100ms,
+            "over_100ms": self.over(0.1),
         }
 
     def describe_spread(self) -> str:

@@ -36,7 +36,7 @@ def _half_within_5ms(f: RunFigures) -> Judged:
 
 
 def _none_over_100ms(f: RunFigures) -> Judged:
-    over = f.transfers.spread()["over_100ms"] if f.transfers else None
+    over = f.transfers.over(0.1) if f.transfers else None
     if over is None:
         return None, "no transfer histogram"
     return over == 0, f"{over} over 100 ms"
