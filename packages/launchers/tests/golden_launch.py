@@ -30,10 +30,12 @@ KINDS = ("agg-single", "agg-two", "disagg")
 # The cross-node NIXL probe (a P/D pair running nixl_compat.crossnode in the workers' runtime), for the engines
 # whose KV moves over NIXL between nodes: the first real cluster's hour runs it before any model.
 PROBE = "nixl-pair"
-PROBE_CASES = (("atom", "docker"), ("atom", "venv"), ("vllm-cpu", "venv"))
+PROBE_CASES = (("atom", "docker"), ("atom", "podman"), ("atom", "venv"), ("vllm-cpu", "venv"))
 RUNTIMES = ("venv", "docker")
 # RUNTIME=pyxis (srun --container-image of the enroot squashfs) for the GPU engines, aggregated and P/D.
 PYXIS_CASES = tuple((engine, kind) for engine in ("atom", "vllm") for kind in ("agg-single", "disagg"))
+# RUNTIME=podman (podman run of the same image) for every engine, aggregated and P/D.
+PODMAN_CASES = tuple((engine, kind) for engine in ENGINE_NAMES for kind in ("agg-single", "disagg"))
 # A two-node MI355X-like cluster; nothing here needs to exist on the machine that renders it.
 CLUSTER_ENV = f"""\
 SLURM_ACCOUNT=acct
@@ -72,6 +74,8 @@ def cases() -> Iterator[tuple[str, str, str]]:
                 yield engine, kind, runtime
     for engine, kind in PYXIS_CASES:
         yield engine, kind, "pyxis"
+    for engine, kind in PODMAN_CASES:
+        yield engine, kind, "podman"
     for engine, runtime in PROBE_CASES:
         yield engine, PROBE, runtime
 

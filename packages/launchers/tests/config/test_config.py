@@ -151,7 +151,7 @@ def test_unknown_key_names_key_and_line() -> None:
 
 def test_every_bad_value_is_reported_with_its_key() -> None:
     text = MINIMAL.replace("ENGINE_PROFILE=mocker", "ENGINE_PROFILE=sglang").replace(
-        "RUNTIME=venv", "RUNTIME=podman"
+        "RUNTIME=venv", "RUNTIME=lxc"
     )
     text = text.replace("SHARED_DIR=/shared", "SHARED_DIR=relative/dir").replace(
         "PRIMARY_NODE=n01", "PRIMARY_NODE=n[01-02]"
@@ -163,7 +163,7 @@ def test_every_bad_value_is_reported_with_its_key() -> None:
     problems = problems_of(text)
     expected = {
         "ENGINE_PROFILE": "'sglang' is not one of mocker, vllm, atom",
-        "RUNTIME": "'podman' is not one of venv, docker",
+        "RUNTIME": "'lxc' is not one of venv, docker, podman, pyxis",
         "SHARED_DIR": "is not an absolute path",
         "PRIMARY_NODE": "is not a single node name",
         "GPUS_PER_NODE": "is not a whole number",

@@ -21,7 +21,7 @@ import pytest
 from atomdyn_core.dockerd import find_dockerd
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.contract.readiness import ReadinessError
-from atomdyn_launchers.engines.runtime import NO_DEVICES, DockerRuntime
+from atomdyn_launchers.engines.runtime import NO_DEVICES, DockerRuntime, PodmanRuntime
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.job import images
 from atomdyn_launchers.job.node_check import FAIL, NOT_NEEDED, PASS, UNKNOWN
@@ -185,8 +185,10 @@ def test_prepare_both_strategies_from_empty_caches_and_second_prepare_is_a_no_op
 LOADING = "import time; time.sleep(600)"
 
 
-def _container_job(config: ClusterConfig, work: Path, name: str) -> tuple[Path, DockerRuntime]:
-    runtime = DockerRuntime(IMAGE_TAG, f"atomdyn-{name}", [], lock_memory=False)
+def _container_job(
+    config: ClusterConfig, work: Path, name: str, kind: type[DockerRuntime] = DockerRuntime
+) -> tuple[Path, DockerRuntime]:
+    runtime = kind(IMAGE_TAG, f"atomdyn-{name}", [], lock_memory=False)
     job = JobSpec(
         role="agg",
         job_name="atomdyn-agg",
@@ -222,19 +224,19 @@ def test_a_job_stopped_while_its_engine_loads_leaves_no_container_and_runs_again
     host = jobs.docker_host(config, "node1")
     docker = images.DockerCLI(host)
     try:
-        _stop_while_loading_twice(slurm, script, work, docker, name, host)
+        _stop_while_loading_twice(slurm, script, work, docker, name, {"DOCKER_HOST": host})
     finally:
         subprocess.run([images.docker_client(), "rm", "-f", name], env={**os.environ, "DOCKER_HOST": host},
                        capture_output=True, check=False)  # fmt: skip
 
 
 def _stop_while_loading_twice(
-    slurm: Slurm, script: Path, work: Path, docker: images.DockerCLI, name: str, host: str
+    slurm: Slurm, script: Path, work: Path, docker: images.DockerCLI, name: str, env: dict[str, str]
 ) -> None:
     for attempt in (1, 2):  # the second attempt reuses the container name: a stale one would refuse it
         job_id = slurm.submit(
             script, job_name="atomdyn-agg", nodelist="node1", output=work / "logs" / "agg.slurm.out",
-            chdir=work, env={"DOCKER_HOST": host},
+            chdir=work, env=env,
         )  # fmt: skip
         try:
             slurm.wait_for(job_id, lambda info: info.state == "RUNNING", timeout=60, what="running")
@@ -495,3 +497,89 @@ def test_nodes_check_task_says_it_is_alive_while_it_waits(docker_cluster: LocalC
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "nodes.check on node1, node2: still running (" in done.stderr, done.stderr
+
+
+# RUNTIME=podman on the same nodes: no daemon, each node's own podman storage (the cluster's PODMAN_CONFIG_DIR).
+
+
+@pytest.fixture(scope="module")
+def podman_config(config: ClusterConfig) -> ClusterConfig:
+    _need(shutil.which("podman") is not None, "podman (Debian package podman, with catatonit for --init)")
+    return dataclasses.replace(config, runtime="podman", dynamo_atom_image=IMAGE_TAG)
+
+
+def _podman(config: ClusterConfig, node: str) -> images.PodmanCLI:
+    """A node's podman storage, reached from here with the variables its jobs get."""
+    return images.PodmanCLI(env_overrides=config.podman_env_for(node))
+
+
+def test_podman_nodes_load_the_verified_archive_into_their_own_stores(podman_config: ClusterConfig) -> None:
+    spec = rehearsal_spec(podman_config)
+    with pytest.raises(PrepareError, match="load strategy only"):
+        prepare(podman_config, spec, strategy="build", nodes=NODES)
+    wipe(podman_config, NODES, spec.images)  # docker's caches and the podman stores empty; the archive kept
+    assert all(i is None for n in NODES for i in _podman(podman_config, n).image_ids(spec.images).values())
+    first = prepare(podman_config, spec, strategy="load", nodes=NODES)
+    manifest = images.read_manifest(archive_dir(podman_config))
+    for node in NODES:
+        result = first.nodes[node]
+        assert result["store"] == "podman" and result["ok"], result
+        assert result["actions"][0].startswith(
+            f"loaded {manifest.archive.name} (sha256 verified, ids checked)"
+        )
+        # podman's ids, written as docker's, are the archive's: the image config's digest in both
+        assert _podman(podman_config, node).image_ids(spec.images) == manifest.images == result["images"]
+    again = prepare(podman_config, spec, strategy="load", nodes=NODES)
+    for node in NODES:
+        assert (
+            again.nodes[node]["actions"][0]
+            == "images present with the manifest's ids: verified, not reloaded"
+        )
+
+    ready = check_nodes(podman_config, NODES)
+    assert ready.ok, ready.table()
+    for node in NODES:
+        checks = {c.name: c for c in ready.nodes[node]}
+        storage = podman_config.podman_env_for(node)["CONTAINERS_STORAGE_CONF"]
+        assert checks["podman"].status == PASS and storage in checks["podman"].detail, checks["podman"]
+        assert checks["image"].status == PASS and "(matches the archive)" in checks["image"].detail
+        assert "docker" not in checks
+
+    # The stores are the nodes' own: node2 losing its image leaves node1's, and the run is refused before
+    # anything is submitted, naming the node and the check.
+    _podman(podman_config, "node2").run("rmi", "-f", IMAGE_TAG)
+    assert _podman(podman_config, "node1").image_id(IMAGE_TAG) == manifest.images[IMAGE_TAG]
+    report = check_nodes(podman_config, NODES)
+    assert report.failures() == [
+        ("node2", "image", f"{IMAGE_TAG} is not present on this node (run `invoke nodes.prepare`)")
+    ]
+    runs_before = sorted(podman_config.runs_dir.glob("*-disagg-*")) if podman_config.runs_dir.is_dir() else []
+    with pytest.raises(PreflightError) as refused:
+        run(LaunchOptions(kind="disagg", requests=1), podman_config)
+    assert f"node node2: check image failed: {IMAGE_TAG} is not present on this node" in str(refused.value)
+    assert sorted(podman_config.runs_dir.glob("*-disagg-*")) == runs_before
+    prepare(podman_config, spec, strategy="load", nodes=["node2"])
+    assert check_nodes(podman_config, NODES).ok
+
+
+def test_a_podman_job_stopped_while_its_engine_loads_leaves_no_container_and_runs_again(
+    podman_config: ClusterConfig, tmp_path: Path
+) -> None:
+    """As for docker: the container outlives its client (podman's conmon keeps it), so the job stops it by name."""
+    spec = rehearsal_spec(podman_config)
+    if images.manifest_covers(archive_dir(podman_config), spec.images) is None:
+        prepare(podman_config, spec, strategy="load", nodes=["node1"])
+    if _podman(podman_config, "node1").image_id(IMAGE_TAG) is None:
+        prepare(podman_config, spec, strategy="load", nodes=["node1"])
+    work = podman_config.shared_dir / "container-stop" / f"podman-{tmp_path.name}"
+    script, runtime = _container_job(podman_config, work, tmp_path.name.lower(), PodmanRuntime)
+    name = runtime.container_name("worker")
+    podman = _podman(podman_config, "node1")
+    assert f"podman run --rm --init --pull=never --name {name} " in script.read_text()
+    try:
+        _stop_while_loading_twice(
+            Slurm(podman_config), script, work, podman, name, podman_config.podman_env_for("node1")
+        )
+    finally:
+        subprocess.run([images.podman_client(), "rm", "-f", name], env=podman.env(), capture_output=True,
+                       check=False)  # fmt: skip

@@ -17,7 +17,12 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_json
 from atomdyn_core.lock import find_lock_path, load_lock
 from atomdyn_launchers.certify.nixl import cross_node
-from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
+from atomdyn_launchers.config.cluster import (
+    CONTAINER_RUNTIMES,
+    NODE_IMAGE_RUNTIMES,
+    ClusterConfig,
+    PreflightError,
+)
 from atomdyn_launchers.engines import Engine, get_engine
 from atomdyn_launchers.evidence.certify_report import LADDER
 from atomdyn_launchers.evidence.gates import evaluate, overall
@@ -35,7 +40,7 @@ from atomdyn_launchers.validate.gpu import run_gpu_validation
 
 PASS, FAILED, NOT_NEEDED, REUSED = "pass", "fail", "not needed", "reused"
 # The node check's lines that rung 2 answers (the images and the helper); every other line is rung 1's.
-IMAGE_CHECKS = ("docker", "image", "dmabuf-shim")
+IMAGE_CHECKS = ("docker", "podman", "image", "dmabuf-shim")
 VALIDATE_TIMEOUT_S = 900.0
 
 
@@ -142,7 +147,7 @@ def images(climb: Climb) -> RungResult:
         return RungResult(
             PASS, "the imported squashfs on every node: " + "; ".join(squashfs), facts={"image_ids": {}}
         )
-    if climb.config.runtime != "docker":
+    if climb.config.runtime not in NODE_IMAGE_RUNTIMES:
         return RungResult(NOT_NEEDED, f"RUNTIME={climb.config.runtime}: no image; the venv is {climb.config.python_venv}",
                           facts={"image_ids": {}})  # fmt: skip
     ids: dict[str, dict[str, str]] = {}
@@ -164,7 +169,7 @@ def images(climb: Climb) -> RungResult:
 
 def validate(climb: Climb) -> RungResult:
     """atomdyn-validate in the image on each worker node (validate.gpu's job)."""
-    if climb.config.runtime not in ("docker", "pyxis"):
+    if climb.config.runtime not in CONTAINER_RUNTIMES:
         return RungResult(NOT_NEEDED, f"RUNTIME={climb.config.runtime}: there is no image to validate")
     failed, shown = [], []
     for node in climb.nodes():  # every node a rung runs a worker on
@@ -261,7 +266,7 @@ RUNGS: tuple[Rung, ...] = (
     Rung(3, "validate", "in-image validation on each worker node",
          "inside the image: the GPU stack, vLLM's platform, NIXL and its backend, the Dynamo flags",
          "invoke validate.gpu --node NODE", validate,
-         lambda c: VALIDATE_TIMEOUT_S * 2 if c.config.runtime in ("docker", "pyxis") else 0.0, "one job per worker node"),
+         lambda c: VALIDATE_TIMEOUT_S * 2 if c.config.runtime in CONTAINER_RUNTIMES else 0.0, "one job per worker node"),
     Rung(4, "nixl", "cross-node NIXL transfer before any model",
          "KV blocks move between the P/D nodes with the workers' environment, every byte checked, UCX's rows judged",
          "invoke nixl.cross-node", nixl, _probe_s, "two one-shot jobs, one per P/D node"),

@@ -33,10 +33,14 @@ from atomdyn_launchers.engines import ENGINE_NAMES, get_engine
 CLUSTER_ENV_VAR = "ATOMDYN_CLUSTER_ENV"
 REPO_ENV_VAR = "ATOMDYN_REPO"
 
-Runtime = Literal["venv", "docker", "pyxis"]
-RUNTIMES: tuple[Runtime, ...] = ("venv", "docker", "pyxis")
-# The runtimes whose processes run in the pinned images (docker run, or a pyxis step of its enroot squashfs).
-CONTAINER_RUNTIMES: tuple[Runtime, ...] = ("docker", "pyxis")
+Runtime = Literal["venv", "docker", "podman", "pyxis"]
+RUNTIMES: tuple[Runtime, ...] = ("venv", "docker", "podman", "pyxis")
+# The runtimes whose processes run in the pinned images (docker or podman run, or a pyxis step of its squashfs).
+CONTAINER_RUNTIMES: tuple[Runtime, ...] = ("docker", "podman", "pyxis")
+# The runtimes whose images live in a node's own image store (a docker daemon's, or podman's storage).
+NODE_IMAGE_RUNTIMES: tuple[Runtime, ...] = ("docker", "podman")
+# podman reads its configuration files from these variables (containers-storage.conf(5), containers.conf(5)).
+PODMAN_CONFIG_FILES = (("CONTAINERS_STORAGE_CONF", "storage.conf"), ("CONTAINERS_CONF", "containers.conf"))
 
 # sbatch options that only the dedicated keys may set: every submission passes them explicitly.
 _RESERVED_SBATCH_OPTIONS = {"account": "A", "partition": "p", "qos": "q"}
@@ -128,6 +132,7 @@ class ClusterConfig:
     slurm_extra_args: tuple[str, ...] = ()
     node_addrs: tuple[tuple[str, str], ...] = ()
     docker_host: str | None = None
+    podman_config_dir: str | None = None
     # The MI355X launch path: RDMA NICs per node, the UCX path, what containers mount, GPU binding by Slurm.
     ucx_net_devices: tuple[tuple[str, str], ...] = ()
     atom_ucx_path: str = "host-vram"
@@ -160,6 +165,22 @@ class ClusterConfig:
     def docker_host_for(self, node: str) -> str | None:
         """DOCKER_HOST for jobs on ``node`` (``%n`` in the template is the node name); None: the node's default."""
         return self.docker_host.replace("%n", node) if self.docker_host else None
+
+    def podman_env_for(self, node: str) -> dict[str, str]:
+        """The variables that point podman at PODMAN_CONFIG_DIR's files for jobs on ``node`` (``%n`` = the node);
+        empty: podman's own configuration on the node."""
+        if not self.podman_config_dir:
+            return {}
+        directory = self.podman_config_dir.replace("%n", node)
+        return {var: f"{directory}/{name}" for var, name in PODMAN_CONFIG_FILES}
+
+    def container_env_for(self, node: str) -> dict[str, str]:
+        """What a job on ``node`` needs in its environment to reach its container runtime's image store:
+        DOCKER_HOST (RUNTIME=docker, when configured) or podman's configuration files (RUNTIME=podman)."""
+        if self.runtime == "podman":
+            return self.podman_env_for(node)
+        host = self.docker_host_for(node)
+        return {"DOCKER_HOST": host} if host else {}
 
     @property
     def etcd_endpoint(self) -> str | None:
@@ -384,6 +405,12 @@ def _node_addrs(value: str) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _podman_config_dir(value: str) -> str:
+    if not value.startswith("/") or any(c in value for c in ":,\n"):
+        raise ValueError(f"{value!r} is not an absolute directory path without ':' or ','")
+    return value.rstrip("/") or "/"
+
+
 def _docker_host(value: str) -> str:
     scheme = value.split("://", 1)[0]
     if "://" not in value or scheme not in ("unix", "tcp", "ssh"):
@@ -546,6 +573,10 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("DOCKER_HOST", _docker_host, required=False, example="unix:///srv/docker/%n/docker.sock",
           doc="the docker daemon jobs on a node use; %n = the node's name\n(default: each node's own "
           "default socket). The local cluster sets it when brought up with per-node daemons."),
+    _Spec("PODMAN_CONFIG_DIR", _podman_config_dir, required=False, example="/etc/atomdyn/podman/%n",
+          doc="RUNTIME=podman: a directory with the storage.conf and containers.conf podman uses in jobs on a\n"
+          "node; %n = the node's name (default: podman's own configuration there). The local cluster sets it\n"
+          "when brought up with podman (each node's own image store)."),
 )  # fmt: skip
 KEYS: tuple[str, ...] = tuple(spec.key for spec in _SPECS)
 _ETCD_SECURITY_KEYS = tuple(k for k in KEYS if k.startswith(("ETCD_AUTH_", "ETCD_GATEWAY_")))
@@ -752,8 +783,8 @@ def _mount_problems(kwargs: Mapping[str, object], runtime: str = "docker") -> li
             if path is not None and (":" in str(path) or "," in str(path))
         ]
     return [
-        f"{key}: {str(path)!r} contains ':', which docker -v SOURCE:TARGET[:OPTIONS] would split "
-        "(RUNTIME=docker mounts it into every container): use a path without ':'"
+        f"{key}: {str(path)!r} contains ':', which {runtime} -v SOURCE:TARGET[:OPTIONS] would split "
+        f"(RUNTIME={runtime} mounts it into every container): use a path without ':'"
         for key, path in paths
         if path is not None and ":" in str(path)
     ]

@@ -25,6 +25,7 @@ from atomdyn_launchers.engines.runtime import (
     NO_DEVICES,
     DeviceAccess,
     DockerRuntime,
+    PodmanRuntime,
     PyxisRuntime,
     RdmaMounts,
     Runtime,
@@ -249,8 +250,9 @@ def fingerprint_prelude(ctx: RoleContext) -> list[str]:
 
 
 def image_prelude(ctx: RoleContext) -> list[str]:
-    """In the docker runtime: the image the workers run, as the node's daemon has it, with the lock digest
-    its label carries, to <run dir>/images/<role>.json (the run records that digest, not the checkout's).
+    """In the docker and podman runtimes: the image the workers run, as the node's image store has it, with the
+    lock digest its label carries, to <run dir>/images/<role>.json (the run records that digest, not the
+    checkout's).
     In the pyxis runtime: the squashfs's import record (``nodes.prepare``: the image id and lock digest of the
     docker image it was imported from, its size and sha256), checked for its size on this node."""
     if isinstance(ctx.runtime, PyxisRuntime):
@@ -259,8 +261,10 @@ def image_prelude(ctx: RoleContext) -> list[str]:
         return []
     target = run_path(ctx, "images") + ".json"
     image = ctx.runtime.image
+    # podman prints an image's Id without docker's "sha256:" (both are the config's digest).
+    image_id = '"sha256:{{.Id}}"' if isinstance(ctx.runtime, PodmanRuntime) else "{{json .Id}}"
     template = (
-        '{"image": ' + json.dumps(image) + ', "id": {{json .Id}}, '
+        '{"image": ' + json.dumps(image) + ', "id": ' + image_id + ", "
         '"lock_digest": {{if .Config.Labels}}{{json (index .Config.Labels "io.atomdyn.lock.digest")}}'
         '{{else}}""{{end}}}'
     )  # an image without any label has no Labels map, and `index` of nothing is an error

@@ -1,5 +1,5 @@
-"""Where a role's processes run: the venv's Python directly, ``docker run`` of the built image, or a pyxis
-container step (``srun --container-image=<squashfs>``) of the same image imported by enroot.
+"""Where a role's processes run: the venv's Python directly, ``docker run`` or ``podman run`` of the built
+image, or a pyxis container step (``srun --container-image=<squashfs>``) of the same image imported by enroot.
 
 A runtime wraps an engine's command line; it knows nothing about engines. What differs per GPU vendor (which
 devices a container gets, which variable selects GPUs) is data the engine hands it (:class:`DeviceAccess`).
@@ -77,12 +77,13 @@ class DeviceAccess:
     # The engine's own container settings (security options, limits), in the order it documents them.
     container_args: tuple[str, ...] = ()
 
-    def docker_args(self) -> list[Arg]:
+    def docker_args(self, nvidia_gpus: Sequence[str] = ("--gpus", "all")) -> list[Arg]:
+        """``nvidia_gpus``: how the client asks for every NVIDIA GPU (podman: a CDI device, see PodmanRuntime)."""
         args: list[Arg] = list(self.container_args)
         if self.vendor == "amd":
             args += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
         elif self.vendor == "nvidia":
-            args += ["--gpus", "all"]
+            args += list(nvidia_gpus)
         if self.rdma_required:
             # The RDMA path is the point of this engine: a node without /dev/infiniband fails loudly here.
             args += ["--device", "/dev/infiniband"]
@@ -254,14 +255,20 @@ class DockerRuntime:
     def container_name(self, name: str) -> str:
         return f"{self.container_prefix}-{name}"
 
+    def _run(self) -> list[Arg]:
+        return [self.docker, "run", "--rm", "--init"]
+
+    def _devices(self, devices: DeviceAccess) -> list[Arg]:
+        return devices.docker_args()
+
     def _base(self, name: str, devices: DeviceAccess) -> list[Arg]:
         # --init: the container's PID 1 is an init that forwards the client's SIGTERM to the process, which
         # (python during a model load) may have no handler for it; a PID 1 without one ignores it.
-        args: list[Arg] = [self.docker, "run", "--rm", "--init", "--name", self.container_name(name)]
+        args: list[Arg] = [*self._run(), "--name", self.container_name(name)]
         args += ["--network", "host", "--ipc", "host"]
         if self.lock_memory:
             args += ["--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1"]
-        args += devices.docker_args()
+        args += self._devices(devices)
         for mount in self.mounts:
             args += ["-v", f"{mount}:{mount}"]
         return args
@@ -297,21 +304,38 @@ class DockerRuntime:
         as the worker will (same devices, mounts and environment), else as a bare probe."""
         command = [self.python if argv[0] == "python" else argv[0], *argv[1:]]
         if devices is None:
-            return [
-                self.docker,
-                "run",
-                "--rm",
-                "--init",
-                "--network",
-                "host",
-                *_env_args(env or {}),
-                self.image,
-                *command,
-            ]
+            return [*self._run(), "--network", "host", *_env_args(env or {}), self.image, *command]
         return [*self._base(name or "probe", devices), *_env_args(env or {}), self.image, *command]
 
     def prelude(self, devices: DeviceAccess) -> list[str]:
         return devices.prelude()
+
+
+@dataclass(frozen=True)
+class PodmanRuntime(DockerRuntime):
+    """``podman run`` of the same image, with the docker runtime's options (podman takes docker's run options:
+    ``--rm --init --name --network host --ipc host --cap-add --ulimit --device --group-add --security-opt -v
+    -e``), stopped by name in the same way (``podman stop``/``rm -f``: the container's conmon outlives the job's
+    client as a docker container outlives its client). Daemonless: the image store is the node's podman
+    storage (PODMAN_CONFIG_DIR's storage.conf, or podman's default), which ``nodes.prepare`` loads from the
+    verified archive. What differs from docker:
+
+    - ``--pull=never``: an image missing on the node fails at once, naming it, instead of podman trying a
+      registry (the images come from ``nodes.prepare``, never a pull).
+    - NVIDIA GPUs as a CDI device, ``--device nvidia.com/gpu=all`` (podman 4 has no ``--gpus``; the node needs
+      the CDI spec ``nvidia-ctk cdi generate`` writes). AMD: ``/dev/kfd`` and ``/dev/dri`` with
+      ``--group-add video``, as docker (rootless podman needs ``keep-groups`` instead: docs/runtimes.md).
+    - Limits: rootful podman sets nofile and nproc itself (containers.conf ``default_ulimits``) unless the
+      command gives any ``--ulimit``; the engines' own ``--ulimit`` options are passed as they are."""
+
+    docker: str = "podman"
+    name: str = "podman"
+
+    def _run(self) -> list[Arg]:
+        return [self.docker, "run", "--rm", "--init", "--pull=never"]
+
+    def _devices(self, devices: DeviceAccess) -> list[Arg]:
+        return devices.docker_args(nvidia_gpus=("--device", "nvidia.com/gpu=all"))
 
 
 @dataclass(frozen=True)
@@ -418,9 +442,9 @@ class PyxisRuntime:
         return devices.pyxis_prelude(self.lock_memory)
 
 
-Runtime = VenvRuntime | DockerRuntime | PyxisRuntime
+Runtime = VenvRuntime | DockerRuntime | PodmanRuntime | PyxisRuntime
 # The runtimes whose processes run in the image: their environment is complete, the job's exports aside.
-CONTAINER_RUNTIMES = (DockerRuntime, PyxisRuntime)
+CONTAINER_RUNTIMES = (DockerRuntime, PodmanRuntime, PyxisRuntime)
 
 
 def _env_args(env: Mapping[str, Arg]) -> list[Arg]:

@@ -1,4 +1,4 @@
-"""Images on a node's Docker daemon, and the verified image archive in the shared directory.
+"""Images on a node's Docker daemon or podman storage, and the verified image archive in the shared directory.
 
 The archive is ``docker save`` of every image to prepare, written once to ``SHARED_DIR/images`` under a
 temporary name and renamed into place; its sha256, size and the image ids it holds go into a small manifest
@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,29 +42,47 @@ def docker_client() -> str:
     return shutil.which("docker") or "docker"
 
 
+def podman_client() -> str:
+    """$ATOMDYN_PODMAN, else the first podman on PATH."""
+    return os.environ.get("ATOMDYN_PODMAN") or shutil.which("podman") or "podman"
+
+
 @dataclass(frozen=True)
 class DockerCLI:
     host: str
     client: str = ""
 
+    name = "docker"
+    _package = "docker.io"
+
+    def command(self) -> str:
+        return self.client or docker_client()
+
+    def env(self) -> dict[str, str]:
+        """The client's environment: the job's, with the daemon named."""
+        return {**os.environ, "DOCKER_HOST": self.host}
+
+    @property
+    def where(self) -> str:
+        return self.host
+
     def run(self, *args: str, timeout: float = 3600.0) -> str:
-        env = {**os.environ, "DOCKER_HOST": self.host}
         try:
             done = subprocess.run(
-                [self.client or docker_client(), *args],
+                [self.command(), *args],
                 capture_output=True,
                 text=True,
-                env=env,
+                env=self.env(),
                 timeout=timeout,
                 check=False,
             )
         except FileNotFoundError as exc:
-            raise ImageError(f"no docker client ({exc.filename}); install docker.io") from exc
+            raise ImageError(f"no {self.name} client ({exc.filename}); install {self._package}") from exc
         except subprocess.TimeoutExpired as exc:
-            raise ImageError(f"docker {args[0]} did not finish within {timeout:.0f} s") from exc
+            raise ImageError(f"{self.name} {args[0]} did not finish within {timeout:.0f} s") from exc
         if done.returncode != 0:
             tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-4:])
-            raise ImageError(f"docker {args[0]} at {self.host} failed: {tail}")
+            raise ImageError(f"{self.name} {args[0]} at {self.where} failed: {tail}")
         return done.stdout.strip()
 
     def version(self) -> str:
@@ -78,6 +96,49 @@ class DockerCLI:
 
     def image_ids(self, tags: Sequence[str]) -> dict[str, str | None]:
         return {tag: self.image_id(tag) for tag in tags}
+
+    def save_args(self, path: Path, tags: Sequence[str]) -> list[str]:
+        return ["save", "-o", str(path), *tags]
+
+
+@dataclass(frozen=True)
+class PodmanCLI(DockerCLI):
+    """podman on this node, daemonless: its image store is the one the job's environment names
+    (CONTAINERS_STORAGE_CONF, set from PODMAN_CONFIG_DIR), else podman's default. Same commands as docker's
+    for what this module does (image inspect, load, save); image ids are written as docker writes them."""
+
+    host: str = ""
+    # Set on the submit host to reach a node's store from outside its job (the local cluster's wipe).
+    env_overrides: Mapping[str, str] = field(default_factory=dict)
+    name = "podman"
+    _package = "podman"
+
+    def command(self) -> str:
+        return self.client or podman_client()
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, **self.env_overrides}
+
+    @property
+    def where(self) -> str:
+        return self.env().get("CONTAINERS_STORAGE_CONF") or "podman's default storage"
+
+    def version(self) -> str:
+        return self.run("version", "--format", "{{.Client.Version}}", timeout=20)
+
+    def image_id(self, reference: str) -> str | None:
+        found = super().image_id(reference)  # podman's Id has no "sha256:"; both are the config's digest
+        return f"sha256:{found}" if found and not found.startswith("sha256:") else found
+
+    def save_args(self, path: Path, tags: Sequence[str]) -> list[str]:
+        # -m: several images in one docker-archive (podman saves only one without it)
+        return ["save", "--format", "docker-archive", "-m", "-o", str(path), *tags]
+
+
+def container_cli(runtime: str, docker_host: str) -> DockerCLI:
+    """The image store a node job works on: podman's for RUNTIME=podman, else the docker daemon at
+    ``docker_host``."""
+    return PodmanCLI() if runtime == "podman" else DockerCLI(docker_host)
 
 
 @dataclass(frozen=True)
@@ -158,7 +219,7 @@ def save_archive(docker: DockerCLI, tags: Sequence[str], directory: Path, node: 
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".saving-{node}-{os.getpid()}.tar"
     try:
-        docker.run("save", "-o", str(tmp), *sorted(tags))
+        docker.run(*docker.save_args(tmp, sorted(tags)))
         sha = sha256_file(tmp)
         final = directory / f"images-{sha[:16]}.tar"
         tmp.replace(final)

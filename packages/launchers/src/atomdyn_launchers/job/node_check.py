@@ -193,18 +193,22 @@ def _advertise(probe_target: str, root: Path) -> Check:
 
 
 def _docker(spec: dict[str, Any], host: str) -> list[Check]:
+    """The node's image store (docker's daemon, or podman's storage for RUNTIME=podman) and the images in it."""
     wanted: dict[str, str | None] = spec["images"]
-    if spec["runtime"] != "docker" and not wanted:
+    if spec["runtime"] not in ("docker", "podman") and not wanted:
         return [
             Check("docker", NOT_NEEDED, "RUNTIME=venv"),
             Check("image", NOT_NEEDED, "RUNTIME=venv"),
         ]
-    docker = images.DockerCLI(host)
+    docker = images.container_cli(spec["runtime"], host)
     try:
         version = docker.version()
     except images.ImageError as exc:
-        return [Check("docker", FAIL, str(exc)), Check("image", FAIL, "docker unreachable")]
-    out = [Check("docker", PASS, f"{host} (engine {version})")]
+        return [Check(docker.name, FAIL, str(exc)), Check("image", FAIL, f"{docker.name} unreachable")]
+    if docker.name == "podman":
+        out = [Check("podman", PASS, f"podman {version} ({docker.where})")]
+    else:
+        out = [Check("docker", PASS, f"{host} (engine {version})")]
     for tag, expected in wanted.items():
         actual = docker.image_id(tag)
         if actual is None:
@@ -220,7 +224,9 @@ def _docker(spec: dict[str, Any], host: str) -> list[Check]:
                 Check("image", PASS, f"{tag} {actual[:19]}" + (" (matches the archive)" if expected else ""))
             )
     if not wanted:
-        out.append(Check("image", FAIL, "RUNTIME=docker but no image is configured (DYNAMO_ATOM_IMAGE)"))
+        out.append(
+            Check("image", FAIL, f"RUNTIME={spec['runtime']} but no image is configured (DYNAMO_ATOM_IMAGE)")
+        )
     return out
 
 
@@ -326,19 +332,12 @@ def _shim(spec: dict[str, Any], needs: NodeNeeds, host: str) -> Check:
         argv += ["dmabuf-shim", "env", "--check"]
         env = dict(os.environ)
         where = f"in {image}"
-    elif spec["runtime"] == "docker" and spec["shim_image"]:
-        argv = [
-            images.docker_client(),
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            spec["shim_image"],
-            "dmabuf-shim",
-            "env",
-            "--check",
-        ]
-        env = {**os.environ, "DOCKER_HOST": host}
+    elif spec["runtime"] in ("docker", "podman") and spec["shim_image"]:
+        cli = images.container_cli(spec["runtime"], host)
+        never = ["--pull=never"] if cli.name == "podman" else []
+        argv = [cli.command(), "run", "--rm", *never, "--network", "none", spec["shim_image"]]
+        argv += ["dmabuf-shim", "env", "--check"]
+        env = cli.env()
         where = f"in {spec['shim_image']}"
     else:
         argv = [str(Path(spec["python_venv"]) / "bin" / "dmabuf-shim"), "env", "--check"]

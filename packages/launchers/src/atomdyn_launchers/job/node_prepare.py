@@ -43,7 +43,7 @@ def _build(
     if all(docker.image_ids(tags).values()):
         actions.append("images present: verified, not rebuilt")
         return
-    env = {**os.environ, "DOCKER_HOST": docker.host}
+    env = docker.env()
     with log_path.open("a") as log:
         for step in spec["build_steps"]:
             argv = [sys.executable if a == PYTHON else a.replace(NODE, node) for a in step]
@@ -191,7 +191,12 @@ def prepare_node(
     start = time.monotonic()
     actions: list[str] = []
     result: dict[str, Any] = {"node": node, "mode": mode, "docker_host": docker_host, "actions": actions}
+    # Images are built and saved by Docker (the builder needs BuildKit); RUNTIME=podman loads them into the
+    # node's podman storage.
     docker = images.DockerCLI(docker_host)
+    if mode == "load":
+        docker = images.container_cli(spec.get("runtime", "docker"), docker_host)
+    result["store"] = docker.name
     try:
         result["docker_server"] = docker.version()
         if mode in ("build", "save"):

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json, atomic_write_text
-from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
+from atomdyn_launchers.config.cluster import CONTAINER_RUNTIMES, ClusterConfig, PreflightError
 from atomdyn_launchers.engines import EngineError, get_engine
 from atomdyn_launchers.job import images, node_check
 from atomdyn_launchers.job.node_check import FAIL, UNKNOWN, Check
@@ -90,8 +90,8 @@ class CheckReport:
 
 
 def run_images(config: ClusterConfig, kind: str | None, engine: str | None = None) -> list[str]:
-    """The images a run of ``kind`` uses in the docker and pyxis runtimes (as the engine picks them)."""
-    if config.runtime not in ("docker", "pyxis"):
+    """The images a run of ``kind`` uses in the container runtimes (as the engine picks them)."""
+    if config.runtime not in CONTAINER_RUNTIMES:
         return []
     chosen = get_engine(engine or config.engine_profile)
     try:
@@ -177,7 +177,7 @@ def check_nodes(
 
 
 def _shim_image(config: ClusterConfig, kind: str | None, tags: Sequence[str]) -> str | None:
-    if config.runtime not in ("docker", "pyxis") or not tags:
+    if config.runtime not in CONTAINER_RUNTIMES or not tags:
         return None
     if kind is None and config.nixl_image:
         return config.nixl_image

@@ -178,7 +178,8 @@ def check_task(
 
 
 def wipe(config: ClusterConfig, nodes: Sequence[str], tags: Sequence[str]) -> None:
-    """Empty each node's image cache of ``tags`` and the build cache (the bench starts from nothing)."""
+    """Empty each node's image cache of ``tags`` and the build cache (the bench starts from nothing); with
+    RUNTIME=podman also the node's podman storage (from the submit host: the local cluster's PODMAN_CONFIG_DIR)."""
     for node in nodes:
         docker = images.DockerCLI(jobs.docker_host(config, node))
         for tag in tags:
@@ -186,6 +187,11 @@ def wipe(config: ClusterConfig, nodes: Sequence[str], tags: Sequence[str]) -> No
                 docker.run("rmi", "-f", tag)
         docker.run("image", "prune", "-af")
         docker.run("builder", "prune", "-af")
+        if config.runtime == "podman":
+            podman = images.PodmanCLI(env_overrides=config.podman_env_for(node))
+            for tag in tags:
+                if podman.image_id(tag):
+                    podman.run("rmi", "-f", tag)
 
 
 @task(

@@ -112,7 +112,8 @@ def submit_and_wait(
 ) -> dict[str, NodeRun]:
     """Submit one job per node (``args_for(node, result_path)``), wait for all, return node -> run.
     ``pending_grace_s``: a job still pending after that long (a busy node) is cancelled and reported as such
-    instead of being waited for. ``allocation``: one step of it per node instead of a batch job each."""
+    instead of being waited for. ``allocation``: one step of it per node instead of a batch job each. A job
+    gets ``env`` and, for RUNTIME=podman, the variables that point podman at its node's configuration."""
     slurm = slurm or Slurm(config)
     steps = StepSet.open(slurm, allocation) if allocation is not None else None
     jobs: dict[str, tuple[int, Path, Path]] = {}
@@ -122,14 +123,15 @@ def submit_and_wait(
             path = work / f"{label}-{node}.sh"
             atomic_write_text(path, script(config, module, args_for(node, result)), mode=0o755)
             out = work / f"{label}-{node}.out"
+            node_env = {**(env or {}), **(config.podman_env_for(node) if config.runtime == "podman" else {})}
             if steps is not None:
                 args = step_args(slurm, steps.allocation, node, label=label, work=work)
                 name = step_name(f"atomdyn-{label}", work.name)
-                steps.start(node, args, path, name=name, node=node, log=out, env=env)
+                steps.start(node, args, path, name=name, node=node, log=out, env=node_env or None)
                 jobs[node] = (steps.allocation, result, out)
                 continue
             job_id = slurm.submit(
-                path, job_name=f"atomdyn-{label}", nodelist=node, output=out, chdir=work, env=env
+                path, job_name=f"atomdyn-{label}", nodelist=node, output=out, chdir=work, env=node_env or None
             )
             jobs[node] = (job_id, result, out)
         return _wait(slurm, jobs, steps, label=label, timeout_s=timeout_s, pending_grace_s=pending_grace_s)

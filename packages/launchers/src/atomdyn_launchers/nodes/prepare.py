@@ -7,6 +7,10 @@ Two strategies (``load`` is the default: see the README's performance note for t
   exists), ``docker save``d to ``SHARED_DIR/images`` with a manifest (sha256, size, image ids); then one job per
   node verifies the archive against the manifest and ``docker load``s a verified private copy.
 
+RUNTIME=podman: the nodes' image stores are podman's (no daemon), filled by the ``load`` strategy alone: the
+archive is built and saved by Docker on the first node as above (the image builder needs Docker's BuildKit;
+DOCKER_HOST names the daemon), then every node verifies it and ``podman load``s it. ``build`` is refused.
+
 RUNTIME=pyxis: the jobs run enroot squashfs files from the shared filesystem, not a node's daemon, so each image
 is imported once, on the first node: made present in its daemon by the strategy (``load`` from the verified
 archive, saved first when missing, or ``build``), then ``enroot import -o SHARED_DIR/images/<name>.sqsh
@@ -121,6 +125,12 @@ def prepare(
     """Prepare ``nodes`` (default: every node the configuration names); raises PrepareError on any failure."""
     if strategy not in STRATEGIES:
         raise PrepareError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+    if config.runtime == "podman" and strategy != "load":
+        raise PrepareError(
+            f"RUNTIME=podman prepares with the load strategy only (--strategy {strategy} builds in each node's "
+            "docker daemon, which podman does not use): the archive is built and saved by Docker on the first "
+            "node, then loaded into every node's podman storage"
+        )
     nodes = list(nodes or default_nodes(config))
     slurm = slurm or Slurm(config)
     start = time.monotonic()
@@ -147,6 +157,7 @@ def prepare(
             "project_dir": str(config.project_dir),
             "shim": shim,
             "source": strategy,  # the import mode's way to make the images present first (pyxis)
+            "runtime": config.runtime,  # where `load` puts them: the docker daemon, or podman's storage
         },
     )
 

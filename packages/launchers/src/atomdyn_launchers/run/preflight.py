@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
+from atomdyn_launchers.config.cluster import CONTAINER_RUNTIMES, ClusterConfig, PreflightError
 from atomdyn_launchers.config.etcd import etcd_access
 from atomdyn_launchers.config.recipes import resource_problems
 from atomdyn_launchers.contract.kinds import KINDS
@@ -119,7 +119,7 @@ def check_run(
             tinymodel.build(model_path(config, model), model.build_digest)
         except (tinymodel.TinyModelError, OSError, RuntimeError) as exc:
             raise PreflightError(f"model {model.name}: {exc}") from None
-    if config.runtime in ("docker", "pyxis"):
+    if config.runtime in CONTAINER_RUNTIMES:
         try:
             images = engine.images(options.kind, config.dynamo_atom_image, config.nixl_image)
         except EngineError as exc:

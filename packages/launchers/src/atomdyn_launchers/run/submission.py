@@ -14,7 +14,14 @@ from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.contract.rundir import RunDir
 from atomdyn_launchers.engines import Engine
 from atomdyn_launchers.engines.base import KvProbe, MockTiming, RoleContext, RolePlan
-from atomdyn_launchers.engines.runtime import DockerRuntime, PyxisRuntime, RdmaMounts, Runtime, VenvRuntime
+from atomdyn_launchers.engines.runtime import (
+    DockerRuntime,
+    PodmanRuntime,
+    PyxisRuntime,
+    RdmaMounts,
+    Runtime,
+    VenvRuntime,
+)
 from atomdyn_launchers.etcd.keys import launcher_key, probe_prefix, run_prefix
 from atomdyn_launchers.job.squashfs import squashfs_path
 from atomdyn_launchers.nodes import jobs
@@ -105,7 +112,8 @@ class Submission:
             # The squashfs nodes.prepare imported from the image into the shared filesystem (job/squashfs.py).
             squashfs = str(squashfs_path(archive_dir(config), images[0]))
             return PyxisRuntime(squashfs, mounts, lock_memory=self.engine.vendor != "none")
-        return DockerRuntime(
+        kind = PodmanRuntime if config.runtime == "podman" else DockerRuntime
+        return kind(
             images[0], f"atomdyn-{self.rundir.run_id}", mounts, lock_memory=self.engine.vendor != "none"
         )
 

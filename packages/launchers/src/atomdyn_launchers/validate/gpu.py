@@ -18,7 +18,7 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.engines import get_engine
-from atomdyn_launchers.engines.runtime import DockerRuntime, PyxisRuntime
+from atomdyn_launchers.engines.runtime import DockerRuntime, PodmanRuntime, PyxisRuntime
 from atomdyn_launchers.job.images import docker_client
 from atomdyn_launchers.job.squashfs import squashfs_path
 from atomdyn_launchers.nodes.prepare import archive_dir
@@ -57,6 +57,10 @@ def job_script(config: ClusterConfig, image: str, run_dir: Path, docker: str) ->
     runtime: DockerRuntime | PyxisRuntime = DockerRuntime(
         image, f"atomdyn-validate-{run_dir.name}", [], docker=docker, lock_memory=engine.vendor != "none"
     )
+    if config.runtime == "podman":  # the node's podman storage, which nodes.prepare loaded
+        runtime = PodmanRuntime(
+            image, f"atomdyn-validate-{run_dir.name}", [], lock_memory=engine.vendor != "none"
+        )
     if config.runtime == "pyxis":  # the squashfs nodes.prepare imported, as a step of this job
         sqsh = str(squashfs_path(archive_dir(config), image))
         runtime = PyxisRuntime(sqsh, [], lock_memory=engine.vendor != "none")
@@ -102,6 +106,8 @@ def run_gpu_validation(
     vendor = get_engine(config.engine_profile).vendor
     gres = "gpu:1" if vendor != "none" else None
     env = {"DOCKER_HOST": docker_host} if docker_host else None
+    if config.runtime == "podman":
+        env = config.podman_env_for(node) or None
     if allocation is not None:
         job = _validate_step(slurm, allocation, script, node=node, gres=gres, env=env, timeout_s=timeout_s)
     else:

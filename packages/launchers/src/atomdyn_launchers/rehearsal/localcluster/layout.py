@@ -165,6 +165,20 @@ class Layout:
         """DOCKER_HOST for the generated config: ``%n`` is replaced by the node a job runs on."""
         return f"unix://{self.state_dir / 'nodes' / '%n' / 'docker' / 'docker.sock'}"
 
+    # -- per-node podman configuration (RUNTIME=podman: daemonless, each node its own image store) -------------
+    def podman_dir(self, node: str) -> Path:
+        """The node's podman configuration files and image store (which outlives down/up, as docker's)."""
+        return self.node_dir(node) / "podman"
+
+    def podman_run_dir(self, node: str) -> Path:
+        """podman's runtime state: under /run, removed with the per-node docker daemons' on down."""
+        return Path("/run") / f"atomdyn-{self.tag}" / node / "podman"
+
+    @property
+    def podman_config_template(self) -> str:
+        """PODMAN_CONFIG_DIR for the generated config: ``%n`` is replaced by the node a job runs on."""
+        return str(self.state_dir / "nodes" / "%n" / "podman")
+
     @property
     def etcd_dir(self) -> Path:
         """etcd's data in memory when the machine has /dev/shm: the cluster's etcd starts empty on every up

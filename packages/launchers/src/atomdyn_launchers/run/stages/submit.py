@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from atomdyn_launchers.contract.rundir import JobRecord
-from atomdyn_launchers.nodes.jobs import docker_host
 from atomdyn_launchers.run.context import RunContext
 from atomdyn_launchers.run.monitor import Monitor
 from atomdyn_launchers.run.submission import RoleJob, role_step_name, step_command, write_jobs
@@ -19,7 +18,7 @@ def submit(ctx: RunContext, monitor: Monitor) -> None:
         spec = role_job.spec
         monitor.plans[spec.role] = role_job.plan
         monitor.jobs[spec.role] = JobRecord(spec.role, None, spec.node)
-        env = {"DOCKER_HOST": docker_host(ctx.config, spec.node)} if ctx.config.docker_host else None
+        env = ctx.config.container_env_for(spec.node) or None
         if monitor.steps is not None:
             _start_step(ctx, monitor, monitor.steps, role_job, env)
             continue
