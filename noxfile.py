@@ -75,11 +75,14 @@ def tests(session: nox.Session) -> None:
     for name, directory in suites:
         session.log(f"== {name}")
         junit = f"--junitxml={reports / name}.xml"
+        # The slowest tests named in every log, so a suite that grows slow shows where before CI's limit does.
+        args = [junit, "--durations=15", *extra, *(["tests"] if directory == ROOT else [])]
         with session.chdir(directory):
             try:
-                python(session, "-m", "pytest", junit, *extra, *(["tests"] if directory == ROOT else []))
+                python(session, "-m", "pytest", *args)
             except CommandFailed:
                 failed.append(name)
+    print(suite_times(reports), flush=True)
     print(junit_totals(reports), flush=True)  # one closing line for all suites
     shutil.rmtree(reports, ignore_errors=True)
     if failed:
@@ -130,6 +133,14 @@ def faults(session: nox.Session) -> None:
                 session.log(f"{row['case']}: {row['verdict']} ({figures})")
                 session.log(f"    tried: {row['tried']}; observed: {row['observed']}")
             session.log(f"report: {report}")
+
+
+def suite_times(reports: Path) -> str:
+    times = {}
+    for report in sorted(reports.glob("*.xml")):
+        suites = ElementTree.parse(report).getroot().iter("testsuite")
+        times[report.stem] = sum(float(suite.get("time", 0)) for suite in suites)
+    return "suite times: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in times.items())
 
 
 def junit_totals(reports: Path) -> str:
