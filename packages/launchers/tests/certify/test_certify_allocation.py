@@ -1,6 +1,6 @@
-"""``invoke certify``, ``invoke nixl.cross-node`` and ``invoke nodes.check`` inside an existing allocation, without
-a cluster: ``--allocation`` (or the salloc shell's, as for the runs; ``none`` opts out) reaches every rung that
-submits work, and the dry run shows the ladder's jobs as steps."""
+"""``invoke certify``, ``invoke nixl.cross-node``, ``invoke nodes.check`` and ``invoke validate.gpu`` inside an
+existing allocation, without a cluster: ``--allocation`` (or the salloc shell's, as for the runs; ``none`` opts out)
+reaches every rung that submits work, and the dry run shows the ladder's jobs as steps."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.options import Flags, LaunchOptions, resolve
 from atomdyn_launchers.run.submission import ProbeOptions
 from atomdyn_launchers.slurm.client import Allocation
+from atomdyn_launchers.validate import invoke_tasks as validate_tasks
 
 CONFIG: ClusterConfig = golden_config("mocker", "venv")
 SALLOC = {"SLURM_JOB_ID": "4242", "SLURM_NNODES": "2"}
@@ -175,3 +176,35 @@ def test_the_node_check_task_checks_in_the_allocation(monkeypatch: pytest.Monkey
         node_tasks.check_task(Context(), nodes=f"{N1},node3", allocation="4242")
     assert err.value.code == 2 and "node 'node3' is not in allocation 4242" in str(err.value.message)
     assert got == [4242, 4242, None]
+
+
+def test_the_validate_task_runs_its_job_as_a_step_of_the_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
+    got: list[tuple[str, int | None]] = []
+
+    def validation(config: ClusterConfig, **kwargs: Any) -> None:
+        got.append((kwargs["node"], kwargs["allocation"]))
+        raise Stop
+
+    one = Allocation(4242, "RUNNING", N1, (N1,))
+    monkeypatch.setattr(validate_tasks, "run_gpu_validation", validation)
+    monkeypatch.setattr(validate_tasks, "resolve_cluster_config", lambda path: CONFIG)
+    monkeypatch.setattr(validate_tasks, "Slurm", lambda config: SimpleNamespace(allocation=lambda job: one))
+    for key, value in SALLOC.items():
+        monkeypatch.setenv(key, value)
+    for key in ("SLURM_STEP_ID", "ENVIRONMENT"):
+        monkeypatch.delenv(key, raising=False)
+    for allocation in (None, "4242", "none"):
+        with pytest.raises(Stop):
+            validate_tasks.gpu(Context(), node=N1, allocation=allocation)
+    assert got == [(N1, 4242), (N1, 4242), (N1, None)]
+    with pytest.raises(
+        Exit
+    ) as err:  # the salloc shell's allocation lacks the node: refused, with the opt-out
+        validate_tasks.gpu(Context(), node=N2)
+    message = str(err.value.message)
+    assert err.value.code == 2 and f"node {N2!r} is not in allocation 4242" in message
+    assert "--allocation none submits batch jobs instead" in message
+    with pytest.raises(Exit) as err:
+        validate_tasks.gpu(Context(), allocation="soon")
+    assert err.value.code == 2 and "--allocation must be a Slurm job id or 'none'" in str(err.value.message)
+    assert len(got) == 3

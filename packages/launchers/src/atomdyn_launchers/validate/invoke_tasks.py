@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from invoke.collection import Collection
 from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
+
+from atomdyn_launchers.config.cluster import ClusterConfigError, PreflightError, resolve_cluster_config
+from atomdyn_launchers.progress import Progress
+from atomdyn_launchers.slurm.client import (
+    ALLOCATION_HELP,
+    AllocationFlagError,
+    Slurm,
+    SlurmError,
+    held_allocation,
+    parse_allocation,
+)
+from atomdyn_launchers.validate.gpu import run_gpu_validation
 
 
 @task(
@@ -17,24 +30,32 @@ from invoke.tasks import task
         "node": "node to run on (default: PRIMARY_NODE)",
         "docker_host": "DOCKER_HOST for the job (e.g. unix:///path/docker.sock), when not the node's default",
         "timeout": "seconds to wait for the job",
+        "allocation": ALLOCATION_HELP,
     }
 )
 def gpu(
-    c: Context, config: str = "", image: str = "", node: str = "", docker_host: str = "", timeout: int = 900
+    c: Context,
+    config: str = "",
+    image: str = "",
+    node: str = "",
+    docker_host: str = "",
+    timeout: int = 900,
+    allocation: str | None = None,
 ) -> None:
-    """Run atomdyn-validate in the image as one Slurm job; print PASS/FAIL per check; exit 1 on any FAIL."""
-    from atomdyn_launchers.config.cluster import ClusterConfigError, PreflightError, resolve_cluster_config
-    from atomdyn_launchers.progress import Progress
-    from atomdyn_launchers.slurm.client import SlurmError
-    from atomdyn_launchers.validate.gpu import run_gpu_validation
-
+    """Run atomdyn-validate in the image as one Slurm job (inside an allocation, ``--allocation`` or the salloc
+    shell's, one step of it); print PASS/FAIL per check; exit 1 on any FAIL."""
+    try:
+        job, detected = parse_allocation(allocation, os.environ)
+    except AllocationFlagError as exc:
+        raise Exit(f"error: {exc}", code=2) from None
     try:
         cfg = resolve_cluster_config(Path(config) if config else None)
-        with Progress().heartbeat(
-            f"validate.gpu on {node or cfg.primary_node}"
-        ):  # a line every 15 s (stderr)
+        node = node or cfg.primary_node
+        if job is not None:  # before the job is written: RUNNING and holding the node (with the opt-out hint)
+            held_allocation(Slurm(cfg), job, [node], detected=detected)
+        with Progress().heartbeat(f"validate.gpu on {node}"):  # a line every 15 s (stderr)
             result = run_gpu_validation(
-                cfg, image=image, node=node, docker_host=docker_host, timeout_s=timeout
+                cfg, image=image, node=node, docker_host=docker_host, timeout_s=timeout, allocation=job
             )
     except (ClusterConfigError, PreflightError, SlurmError, TimeoutError) as exc:
         raise Exit(f"error: {exc}", code=2) from exc
