@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from atomdyn_launchers.evidence import cli as evidence_cli
-from atomdyn_launchers.evidence.certify_report import LADDER, certified, verify_certify
+from atomdyn_launchers.evidence.certify_report import LADDER, certified, render, verify_certify
 
 FIXTURE = next((Path(__file__).parent / "fixtures" / "certify").glob("certify-*"))
 REPO_EVIDENCE = Path(__file__).resolve().parents[4] / "evidence"
@@ -91,3 +91,21 @@ def test_evidence_report_records_a_verified_climb(bundle: Path, tmp_path: Path) 
     (bundle / "README.md").write_text("# certified\n")  # a climb that does not verify: nothing is written
     results_md.unlink()
     assert evidence_cli.report(root, results_md, None) == 2 and not results_md.exists()
+
+
+def test_text_a_climb_records_cannot_add_markup_to_its_report(bundle: Path) -> None:
+    """A rung's detail comes from logs and node output: in the report it stays one inert cell, and a value shown as
+    code (the engine, the rerun command) cannot close its code span."""
+    state = _state(bundle)
+    rungs = state["rungs"]
+    assert isinstance(rungs, list)
+    rungs[3]["detail"] = "ok <img src=x onerror=alert(1)> [see](http://example.invalid) **all**\n| 9 | pass |"
+    state["rerun"] = "invoke certify` <b>bold</b> `"
+    readme = render(state)
+    row = next(line for line in readme.splitlines() if line.startswith("| 4 nixl"))
+    assert row.count(" | ") == 5 and "| 9 |" not in readme  # still six cells; no row added
+    assert "ok \\<img src=x onerror=alert(1)> \\[see\\](http://example.invalid) \\*\\*all\\*\\*" in row
+    rerun = next(line for line in readme.splitlines() if line.startswith("Rerun: "))
+    assert (
+        rerun == "Rerun: `` invoke certify` <b>bold</b> ` ``"
+    )  # one code span, wider than the backtick inside

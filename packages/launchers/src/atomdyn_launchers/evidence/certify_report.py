@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.sanitize import sanitize
+from atomdyn_launchers.evidence import mdtext
 from atomdyn_launchers.evidence.verify import Verdict
 
 # The ladder's rungs in order (certify/rungs.py's table must name the same).
@@ -40,19 +41,24 @@ def verdict_line(state: dict[str, Any]) -> str:
 
 
 def _cell(text: object) -> str:
-    """A table cell: one line, no column separator (run-supplied text cannot add rows)."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """A table cell of run-supplied text: one line, inert (it adds no row, link or HTML)."""
+    return mdtext.text(" ".join(str(text).split()))
+
+
+def _code(text: object) -> str:
+    """A value shown as code: one span whatever backticks it holds, on one line."""
+    return mdtext.code(" ".join(str(text).split()))
 
 
 def render(state: dict[str, Any]) -> str:
     """README.md of a climb: a row per rung, the key, and the verdict line."""
     key = state.get("key") or {}
-    recipe = f", recipe `{_cell(state['recipe'])}`" if state.get("recipe") else ""
+    recipe = f", recipe {_code(state['recipe'])}" if state.get("recipe") else ""
     lines = [
         f"# Bring-up ladder {_cell(state.get('certify_id'))}",
         "",
-        f"Engine `{_cell(state.get('engine'))}`, model `{_cell(state.get('model'))}`{recipe}; lock "
-        f"`{_cell(key.get('lock_digest', 'unknown'))}`; config `{_cell(key.get('config_digest'))}`.",
+        f"Engine {_code(state.get('engine'))}, model {_code(state.get('model'))}{recipe}; lock "
+        f"{_code(key.get('lock_digest', 'unknown'))}; config {_code(key.get('config_digest'))}.",
         "",
         "| rung | verdict | seconds | platform | what it proved | detail |",
         "|---|---|---|---|---|---|",
@@ -64,12 +70,12 @@ def render(state: dict[str, Any]) -> str:
     images = key.get("image_ids") or {}
     if images:
         shown = "; ".join(
-            f"`{_cell(t)}` {_cell(', '.join(sorted(set(b.values()))))}" for t, b in images.items()
+            f"{_code(t)} {_cell(', '.join(sorted(set(b.values()))))}" for t, b in images.items()
         )
         lines += ["", f"Images: {shown}"]
-    lines += ["", f"**{verdict_line(state)}** ({state.get('elapsed_s', 0):g} s)"]
+    lines += ["", f"**{_cell(verdict_line(state))}** ({state.get('elapsed_s', 0):g} s)"]
     if state.get("rerun"):
-        lines.append(f"Rerun: `{_cell(state['rerun'])}`")
+        lines.append(f"Rerun: {_code(state['rerun'])}")
     return "\n".join(lines) + "\n"
 
 
