@@ -35,6 +35,14 @@ class Stop(Exception):
     """Raised by a stand-in once it has recorded what it was given."""
 
 
+def _in_salloc_shell(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment of a salloc shell holding allocation 4242 (not inside a step or a batch script)."""
+    for key, value in SALLOC.items():
+        monkeypatch.setenv(key, value)
+    for key in ("SLURM_STEP_ID", "ENVIRONMENT"):
+        monkeypatch.delenv(key, raising=False)
+
+
 def _climb(tmp_path: Path, options: LaunchOptions, config: ClusterConfig = CONFIG) -> rungs.Climb:
     return rungs.Climb(config, options, ProbeOptions(), tmp_path, Progress())
 
@@ -116,10 +124,7 @@ def test_the_certify_task_takes_the_allocation_and_its_dry_run_shows_steps(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(certify_tasks, "load_cluster_config", lambda path: CONFIG)
-    for key, value in SALLOC.items():
-        monkeypatch.setenv(key, value)
-    for key in ("SLURM_STEP_ID", "ENVIRONMENT"):
-        monkeypatch.delenv(key, raising=False)
+    _in_salloc_shell(monkeypatch)
     certify_tasks.certify(Context(), config="cluster.env", engine="mocker", dry_run=True)  # detected
     shown = capsys.readouterr().out
     assert "inside allocation 4242: every job is a step of it (srun --jobid 4242" in shown
@@ -143,10 +148,7 @@ def test_the_cross_node_task_runs_its_probe_pair_in_the_allocation(monkeypatch: 
 
     monkeypatch.setattr(certify_tasks, "cross_node", probe)
     monkeypatch.setattr(certify_tasks, "resolve_cluster_config", lambda path: CONFIG)
-    for key, value in SALLOC.items():
-        monkeypatch.setenv(key, value)
-    for key in ("SLURM_STEP_ID", "ENVIRONMENT"):
-        monkeypatch.delenv(key, raising=False)
+    _in_salloc_shell(monkeypatch)
     for allocation in (None, "12", "none"):
         with pytest.raises(Stop):
             certify_tasks.nixl_cross_node(Context(), engine="mocker", allocation=allocation)
@@ -164,10 +166,7 @@ def test_the_node_check_task_checks_in_the_allocation(monkeypatch: pytest.Monkey
     monkeypatch.setattr(node_check, "check_nodes", check_nodes)
     monkeypatch.setattr(node_tasks, "resolve_cluster_config", lambda path: CONFIG)
     monkeypatch.setattr(node_tasks, "Slurm", lambda config: SimpleNamespace(allocation=lambda job: both))
-    for key, value in SALLOC.items():
-        monkeypatch.setenv(key, value)
-    for key in ("SLURM_STEP_ID", "ENVIRONMENT"):
-        monkeypatch.delenv(key, raising=False)
+    _in_salloc_shell(monkeypatch)
     for allocation in (None, "4242", "none"):
         with pytest.raises(Stop):
             node_tasks.check_task(Context(), nodes=f"{N1},{N2}", allocation=allocation)
@@ -189,10 +188,7 @@ def test_the_validate_task_runs_its_job_as_a_step_of_the_allocation(monkeypatch:
     monkeypatch.setattr(validate_tasks, "run_gpu_validation", validation)
     monkeypatch.setattr(validate_tasks, "resolve_cluster_config", lambda path: CONFIG)
     monkeypatch.setattr(validate_tasks, "Slurm", lambda config: SimpleNamespace(allocation=lambda job: one))
-    for key, value in SALLOC.items():
-        monkeypatch.setenv(key, value)
-    for key in ("SLURM_STEP_ID", "ENVIRONMENT"):
-        monkeypatch.delenv(key, raising=False)
+    _in_salloc_shell(monkeypatch)
     for allocation in (None, "4242", "none"):
         with pytest.raises(Stop):
             validate_tasks.gpu(Context(), node=N1, allocation=allocation)
