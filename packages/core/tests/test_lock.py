@@ -102,6 +102,13 @@ BAD_INPUTS = [
     ),
     pytest.param(["debs", "etcd-server", "sha256"], "abc", "$.debs.etcd-server.sha256", id="deb-sha256"),
     pytest.param(["debs", "etcd-server", "arch"], "x", "$.debs.etcd-server.arch", id="deb-unknown-key"),
+    # Labels are what the registry gave with a recorded digest: never beside an unrecorded one.
+    pytest.param(
+        ["images", "atom_base", "labels"], {"a": "b"}, "$.images.atom_base.labels", id="labels-no-digest"
+    ),
+    pytest.param(
+        ["images", "atom_base", "labels"], ["a"], "$.images.atom_base.labels", id="labels-not-object"
+    ),
 ]
 
 
@@ -117,6 +124,20 @@ def test_malformed_lock_names_the_json_path(
     result = run_verify(bad)
     assert result.returncode != 0
     assert json_path in result.stderr
+
+
+def test_an_image_s_labels_are_recorded_with_its_digest(tmp_path: Path) -> None:
+    raw = committed()
+    entry = raw["images"]["atom_base"]
+    entry["digest"] = "sha256:" + "ab" * 32
+    entry["labels"] = {"com.rocm.atom.vllm_commit": raw["sources"]["vllm"]["commit"], "empty": ""}
+    image = parse_lock(json.dumps(raw)).images["atom_base"]
+    assert image.labels == entry["labels"] and image.reference == "rocm/atom-dev@sha256:" + "ab" * 32
+    entry["labels"] = {"com.rocm.atom.vllm_commit": 1}
+    with pytest.raises(LockError) as caught:
+        parse_lock(json.dumps(raw))
+    assert caught.value.json_path == "$.images.atom_base.labels.com.rocm.atom.vllm_commit"
+    assert load_lock(LOCK_PATH).images["atom_base"].labels == {}  # the committed lock: digest not yet read
 
 
 def test_not_json_is_an_error(tmp_path: Path) -> None:

@@ -64,6 +64,9 @@ class Image:
     digest: str | None  # "sha256:<hex>", or None when not yet recorded
     digest_hint: str = ""
     note: str = ""
+    # The image's labels as its registry gave them with the recorded digest (`nox -s update_lock --
+    # --resolve-base`); empty while the digest is unrecorded.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def reference(self) -> str:
@@ -237,12 +240,18 @@ def parse_lock(text: str, path: Path | None = None) -> Lock:
 
 
 def _image(name: str, entry: _Obj) -> Image:
-    entry.keys(required={"repository", "tag", "digest"}, optional={"digest_hint", "note"})
+    entry.keys(required={"repository", "tag", "digest"}, optional={"digest_hint", "note", "labels"})
     digest = entry.string("digest")
     if digest != UNRECORDED:
         if not digest.startswith("sha256:"):
             raise LockError(entry.path("digest"), f"image digest must start with 'sha256:' (got {digest!r})")
         _check_hex64(entry.path("digest"), digest.removeprefix("sha256:"))
+    labels = entry.str_map("labels") if "labels" in entry.raw else {}
+    if labels and digest == UNRECORDED:
+        raise LockError(
+            entry.path("labels"),
+            "labels are recorded with the digest they were read with, and the digest is unrecorded",
+        )
     return Image(
         name=name,
         repository=entry.string("repository"),
@@ -250,6 +259,7 @@ def _image(name: str, entry: _Obj) -> Image:
         digest=None if digest == UNRECORDED else digest,
         digest_hint=entry.string("digest_hint", ""),
         note=entry.string("note", ""),
+        labels=labels,
     )
 
 
@@ -445,6 +455,16 @@ class _Obj:
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise LockError(self.path(key), f"expected a list of strings, got {value!r}")
         return list(value)
+
+    def str_map(self, key: str) -> dict[str, str]:
+        """An object of non-empty string keys and string values (an image's labels; a value may be empty)."""
+        value = self.raw.get(key)
+        if not isinstance(value, dict):
+            raise LockError(self.path(key), f"expected an object of strings, got {value!r}")
+        for name, item in value.items():
+            if not name or not isinstance(item, str):
+                raise LockError(f"{self.path(key)}.{name}", f"expected a string value, got {item!r}")
+        return dict(value)
 
     def obj(self, key: str) -> _Obj:
         return _Obj(self.raw.get(key), self.path(key))
