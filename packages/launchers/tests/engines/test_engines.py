@@ -290,7 +290,10 @@ def test_atom_rocm_transport_variant_is_an_explicit_option() -> None:
 def test_ucx_net_devices_come_from_the_config_for_the_roles_node() -> None:
     atom = get_engine("atom")
     plan = atom.plan(replace(_ctx("prefill", VENV, index=1), ucx_net_devices="ionic_3:1"))
-    assert plan.processes[0].env["UCX_NET_DEVICES"] == "ionic_3:1"
+    # With the tcp wireup the netdev under the port joins it, read on the node (test_atom_ucx_devices.py).
+    assert render_arg(plan.processes[0].env["UCX_NET_DEVICES"]) == 'ionic_3:1,"$UCX_AUX_NETDEV"'
+    ud = atom.plan(replace(_ctx("prefill", VENV, index=1), ucx_net_devices="ionic_3:1", ucx_wireup="ud"))
+    assert ud.processes[0].env["UCX_NET_DEVICES"] == "ionic_3:1"
     # A P/D run on nodes the config names no device for is refused before anything is submitted.
     devices = {"n1": "ionic_0:1"}.get
     problems = atom.launch_problems("disagg", ["n1", "n2"], devices)

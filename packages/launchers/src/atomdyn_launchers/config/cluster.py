@@ -138,6 +138,9 @@ class ClusterConfig:
     atom_ucx_path: str = "host-vram"
     # How UCX connects its RC endpoints (the wireup auxiliary transport): "tcp" (wireup only) or "ud" (ud_verbs).
     atom_ucx_wireup: str = "tcp"
+    # With the tcp wireup: the netdev that joins UCX_NET_DEVICES so that tcp:aux has a device ("roce": the one
+    # under each RDMA port, read on the node when the job starts; else a netdev name).
+    atom_ucx_aux_netdev: str = "roce"
     # UCX_IB_GID_INDEX on the RDMA path: a GID index the RDMA check verifies (an IPv4 RoCE v2 GID on the port UCX
     # uses), or "auto" (UCX picks; the check records the candidates).
     ucx_ib_gid_index: str = "1"
@@ -428,6 +431,12 @@ def _gid_index(value: str) -> str:
     raise ValueError(f"{value!r} is neither a GID index (0-255) nor 'auto'")
 
 
+def _aux_netdev(value: str) -> str:
+    if value == "roce" or (_NET_DEVICE.fullmatch(value) and ":" not in value):
+        return value
+    raise ValueError(f"{value!r} is neither 'roce' nor a network interface name (e.g. eth0, ens1f0np0)")
+
+
 def _yes_no(value: str) -> bool:
     if value not in ("yes", "no"):
         raise ValueError(f"{value!r} is not yes or no")
@@ -542,10 +551,17 @@ _SPECS: tuple[_Spec, ...] = (
           doc="how UCX connects the RC queue pairs that carry KV (its wireup auxiliary transport): tcp: TCP "
           "for the\nconnection messages only (UCX_TLS ...,tcp:aux), never for data; ud: UD queue pairs "
           "(rc_v = rc_verbs plus\nud_verbs:aux), which failed on ionic NICs in field reports"),
+    _Spec("ATOM_UCX_AUX_NETDEV", _aux_netdev, required=False, example="roce",
+          doc="with ATOM_UCX_WIREUP=tcp: the netdev that joins UCX_NET_DEVICES so that tcp:aux has a device "
+          "(UCX_NET_DEVICES\nfilters tcp's netdevs too: with the RDMA device alone tcp has none and no RC "
+          "endpoint connects).\nroce: the netdev under each RDMA port, read by the job on the node from "
+          "sysfs (ports/<port>/gid_attrs/ndevs/\n<UCX_IB_GID_INDEX>; auto: the first IPv4 RoCE v2 GID's), "
+          "which reaches the peer's RoCE address by the\nroute RoCE itself takes; or a netdev name, e.g. the "
+          "management interface eth0, the same on every node"),
     _Spec("UCX_IB_GID_INDEX", _gid_index, required=False, example="1",
-          doc="the RoCE GID UCX uses on the RDMA path (default 1, the IPv4 RoCE v2 GID on ionic), checked on "
-          "every P/D\nworker's port before the engine starts; auto: UCX picks, the check records the IPv4 "
-          "RoCE v2 GIDs it could"),
+          doc="the RoCE GID UCX uses on the RDMA path (default 1: the project's default, not UCX's, which is "
+          "auto), checked on\nevery P/D worker's port before the engine starts (it must be an IPv4 RoCE v2 "
+          "GID there); auto: UCX picks,\nthe check records the IPv4 RoCE v2 GIDs it could"),
     _Spec("KV_CROSS_LAYER_BLOCKS", _choice(("no", "yes")), required=False, example="no",
           doc="yes: vLLM's NixlConnector allocates the KV cache across layers (one range per block, "
           "kv_connector_extra_config\nenable_cross_layers_blocks; HND layout backends only); not on "

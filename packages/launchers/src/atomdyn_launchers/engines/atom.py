@@ -4,6 +4,7 @@ RoCE (ionic NICs) with the NIXL HOST-classification opt-in and the dma-buf regis
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
@@ -12,6 +13,7 @@ from atomdyn_launchers.contract.node_needs import NodeNeeds
 from atomdyn_launchers.engines.base import Engine, EngineError, RoleContext, RolePlan, Timeouts
 from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, devices, plan_vllm_role
 from atomdyn_launchers.engines.runtime import DeviceAccess, RdmaMounts
+from atomdyn_launchers.sbatch import Arg, Shell
 
 # The KV path on ionic RoCE: reliable-connected verbs (rc_verbs) carry the KV, and never `tcp` as a data
 # transport, which would let a P/D run fall back to TCP silently instead of failing. The GID index
@@ -25,6 +27,16 @@ UCX_PATHS = ("host-vram", "rocm")
 # ud_verbs:aux), whose UD queue pairs failed on ionic in field reports. The cross-node NIXL rung of the bring-up
 # settles which one a cluster's NICs take.
 UCX_WIREUP: Mapping[str, tuple[str, ...]] = {"tcp": ("rc_verbs", "tcp:aux"), "ud": ("rc_v",)}
+# tcp:aux needs a device too. tcp's devices are netdevs (device type NET, src/uct/tcp/tcp_iface.c), and
+# UCX_NET_DEVICES filters every NET device, tcp's included (ucp_is_resource_in_device_list, ucp_context.c): with
+# the RDMA device alone in it tcp has no resource and an RC endpoint made from a worker address finds no
+# auxiliary ("no auxiliary transport to ...", src/ucp/wireup/select.c). So a netdev joins UCX_NET_DEVICES:
+# ATOM_UCX_AUX_NETDEV, by default ("roce") the one under each RDMA port, read on the node from the port's GID
+# (sysfs gid_attrs/ndevs/<index>): its IPv4 address is the RoCE v2 GID's, so the peer's tcp address is reached
+# by the route RoCE takes (UCX's tcp only connects through the interface of the best route to the peer's
+# address, uct_tcp_iface_is_reachable_v2). The GID: UCX_IB_GID_INDEX, or with auto the first IPv4 RoCE v2 one.
+AUX_NETDEV_ROCE = "roce"
+SYSFS_IB = "/sys/class/infiniband"  # where the job reads the ports' GIDs (a test points it elsewhere)
 # UCX_PROTO_INFO=y prints, per endpoint, the protocol table the evidence reads to prove which transport moved KV.
 UCX_COMMON: Mapping[str, str] = {"UCX_PROTO_INFO": "y"}
 # The validated path (default): no ROCm transport, so UCX classifies VRAM as host memory and registers it
@@ -78,10 +90,82 @@ def ucx_tls(ctx: RoleContext) -> str:
     return ",".join((rc, *path, *aux))
 
 
-def _ucx_env(ctx: RoleContext) -> Mapping[str, str]:
+def _rdma_ports(ctx: RoleContext) -> list[tuple[str, str]]:
+    """(device, port) of each RDMA device in the role's UCX_NET_DEVICES (``ionic_0:1``)."""
+    entries = (ctx.ucx_net_devices or "").split(",")
+    return [(device, port) for device, sep, port in (e.partition(":") for e in entries) if sep]
+
+
+def ucx_net_devices(ctx: RoleContext) -> Arg | None:
+    """UCX_NET_DEVICES of a P/D worker: the config's devices, and with the tcp wireup the netdev tcp:aux runs
+    on (a name, or ``$UCX_AUX_NETDEV`` that :func:`aux_netdev_prelude` reads on the node). None: not set (UCX
+    then uses every device, tcp's too)."""
+    devices = ctx.ucx_net_devices
+    if not devices or ctx.ucx_wireup != "tcp":
+        return devices
+    if ctx.ucx_aux_netdev != AUX_NETDEV_ROCE:
+        listed = devices.split(",")
+        return devices if ctx.ucx_aux_netdev in listed else f"{devices},{ctx.ucx_aux_netdev}"
+    return Shell(shlex.quote(devices + ",") + '"$UCX_AUX_NETDEV"')
+
+
+def aux_netdev_prelude(ctx: RoleContext) -> list[str]:
+    """With the tcp wireup and ATOM_UCX_AUX_NETDEV=roce: the netdev under each RDMA port of UCX_NET_DEVICES, read
+    from sysfs on the node, into UCX_AUX_NETDEV (comma-separated, each once); a port without one fails the role."""
+    if not ctx.ucx_net_devices or ctx.ucx_wireup != "tcp" or ctx.ucx_aux_netdev != AUX_NETDEV_ROCE:
+        return []
+    ports = _rdma_ports(ctx)
+    if not ports:
+        raise EngineError(
+            f"UCX_NET_DEVICES={ctx.ucx_net_devices} names no RDMA device with its port (ionic_0:1), so "
+            "ATOM_UCX_AUX_NETDEV=roce finds no netdev for tcp:aux: name one in ATOM_UCX_AUX_NETDEV"
+        )
+    paths = " ".join(shlex.quote(f"{SYSFS_IB}/{device}/ports/{port}") for device, port in ports)
+    index = shlex.quote(ctx.ucx_gid_index)
+    gid = "auto (the first IPv4 RoCE v2 GID)" if ctx.ucx_gid_index == "auto" else ctx.ucx_gid_index
+    return [
+        "# tcp:aux (UCX's wireup) needs a netdev in UCX_NET_DEVICES, which filters tcp's devices too: the one",
+        "# under each RDMA port's GID (auto: its first IPv4 RoCE v2 GID), from sysfs. ATOM_UCX_AUX_NETDEV names",
+        "# another.",
+        "roce_netdev() {",
+        "  local port=$1 index=$2 gid",
+        '  if [ "$index" = auto ]; then',
+        "    index=''",
+        "    for gid in $(seq 0 255); do",
+        '      if [ "$(cat "$port/gid_attrs/types/$gid" 2>/dev/null)" = "RoCE v2" ] &&',
+        """        grep -qi '^0000:0000:0000:0000:0000:ffff:' "$port/gids/$gid" 2>/dev/null; then""",
+        "        index=$gid",
+        "        break",
+        "      fi",
+        "    done",
+        "  fi",
+        '  [ -n "$index" ] && cat "$port/gid_attrs/ndevs/$index" 2>/dev/null',
+        "}",
+        "UCX_AUX_NETDEV=''",
+        f"RDMA_PORTS=({paths})",
+        'for port in "${RDMA_PORTS[@]}"; do',
+        f'  if ! netdev=$(roce_netdev "$port" {index}) || [ -z "$netdev" ]; then',
+        f'    log "no netdev under GID {gid} of $port for tcp:aux (UCX_IB_GID_INDEX; or name one in '
+        'ATOM_UCX_AUX_NETDEV)"',
+        "    exit 3",
+        "  fi",
+        '  case ",$UCX_AUX_NETDEV," in',
+        '    *",$netdev,"*) ;;',
+        "    *) UCX_AUX_NETDEV=${UCX_AUX_NETDEV:+$UCX_AUX_NETDEV,}$netdev ;;",
+        "  esac",
+        "done",
+        f'log "tcp:aux on $UCX_AUX_NETDEV, the netdev under {ctx.ucx_net_devices}"',
+    ]
+
+
+def _ucx_env(ctx: RoleContext) -> Mapping[str, Arg]:
     gid = {} if ctx.ucx_gid_index == "auto" else {"UCX_IB_GID_INDEX": ctx.ucx_gid_index}
     own = UCX_HOST_VRAM if ucx_path(ctx) == "host-vram" else UCX_ROCM
-    return {**UCX_COMMON, "UCX_TLS": ucx_tls(ctx), **gid, **own}
+    env: dict[str, Arg] = {**UCX_COMMON, "UCX_TLS": ucx_tls(ctx), **gid, **own}
+    devices = ucx_net_devices(ctx)
+    if devices is not None:
+        env["UCX_NET_DEVICES"] = devices
+    return env
 
 
 def _needs_helper(ctx: RoleContext) -> bool:
@@ -94,6 +178,7 @@ MI355X = VllmPlatform(
     gpu_visibility="ROCR_VISIBLE_DEVICES",
     vendor="amd",
     ucx_env=_ucx_env,
+    ucx_prelude=aux_netdev_prelude,
     extra_env=ATOM_ENV,
     model_args=True,
     preload_helper=_needs_helper,

@@ -143,6 +143,9 @@ class RoleContext:
     ucx_path: str = "host-vram"
     # The atom engine's UCX wireup auxiliary: "tcp" (tcp:aux, connection messages only) or "ud" (ud_verbs).
     ucx_wireup: str = "tcp"
+    # With the tcp wireup, the netdev that joins UCX_NET_DEVICES for tcp:aux: "roce" (the one under each RDMA
+    # port, read on the node) or a netdev name (ATOM_UCX_AUX_NETDEV).
+    ucx_aux_netdev: str = "roce"
     # UCX_IB_GID_INDEX on the RDMA path: an index ("1") the RDMA check verifies, or "auto" (UCX picks).
     ucx_gid_index: str = "1"
     rdma: RdmaMounts = field(default_factory=RdmaMounts)

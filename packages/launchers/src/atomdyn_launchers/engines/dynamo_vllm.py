@@ -51,8 +51,11 @@ class VllmPlatform:
         str | None
     )  # the one variable that selects GPUs (ROCR_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES)
     vendor: str  # "amd" | "nvidia" | "none"
-    # UCX/NIXL environment of the KV path, per mode (P/D may differ from aggregated runs).
-    ucx_env: Callable[[RoleContext], Mapping[str, str]] = lambda ctx: {}
+    # UCX/NIXL environment of the KV path, per mode (P/D may differ from aggregated runs). A UCX_NET_DEVICES
+    # here replaces the config's; a Shell value reads what ucx_prelude set in the job.
+    ucx_env: Callable[[RoleContext], Mapping[str, Arg]] = lambda ctx: {}
+    # Job lines that compute what ucx_env reads (P/D only), before the checks that run with it.
+    ucx_prelude: Callable[[RoleContext], list[str]] = lambda ctx: []
     extra_env: Mapping[str, Arg] = field(default_factory=dict)  # Shell: expanded in the job
     extra_args: tuple[str, ...] = ()
     kv_buffer_device: str | None = None  # None: vLLM's default for the platform
@@ -232,7 +235,7 @@ def plan_vllm_role(ctx: RoleContext, platform: VllmPlatform) -> RolePlan:
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = Shell('"$MGMT_ADDR"')
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(ctx.ports.nixl_side_channel)
         env.update(platform.ucx_env(ctx))
-        if ctx.ucx_net_devices:
+        if ctx.ucx_net_devices and "UCX_NET_DEVICES" not in env:
             env["UCX_NET_DEVICES"] = ctx.ucx_net_devices
         listens += ("nixl_side_channel",)
     env.update(platform.extra_env)
@@ -240,6 +243,8 @@ def plan_vllm_role(ctx: RoleContext, platform: VllmPlatform) -> RolePlan:
         env.update(model.atom_env)
     access = devices(platform, ctx.rdma, ctx.mode)
     prelude = record_preludes(ctx) + mgmt_prelude(ctx)
+    if ctx.mode != "agg":
+        prelude += platform.ucx_prelude(ctx)
     prelude += access.selection_prelude() + ctx.runtime.prelude(access)
     if platform.preload_helper(ctx):
         env["LD_PRELOAD"] = Shell('"$SHIM_PRELOAD"')

@@ -154,6 +154,7 @@ class Submission:
             ucx_net_devices=self.config.ucx_net_devices_for(spec.node),
             ucx_path=self.config.atom_ucx_path,
             ucx_wireup=self.config.atom_ucx_wireup,
+            ucx_aux_netdev=self.config.atom_ucx_aux_netdev,
             ucx_gid_index=self.config.ucx_ib_gid_index,
             kv_cross_layer_blocks=self.config.kv_cross_layer_blocks == "yes",
             kv_probe=self.kv_probe(),
