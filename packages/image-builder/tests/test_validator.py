@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from dynamo_fakes import BACKEND_ARGS
+from dynamo_fakes import BACKEND_ARGS, DYNAMO_VLLM, WORKER_ARGS
 
 from atomdyn_images import validator
 from atomdyn_images.wheelfile import write_wheel
@@ -62,6 +62,7 @@ def make_env(
     general_ep: bool = True,
     frontend: bool = True,
     backend_args: str = "1.3",
+    dynamo_vllm: str = "ok",
     vllm: str | None = VLLM_VERSION,
     vllm_version_file: str | None = None,
 ) -> Path:
@@ -72,6 +73,7 @@ def make_env(
     if dynamo is not None:
         files = {"dynamo/__init__.py": "", "dynamo/vllm/__init__.py": ""}
         files["dynamo/vllm/backend_args.py"] = BACKEND_ARGS[backend_args]
+        files.update(DYNAMO_VLLM[dynamo_vllm])
         if frontend:
             files["dynamo/frontend/__init__.py"] = ""
         install(site, write_wheel(wheels, "ai-dynamo", dynamo, files))
@@ -121,6 +123,7 @@ def run(
     env: dict[str, str] | None = None,
     vllm_commit: str | None = VLLM_COMMIT,
     vllm_source: Path | None = None,
+    worker_args: dict[str, list[str]] | None = WORKER_ARGS,
 ) -> subprocess.CompletedProcess[str]:
     expected = tmp / "expected.json"
     body: dict[str, object] = {"versions": EXPECTED, "lock_digest": "sha256:" + "0" * 64}
@@ -131,6 +134,8 @@ def run(
     source = vllm_source or tmp / "no-vllm-checkout"
     # -S: no site-packages, so only the constructed environment (and the standard library) is visible.
     command = [sys.executable, "-S", str(Path(validator.__file__)), "--expected", str(expected), *args]
+    if worker_args is not None:  # what invoke validate.gpu passes
+        command += ["--worker-args", json.dumps(worker_args)]
     environment = {"PYTHONPATH": str(site), validator.VLLM_SOURCE_ENV: str(source), **(env or {})}
     return subprocess.run(command, env=environment, capture_output=True, text=True, check=False)
 
@@ -144,7 +149,7 @@ def test_complete_environment_passes(tmp_path: Path) -> None:
     result = run(make_env(tmp_path), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert [line.split()[0] for line in lines[:-1]] == ["PASS"] * 8
+    assert [line.split()[0] for line in lines[:-1]] == ["PASS"] * 9
     assert "PASS atom-qwen3: Qwen3ForCausalLM -> atom.models.qwen3" in lines
     assert lines[-1] == "RESULT PASS"
 
@@ -156,7 +161,7 @@ def test_json_output_for_evidence(tmp_path: Path) -> None:
     assert body["expected"] == {**EXPECTED, "vllm_commit": VLLM_COMMIT}
     assert [c["name"] for c in body["checks"]] == [
         "dynamo-version", "atom-version", "vllm-commit", "torch-rocm", "atom-platform", "atom-qwen3",
-        "dynamo-imports", "dynamo-disaggregation-flag",
+        "dynamo-imports", "dynamo-disaggregation-flag", "dynamo-worker-args",
     ]  # fmt: skip
 
 
@@ -357,3 +362,64 @@ def test_same_commit_needs_seven_digits_either_way() -> None:
     assert validator.same_commit(VLLM_COMMIT, "0b3ba88")
     assert not validator.same_commit("0b3ba8", VLLM_COMMIT)
     assert not validator.same_commit("0b3ba88f2", VLLM_COMMIT)
+
+
+def test_a_dynamo_whose_main_does_not_import_fails_naming_the_missing_module(tmp_path: Path) -> None:
+    """dynamo/vllm/__init__.py imports nothing of vLLM: the worker's own modules must be the ones imported."""
+    result = run(make_env(tmp_path, dynamo_vllm="main-fails"), tmp_path, "--json")
+    assert result.returncode == 1
+    found = checks(result)
+    assert found["dynamo-imports"] == (
+        False,
+        "dynamo.vllm.main does not import: ModuleNotFoundError: No module named 'vllm.renderers' "
+        "(missing: vllm.renderers)",
+    )
+    assert found["dynamo-worker-args"][1].startswith("dynamo.vllm.main does not import: ModuleNotFoundError")
+
+
+def test_each_role_s_argv_goes_through_dynamo_s_parser(tmp_path: Path) -> None:
+    ok, reason = checks(run(make_env(tmp_path), tmp_path, "--json"))["dynamo-worker-args"]
+    assert ok, reason
+    assert reason == "dynamo.vllm's parse_args takes the prefill, decode worker argv"
+
+
+def test_a_flag_dynamo_s_parser_refuses_fails_naming_the_role_and_the_flag(tmp_path: Path) -> None:
+    wrong = {**WORKER_ARGS, "decode": [*WORKER_ARGS["decode"], "--no-such-flag", "1"]}
+    result = run(make_env(tmp_path), tmp_path, "--json", worker_args=wrong)
+    assert result.returncode == 1
+    assert checks(result)["dynamo-worker-args"] == (
+        False,
+        "decode: dynamo.vllm rejects its argv: unrecognized arguments: --no-such-flag 1",
+    )
+
+
+def test_without_worker_argv_the_check_fails_saying_so(tmp_path: Path) -> None:
+    site = make_env(tmp_path)
+    result = run(site, tmp_path, "--json", worker_args=None)
+    assert result.returncode == 1
+    ok, reason = checks(result)["dynamo-worker-args"]
+    assert not ok
+    assert reason.startswith("no worker argv given: the workers' command lines are unchecked")
+    # The launchers pass an empty object for an engine whose workers are not dynamo.vllm (the mock engine).
+    none = checks(run(site, tmp_path, "--json", worker_args={}))
+    assert none["dynamo-worker-args"] == (True, "no role of the run is a dynamo.vllm worker")
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("[", "is not JSON"), ("[]", "a JSON object"), ('{"prefill": "--model m"}', "list of strings")],
+)
+def test_malformed_worker_args_are_refused(tmp_path: Path, value: str, message: str) -> None:
+    result = run(make_env(tmp_path), tmp_path, "--worker-args", value, worker_args=None)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_what_the_checks_print_stays_off_the_json_document(tmp_path: Path) -> None:
+    """vLLM logs to stdout when a worker's modules import: --json keeps stdout one JSON document."""
+    site = make_env(tmp_path)
+    handlers = site / "dynamo" / "vllm" / "handlers.py"
+    handlers.write_text("import vllm\nprint('INFO vllm: a log line on stdout')\n")
+    result = run(site, tmp_path, "--json")
+    assert json.loads(result.stdout)["ok"] is True
+    assert "INFO vllm: a log line on stdout" in result.stderr

@@ -16,11 +16,11 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from importlib import metadata, util
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 DEFAULT_EXPECTED = "/opt/atomdyn/expected.json"
 EXPECTED_ENV = "ATOMDYN_EXPECTED"
@@ -321,15 +321,106 @@ def check_vllm_commit(expected: dict[str, str]) -> Check:
     return Check(name, True, f"vLLM {commit} ({origin}) is the lock's {want[:12]}")
 
 
+# What a worker imports: ``python -m dynamo.vllm`` runs dynamo/vllm/__main__.py, which imports ``main``; ``main``
+# imports ``args`` and ``handlers``, and those import vLLM (vllm.config, vllm.v1.metrics.prometheus,
+# vllm.renderers.embed_utils, vllm.distributed.kv_events in ai-dynamo 1.3.0.post1). The package's own __init__ holds
+# only a version lookup: importing ``dynamo.vllm`` alone proves nothing about vLLM.
+DYNAMO_MODULES = ("dynamo.frontend", "dynamo.vllm.main", "dynamo.vllm.handlers", "dynamo.vllm.args")
+
+
+def _import_failure(module: str, exc: BaseException) -> str:
+    """Why ``module`` does not import, naming the module that is missing where Python says which."""
+    missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+    named = f" (missing: {missing})" if missing and missing != module else ""
+    return f"{module} does not import: {type(exc).__name__}: {exc}{named}"
+
+
 def check_dynamo_imports() -> Check:
     imported = []
-    for module in ("dynamo.frontend", "dynamo.vllm"):
+    for module in DYNAMO_MODULES:
         try:
             importlib.import_module(module)
         except Exception as exc:
-            return Check("dynamo-imports", False, f"{module} does not import: {type(exc).__name__}: {exc}")
+            return Check("dynamo-imports", False, _import_failure(module, exc))
         imported.append(module)
     return Check("dynamo-imports", True, "imported " + ", ".join(imported))
+
+
+# The workers' command lines as the launchers write them, one per role: {"prefill": [args after
+# "python -m dynamo.vllm"], ...}. invoke validate.gpu passes them (--worker-args); without them the check fails.
+WORKER_ARGS_CHECK = "dynamo-worker-args"
+_ARGPARSE_ERROR = re.compile(r"^\S[^:]*: error: (.*)$")  # "<prog>: error: <message>"
+
+
+class WorkerArgsError(ValueError):
+    """The --worker-args value is not a JSON object of role -> list of strings."""
+
+
+def parse_worker_args(text: str) -> dict[str, list[str]]:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WorkerArgsError(f"--worker-args is not JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise WorkerArgsError("--worker-args must be a JSON object of role -> argument list")
+    roles: dict[str, list[str]] = {}
+    for role, argv in raw.items():
+        if not isinstance(argv, list) or not all(isinstance(arg, str) for arg in argv):
+            raise WorkerArgsError(f"--worker-args: role {role!r} must map to a list of strings")
+        roles[str(role)] = list(argv)
+    return roles
+
+
+def _rejection(exc: SystemExit, stderr: str) -> str:
+    """argparse's own error line (it names the flag: "unrecognized arguments: --x", "argument --y: invalid
+    choice"), else what was printed last."""
+    for line in reversed(stderr.splitlines()):
+        match = _ARGPARSE_ERROR.match(line.strip())
+        if match:
+            return match.group(1)
+    tail = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return tail[-1] if tail else f"exit status {exc.code}"
+
+
+def check_dynamo_worker_args(worker_args: dict[str, list[str]] | None) -> Check:
+    """Each role's exact argv through the parse_args dynamo.vllm.main's worker calls: Dynamo's arguments, then
+    vLLM's engine arguments (AsyncEngineArgs), no model loaded. vLLM must detect its platform to build them."""
+    name = WORKER_ARGS_CHECK
+    if worker_args is None:
+        return Check(
+            name,
+            False,
+            "no worker argv given: the workers' command lines are unchecked "
+            "(--worker-args; invoke validate.gpu passes the launchers')",
+        )
+    if not worker_args:  # the launchers' for an engine whose workers are not dynamo.vllm (the mock engine)
+        return Check(name, True, "no role of the run is a dynamo.vllm worker")
+    try:
+        parse_args = importlib.import_module("dynamo.vllm.main").parse_args
+    except Exception as exc:
+        return Check(name, False, _import_failure("dynamo.vllm.main", exc))
+    failed, parsed = [], []
+    for role, argv in worker_args.items():
+        saved = dict(os.environ)  # what one role's parse sets stays out of the next
+        # The P/D jobs set it (the node's management address); unset, Dynamo would look for a routable address of
+        # this container instead, which a node without a default route has not.
+        os.environ.setdefault("VLLM_NIXL_SIDE_CHANNEL_HOST", "127.0.0.1")
+        stderr = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(stderr):
+                parse_args(list(argv))
+        except SystemExit as exc:
+            failed.append(f"{role}: dynamo.vllm rejects its argv: {_rejection(exc, stderr.getvalue())}")
+        except Exception as exc:
+            failed.append(f"{role}: dynamo.vllm's parse_args fails: {type(exc).__name__}: {exc}")
+        else:
+            parsed.append(role)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+    if failed:
+        return Check(name, False, "; ".join(failed))
+    return Check(name, True, f"dynamo.vllm's parse_args takes the {', '.join(parsed)} worker argv")
 
 
 # How the launchers' job scripts tell dynamo.vllm a worker's role: Dynamo 1.3.0's flag (its backend_args.py), written
@@ -392,7 +483,7 @@ def check_nixl_imports() -> Check:
     return Check("nixl-imports", True, "imported nixl._api")
 
 
-def run_checks(expected: dict[str, str]) -> list[Check]:
+def run_checks(expected: dict[str, str], worker_args: dict[str, list[str]] | None = None) -> list[Check]:
     if expected.get("platform") == CPU_PLATFORM:
         cpu_steps: list[Callable[[], Check]] = [
             lambda: check_versions("dynamo-version", ["ai-dynamo", "ai-dynamo-runtime"], expected),
@@ -402,6 +493,7 @@ def run_checks(expected: dict[str, str]) -> list[Check]:
             check_nixl_imports,
             check_dynamo_imports,
             check_dynamo_disaggregation_flag,
+            lambda: check_dynamo_worker_args(worker_args),
         ]
         return [step() for step in cpu_steps]
     steps: list[Callable[[], Check]] = [
@@ -413,6 +505,7 @@ def run_checks(expected: dict[str, str]) -> list[Check]:
         check_atom_qwen3,
         check_dynamo_imports,
         check_dynamo_disaggregation_flag,
+        lambda: check_dynamo_worker_args(worker_args),
     ]
     return [step() for step in steps]
 
@@ -432,21 +525,49 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"atomdyn-validate {_own_version()}")
     parser.add_argument("--json", action="store_true", help="print one JSON document (for evidence)")
     parser.add_argument("--expected", type=Path, default=Path(os.environ.get(EXPECTED_ENV, DEFAULT_EXPECTED)))
+    parser.add_argument(
+        "--worker-args",
+        metavar="JSON",
+        help='each role\'s arguments after "python -m dynamo.vllm", as the launchers write them: '
+        '{"prefill": ["--model", ...], ...}',
+    )
     args = parser.parse_args(argv)
     try:
         expected = load_expected(args.expected)
-    except ExpectedError as exc:
+        worker_args = parse_worker_args(args.worker_args) if args.worker_args is not None else None
+    except (ExpectedError, WorkerArgsError) as exc:
         print(f"atomdyn-validate: {exc}", file=sys.stderr)
         return 2
-    checks = run_checks(expected)
-    ok = all(check.ok for check in checks)
     if args.json:
-        print(json.dumps({"ok": ok, "expected": expected, "checks": [asdict(c) for c in checks]}, indent=2))
-    else:
-        for check in checks:
-            print(f"{'PASS' if check.ok else 'FAIL'} {check.name}: {check.reason}")
-        print("RESULT", "PASS" if ok else "FAIL")
+        # vLLM and Dynamo log to stdout when imported and configured: the one JSON document must stay alone there.
+        with _stdout_to_stderr() as out:
+            checks = run_checks(expected, worker_args)
+            ok = all(check.ok for check in checks)
+            body = {"ok": ok, "expected": expected, "checks": [asdict(c) for c in checks]}
+            out.write(json.dumps(body, indent=2) + "\n")
+        return 0 if ok else 1
+    checks = run_checks(expected, worker_args)
+    ok = all(check.ok for check in checks)
+    for check in checks:
+        print(f"{'PASS' if check.ok else 'FAIL'} {check.name}: {check.reason}")
+    print("RESULT", "PASS" if ok else "FAIL")
     return 0 if ok else 1
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[TextIO]:
+    """Inside: file descriptor 1 (what Python and C code print) goes to stderr; yields the real stdout."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    out = os.fdopen(os.dup(saved), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    try:
+        yield out
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        out.close()
 
 
 def main(argv: list[str] | None = None) -> int:
