@@ -13,7 +13,7 @@ from conftest import PATCHES, REPO, make_fixture, need
 
 from atomdyn_core.lock import LockError, load_lock
 from atomdyn_images import render
-from atomdyn_images.build import BuildOptions, write_rendered
+from atomdyn_images.build import BuildOptions, BuildRecord, stage_base, write_rendered
 from atomdyn_images.cli import main
 
 DIGEST = "sha256:" + "ab" * 32
@@ -126,9 +126,21 @@ def test_missing_base_digest_is_refused(tmp_path: Path, capsys: pytest.CaptureFi
                "--out", str(tmp_path), "--patches", str(PATCHES)])  # fmt: skip
     assert rc == 2
     err = capsys.readouterr().err
-    assert "has no recorded digest (known only as sha256:3d0c714b...53537b0)" in err
+    assert "image 'atom_base' (rocm/atom-dev:vllm-v0.22.0-nightly_20260712) has no recorded digest" in err
+    assert "record its digest and labels with `nox -s update_lock -- --resolve-base`" in err
     assert "--base override" in err
     assert not list(tmp_path.iterdir())
+
+
+def test_the_build_refuses_the_unrecorded_base_naming_the_resolve_command(tmp_path: Path) -> None:
+    """The builder stages the base from the lock: with the digest unrecorded it stops before fetching anything."""
+    lock = load_lock(REPO / "release-lock.json")
+    record = BuildRecord(lock.digest, str(lock.path), "now", "", [])
+    options = BuildOptions(workdir=tmp_path / "work", atom_variant="rocm7.1", patches=PATCHES)
+    with pytest.raises(render.RenderError) as refused:
+        stage_base(lock, options, record)
+    assert "`nox -s update_lock -- --resolve-base`" in str(refused.value)
+    assert not record.inputs and not (tmp_path / "work" / "cache").exists()
 
 
 def test_malformed_base_digest_names_the_json_path(tmp_path: Path) -> None:
@@ -159,7 +171,7 @@ def test_allow_unrecorded_renders_the_tag_and_says_so(tmp_path: Path) -> None:
                "--out", str(tmp_path), "--patches", str(PATCHES), "--allow-unrecorded"])  # fmt: skip
     assert rc == 0
     base = (tmp_path / "Dockerfile.base").read_text()
-    assert "FROM rocm/atom-dev:v0.1.6-rc0\n" in base
+    assert "FROM rocm/atom-dev:vllm-v0.22.0-nightly_20260712\n" in base
     assert 'io.atomdyn.overrides="allow-unrecorded"' in base
 
 

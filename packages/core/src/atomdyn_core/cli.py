@@ -22,7 +22,8 @@ def pinned_stack_table(lock: Lock) -> str:
         label = " ".join(part for part in (source.tag or source.version, source.commit) if part)
         rows.append(f"| {source.name} | {label} |")
     for image in lock.images.values():
-        digest = image.digest or f"digest not yet recorded (PoC: {image.digest_hint or 'unknown'})"
+        hint = f" (PoC: {image.digest_hint})" if image.digest_hint else ""
+        digest = image.digest or f"digest not yet recorded{hint}"
         rows.append(f"| {image.name} image | {image.repository}:{image.tag}, {digest} |")
     for wheel in lock.wheels.values():
         sha = f"sha256 {wheel.sha256[:12]}…" if wheel.sha256 else "sha256 not yet recorded"

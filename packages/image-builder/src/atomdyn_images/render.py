@@ -68,7 +68,8 @@ def base_reference(lock: Lock, options: RenderOptions) -> str:
         if options.allow_unrecorded:
             return f"{image.repository}:{image.tag}"  # by tag: the override is in the labels and the record
         raise RenderError(
-            f"{exc}; record the full digest in $.images.{BASE_IMAGE_KEY}.digest, "
+            f"{exc}; record its digest and labels with `nox -s update_lock -- --resolve-base` where the registry "
+            "is reachable (it refuses an image whose com.rocm.atom.vllm_commit is not the lock's sources.vllm), "
             "or build on another base with an explicit --base override (or accept the tag with --allow-unrecorded)"
         ) from exc
 
