@@ -371,9 +371,9 @@ def test_characters_of_several_bytes_and_cr_line_ends_across_blocks(tmp_path: Pa
 def test_a_line_longer_than_the_limit_is_cut_between_characters(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from atomdyn_core.sanitize import files
+    from atomdyn_core.sanitize import lines
 
-    monkeypatch.setattr(files, "LINE_LIMIT_BYTES", 1001)
+    monkeypatch.setattr(lines, "LINE_LIMIT_BYTES", 1001)
     src = tmp_path / "raw.log"
     src.write_bytes(("é" * 3000 + "\n").encode())  # two bytes each: 1001 falls inside a character
     blocks = list(read_blocks(src, block_bytes=100))
@@ -682,7 +682,8 @@ def test_several_processes_on_odd_files(tmp_path: Path) -> None:
 def test_ranges_are_whole_lines_and_stop_at_long_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from atomdyn_core.sanitize import files, parallel
+    from atomdyn_core.sanitize import lines as line_rules
+    from atomdyn_core.sanitize import parallel
 
     src = tmp_path / "raw.log"
     src.write_bytes(b"".join(b"line %d\n" % i for i in range(2000)))
@@ -691,7 +692,7 @@ def test_ranges_are_whole_lines_and_stop_at_long_lines(
     assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
     data = src.read_bytes()
     assert all(data[end - 1 : end] == b"\n" for _, end in ranges)
-    monkeypatch.setattr(files, "LINE_LIMIT_BYTES", 3000)
+    monkeypatch.setattr(line_rules, "LINE_LIMIT_BYTES", 3000)
     src.write_bytes(b"short\n" * 1000 + b"x" * 5000 + b"\n" + b"short\n" * 1000)
     ranges = list(parallel._ranges(src, 1000))
     assert ranges[-1][1] is None  # from there on, the one-process reader (it cuts such lines)

@@ -19,13 +19,14 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from atomdyn_core.sanitize.sanitizer import _PRIVATE_KEY, Sanitizer, strip_colours
+from atomdyn_core.sanitize import lines
+from atomdyn_core.sanitize.lines import open_key_block
+from atomdyn_core.sanitize.sanitizer import Sanitizer, strip_colours
 from atomdyn_core.sanitize.scan import finish_prepared, sanitize_block
 
-__all__ = ["BLOCK_BYTES", "LINE_LIMIT_BYTES", "PARALLEL_MIN_BYTES", "sanitize_file", "sanitize_file_to"]
+__all__ = ["BLOCK_BYTES", "PARALLEL_MIN_BYTES", "sanitize_file", "sanitize_file_to"]
 
 BLOCK_BYTES = 4 << 20  # read at a time; memory stays a small multiple of this whatever the file size
-LINE_LIMIT_BYTES = 16 << 20  # a longer line is sanitized in pieces of this size (no log writes such lines)
 # Smaller files are sanitized in this process alone: starting worker processes costs more than they save.
 PARALLEL_MIN_BYTES = 32 << 20
 _KEY_TAIL = 256  # more than the longest END line of a private key block
@@ -145,7 +146,7 @@ def read_blocks(path: Path, block_bytes: int = BLOCK_BYTES, start: int = 0) -> I
         handle.seek(start)
         reader = _LineReader(handle, block_bytes, path)
         while block := reader.next_block():
-            while (header_end := _open_key_block(block)) is not None:
+            while (header_end := open_key_block(block)) is not None:
                 more = reader.next_block()
                 if not more:
                     break
@@ -177,8 +178,8 @@ class _LineReader:
                 self._pending = b""
                 break
             cut = data.rfind(b"\n") + 1 or data.rfind(b"\r", 0, len(data) - 1) + 1  # CR alone ends a line too
-            if not cut and len(data) >= LINE_LIMIT_BYTES:
-                cut = _character_start(data, LINE_LIMIT_BYTES)  # no log writes such a line: cut it
+            if not cut and len(data) >= lines.LINE_LIMIT_BYTES:
+                cut = _character_start(data, lines.LINE_LIMIT_BYTES)  # no log writes such a line: cut it
             if cut:
                 data, self._pending = data[:cut], data[cut:]
                 break
@@ -190,20 +191,3 @@ def _character_start(data: bytes, at: int) -> int:
     while at > 0 and 0x80 <= data[at] < 0xC0:
         at -= 1
     return at or len(data)
-
-
-def _open_key_block(block: str) -> int | None:
-    """Where the header of a private key block that ends with ``block`` (no END line yet) ends, else None."""
-    if "PRIVATE KEY" not in block:
-        return None
-    last = None
-    for match in _PRIVATE_KEY.finditer(block):
-        last = match
-    if last is None or last.end() != len(block):
-        return None
-    header = f"-----BEGIN {last['kind']}PRIVATE KEY{last['block']}-----"
-    if len(last[0]) > len(header) and last[0].endswith(
-        f"-----END {last['kind']}PRIVATE KEY{last['block']}-----"
-    ):
-        return None
-    return last.start() + len(header)

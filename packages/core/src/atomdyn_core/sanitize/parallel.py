@@ -29,7 +29,7 @@ from multiprocessing.pool import AsyncResult, Pool
 from pathlib import Path
 from typing import BinaryIO
 
-from atomdyn_core.sanitize import files as _files
+from atomdyn_core.sanitize import lines
 from atomdyn_core.sanitize.sanitizer import NamesState, NumberingState, Sanitizer, strip_colours
 from atomdyn_core.sanitize.scan import Prepared, prepare_block
 
@@ -117,7 +117,7 @@ def _ranges(path: Path, block_bytes: int) -> Iterator[tuple[int, int | None]]:
     """``(start, end)`` of ranges of whole lines; ``(start, None)`` from where they cannot be planned (a line
     longer than the limit, a range without a newline after its nominal end)."""
     size = path.stat().st_size
-    limit = _files.LINE_LIMIT_BYTES
+    limit = lines.LINE_LIMIT_BYTES
     with open(path, "rb") as handle:
         start = 0
         while start < size:
@@ -191,4 +191,4 @@ def _prepare_range(
     prepared.text = ""
     if prepared.output is not None:
         prepared.output = ""
-    return prepared, _files._open_key_block(text) is not None
+    return prepared, lines.open_key_block(text) is not None
