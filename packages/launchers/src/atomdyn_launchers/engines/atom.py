@@ -203,7 +203,7 @@ class AtomEngine(Engine):
     name = "atom"
     vendor = "amd"
     dynamo_module = "vllm"
-    timeouts = Timeouts(ready_s=3600.0, settle_s=300.0, time_limit="04:00:00")
+    timeouts = Timeouts(ready_s=3600.0, settle_s=300.0, time_limit="04:00:00", first_response_s=1200.0)
     description = "dynamo.vllm with ATOM on MI355X, NIXL over RoCE"
     # P/D on the validated path: KV over RDMA (rc), zero-copy, never TCP; every worker's VRAM classified as host
     # registered through the helper's dma-buf (as many registrations as the worker made, no fixed count);

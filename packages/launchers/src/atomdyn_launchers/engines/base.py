@@ -55,6 +55,11 @@ class Timeouts:
     # A lease outlives a frozen machine only if its TTL is longer than the freeze: etcd expires it by its own
     # clock, which jumps when the machine resumes.
     etcd_lease_s: int | None = None
+    # The first-response budget: how long after the frontend lists every worker the first verified response
+    # may take (None: only the readiness budget). A pair that is healthy but cannot serve (KV that cannot
+    # reach the prefill, a wrong side-channel address) fails within it instead of waiting out the rest of
+    # ready_s. GPU engines may compile kernels on their first request, so theirs is generous.
+    first_response_s: float | None = None
 
     @property
     def lease_s(self) -> int:

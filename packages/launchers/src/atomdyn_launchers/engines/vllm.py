@@ -22,7 +22,7 @@ class VllmEngine(Engine):
     name = "vllm"
     vendor = "nvidia"
     dynamo_module = "vllm"
-    timeouts = Timeouts(ready_s=3600.0, settle_s=300.0, time_limit="04:00:00")
+    timeouts = Timeouts(ready_s=3600.0, settle_s=300.0, time_limit="04:00:00", first_response_s=1200.0)
     description = "dynamo.vllm on NVIDIA GPUs"
     expectations = GateExpectations(nixl_transfers=True, external_prefix_hits=True, router_overlap=True)
     platform = NVIDIA

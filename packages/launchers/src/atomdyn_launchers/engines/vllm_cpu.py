@@ -93,8 +93,14 @@ class VllmCpuEngine(Engine):
     # answered in 4-5 s, and once a node's helper heard nothing for 38 s (docs/real-engine-rehearsal.md). So:
     # 60 s of grace (a real etcd loss takes up to a minute to be named) and 300 s leases (a killed launcher's
     # jobs stop themselves within about five minutes).
+    # First response: 1-5 s after the frontend lists the workers in the recorded runs; 300 s covers a freeze.
     timeouts = Timeouts(
-        ready_s=900.0, settle_s=120.0, time_limit="01:00:00", etcd_grace_s=60.0, etcd_lease_s=300
+        ready_s=900.0,
+        settle_s=120.0,
+        time_limit="01:00:00",
+        etcd_grace_s=60.0,
+        etcd_lease_s=300,
+        first_response_s=300.0,
     )
     description = "dynamo.vllm on vLLM's CPU build, KV over NIXL/UCX TCP (rehearsal)"
     cross_layer_blocks = False

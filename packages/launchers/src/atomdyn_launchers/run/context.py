@@ -59,6 +59,12 @@ class RunContext:
         return ready_timeout_s(self.options, self.engine)
 
     @property
+    def first_response_timeout_s(self) -> float | None:
+        if self.options.first_response_timeout_s is not None:
+            return self.options.first_response_timeout_s
+        return self.engine.timeouts.first_response_s
+
+    @property
     def settle_timeout_s(self) -> float:
         if self.options.settle_timeout_s is not None:
             return self.options.settle_timeout_s

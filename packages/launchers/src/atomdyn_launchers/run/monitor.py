@@ -41,6 +41,8 @@ class Monitor:
         self.hard_cancelled: dict[str, str] = {}  # role -> why its SIGTERM was not delivered
         self.done_count = 0  # smoke requests answered so far (the progress display)
         self.deadline = 0.0  # of the current wait for readiness
+        # Which budget the deadline is, for the timeout's message (None: the readiness budget).
+        self.deadline_budget: str | None = None
         # One-shot jobs (the NIXL probe): a job that completes with exit 0 has done its work, not failed.
         self.one_shot = False
         self.finished: set[str] = set()
@@ -127,9 +129,8 @@ class Monitor:
             if missing is None:
                 return
             if time.monotonic() >= self.deadline:
-                raise LaunchFailure(
-                    f"timed out after {self.ctx.ready_timeout_s:.0f} s waiting for {what}: {missing}"
-                )
+                budget = self.deadline_budget or f"after {self.ctx.ready_timeout_s:.0f} s"
+                raise LaunchFailure(f"timed out {budget} waiting for {what}: {missing}")
             self.poll()
 
     def role_failure(self, role: str) -> str:

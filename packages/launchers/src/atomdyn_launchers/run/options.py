@@ -41,6 +41,9 @@ class LaunchOptions:
     max_tokens: int = DEFAULT_MAX_TOKENS
     prompt_groups: int = 4
     ready_timeout_s: float | None = None  # default: the engine's timeouts.ready_s
+    # From the frontend listing every worker to the first verified response; default: the engine's
+    # timeouts.first_response_s (None there: the readiness budget alone).
+    first_response_timeout_s: float | None = None
     settle_timeout_s: float | None = None  # default: the engine's timeouts.settle_s
     request_timeout_s: float = 120.0
     time_limit: str | None = None  # default: the engine's timeouts.time_limit (Slurm's --time)
@@ -74,6 +77,7 @@ class Flags:
     requests: int | None = None
     concurrency: int | None = None
     ready_timeout_s: float | None = None
+    first_response_timeout_s: float | None = None
     node_check: bool = True
     offline: bool = False
     allocation: int | None = None
@@ -88,6 +92,7 @@ class Flags:
         requests: object = None,
         concurrency: object = None,
         ready_timeout: object = None,
+        first_response_timeout: object = None,
         node_check: bool = True,
         offline: bool = False,
         allocation: object = None,
@@ -103,6 +108,9 @@ class Flags:
             requests=_within("requests", parse_int("requests", requests), MAX_REQUESTS),
             concurrency=_within("concurrency", parse_int("concurrency", concurrency), MAX_CONCURRENCY),
             ready_timeout_s=_seconds("ready-timeout", parse_seconds("ready-timeout", ready_timeout)),
+            first_response_timeout_s=_seconds(
+                "first-response-timeout", parse_seconds("first-response-timeout", first_response_timeout)
+            ),
             node_check=node_check,
             offline=offline,
             allocation=job,
@@ -169,6 +177,7 @@ def resolve(command: str, kind: str | None, flags: Flags, recipe: Recipe | None 
             requests=flags.requests,
             concurrency=_given(flags.concurrency, None, DEFAULT_CONCURRENCY),
             ready_timeout_s=flags.ready_timeout_s,
+            first_response_timeout_s=flags.first_response_timeout_s,
             node_check=flags.node_check,
             offline=flags.offline,
             allocation=flags.allocation,
@@ -189,6 +198,7 @@ def resolve(command: str, kind: str | None, flags: Flags, recipe: Recipe | None 
         concurrency=_given(flags.concurrency, recipe.concurrency, DEFAULT_CONCURRENCY),
         max_tokens=_given(None, recipe.max_tokens, DEFAULT_MAX_TOKENS),
         ready_timeout_s=flags.ready_timeout_s,
+        first_response_timeout_s=flags.first_response_timeout_s,
         time_limit=recipe.time_limit,
         speedup_ratio=mocker.speedup_ratio,
         node_check=flags.node_check,

@@ -32,6 +32,8 @@ HELP = {
     "requests": "smoke requests to send (default: 8 single-node, 32 two-node and disaggregated)",
     "concurrency": "requests in flight at once (default 8)",
     "ready_timeout": "seconds to wait for every role to be ready (default: 120 mocker, 3600 GPU engines)",
+    "first_response_timeout": "seconds from the frontend listing every worker to the first verified response "
+    "(default: the engine's: 300 vllm-cpu, 1200 GPU engines; the mocker has none)",
     "run_dir_file": "also write the run directory's path to this file (pass or fail), for scripts "
     "(default: none)",
     "skip_node_check": "do not run nodes.check on the run's nodes before submitting",
@@ -107,6 +109,7 @@ def _flags(
     offline: bool,
     dry: bool,
     allocation: str | None = None,
+    first_response_timeout: float | None = None,
 ) -> Flags:
     if offline and not dry:
         raise Exit("error: --offline is only for --dry-run", code=2)
@@ -117,6 +120,7 @@ def _flags(
             requests=requests,
             concurrency=concurrency,
             ready_timeout=ready_timeout,
+            first_response_timeout=first_response_timeout,
             node_check=not skip_node_check,
             offline=offline,
             allocation=allocation,
@@ -141,6 +145,7 @@ def agg_run(
     requests: int | None = None,
     concurrency: int | None = None,
     ready_timeout: float | None = None,
+    first_response_timeout: float | None = None,
     run_dir_file: str | None = None,
     skip_node_check: bool = False,
     recipe: str | None = None,
@@ -159,7 +164,16 @@ def agg_run(
     if kind is None and recipe is None:
         kind = "agg-single"
     flags = _flags(
-        engine, model, requests, concurrency, ready_timeout, skip_node_check, offline, dry_run, allocation
+        engine,
+        model,
+        requests,
+        concurrency,
+        ready_timeout,
+        skip_node_check,
+        offline,
+        dry_run,
+        allocation,
+        first_response_timeout,
     )
     _run_or_dry("agg", kind, config, recipe, dry_run, run_dir_file, flags)
 
@@ -173,6 +187,7 @@ def disagg_run(
     requests: int | None = None,
     concurrency: int | None = None,
     ready_timeout: float | None = None,
+    first_response_timeout: float | None = None,
     run_dir_file: str | None = None,
     skip_node_check: bool = False,
     recipe: str | None = None,
@@ -183,6 +198,15 @@ def disagg_run(
     """Disaggregated run: prefill jobs and decode jobs (the first with the frontend), one node each; one of
     each on PREFILL_NODE and DECODE_NODE unless a recipe says more (xPyD)."""
     flags = _flags(
-        engine, model, requests, concurrency, ready_timeout, skip_node_check, offline, dry_run, allocation
+        engine,
+        model,
+        requests,
+        concurrency,
+        ready_timeout,
+        skip_node_check,
+        offline,
+        dry_run,
+        allocation,
+        first_response_timeout,
     )
     _run_or_dry("disagg", "disagg", config, recipe, dry_run, run_dir_file, flags)

@@ -24,6 +24,7 @@ def probe(ctx: RunContext, monitor: Monitor) -> None:
     # Each side waits at most timeout_s for the other and for each READ; a whole series takes iterations READs.
     budget = options.timeout_s * 2 + START_ALLOWANCE_S
     monitor.deadline = time.monotonic() + max(budget, ctx.ready_timeout_s)
+    monitor.deadline_budget = None
 
     def sides_missing() -> str | None:
         missing = [r.role for r in ctx.roles if r.role not in monitor.finished]

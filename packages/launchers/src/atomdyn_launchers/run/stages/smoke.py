@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 
 from atomdyn_launchers.contract.answers import (
     ANSWER_FILE,
@@ -45,6 +46,16 @@ def _client(ctx: RunContext, monitor: Monitor) -> SmokeClient:
 
 
 def first_good(ctx: RunContext, monitor: Monitor) -> None:
+    """Probe until one response is verified, within what is left of the readiness budget and, where the engine
+    or --first-response-timeout sets one, the first-response budget counted from now (the frontend lists every
+    worker): a pair that is healthy but cannot serve fails then, not at the end of the readiness budget."""
+    budget_s = ctx.first_response_timeout_s
+    if budget_s is not None and time.monotonic() + budget_s < monitor.deadline:
+        monitor.deadline = time.monotonic() + budget_s
+        monitor.deadline_budget = (
+            f"{budget_s:.0f} s after the frontend listed every worker (the first-response budget: "
+            "--first-response-timeout)"
+        )
     client = _client(ctx, monitor)
     probe = SmokeRequest(index=-1, prompt_group=-1, prompt="Readiness probe: say hello.", max_tokens=8)
     attempts = 0

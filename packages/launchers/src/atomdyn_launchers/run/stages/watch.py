@@ -13,6 +13,7 @@ from atomdyn_launchers.run.plan import required_instances
 
 def watch(ctx: RunContext, monitor: Monitor) -> None:
     monitor.deadline = time.monotonic() + ctx.ready_timeout_s
+    monitor.deadline_budget = None
 
     def roles_missing() -> str | None:
         missing = [r.role for r in ctx.roles if r.role not in monitor.registrations]
