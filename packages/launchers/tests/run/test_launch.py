@@ -6,6 +6,7 @@ of the run, no etcd key of the run, every job finished.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -281,8 +282,11 @@ def test_decode_worker_killed_mid_run_fails_fast_and_cleans_up(config: ClusterCo
 def test_ctrl_c_stops_the_jobs(config: ClusterConfig, tmp_path: Path) -> None:
     env_file = tmp_path / "cluster.env"
     config.write(env_file)
+    # The launcher's output goes to a file (a pipe nobody reads until the end can fill and block it), and
+    # SIGUSR1 dumps its threads' stacks there: a stop that hangs shows what it waits on.
     code = (
-        "import sys\nfrom pathlib import Path\n"
+        "import faulthandler, signal, sys\nfrom pathlib import Path\n"
+        "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
         "from atomdyn_launchers.config.cluster import load_cluster_config\n"
         "from atomdyn_launchers.run.launch import run\n"
         "from atomdyn_launchers.run.options import LaunchOptions\n"
@@ -290,9 +294,9 @@ def test_ctrl_c_stops_the_jobs(config: ClusterConfig, tmp_path: Path) -> None:
         "print('RESULT', o.passed, o.run_dir)\n"
     )
     before = set(config.runs_dir.iterdir()) if config.runs_dir.exists() else set()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(env_file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    log = tmp_path / "launcher.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-u", "-c", code, str(env_file)], stdout=out, stderr=out)
     try:
 
         def first_good() -> bool:
@@ -305,12 +309,20 @@ def test_ctrl_c_stops_the_jobs(config: ClusterConfig, tmp_path: Path) -> None:
 
         _wait_for("the run to serve its first response", first_good, timeout_s=120)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=90)
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)
+            with contextlib.suppress(AssertionError):  # the stacks, if the process can still write them
+                _wait_for("the stacks", lambda: "most recent call first" in log.read_text(), timeout_s=5)
+            pytest.fail(f"the launcher had not stopped 90 s after SIGINT:\n{log.read_text()[-20000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err
-    run_dir = Path(out.split()[-1])
+            proc.wait()
+    text = log.read_text()
+    assert proc.returncode == 0, text
+    run_dir = Path(text.split()[-1])
     run = json.loads((run_dir / "run.json").read_text())
     assert run["result"] == "fail" and "interrupted" in run["failure"]
     assert all(j["state"] == "COMPLETED" for j in run["jobs"])
