@@ -128,12 +128,14 @@ def test_validate_gpu_submits_one_job_and_reports_each_check(
     assert result.report is not None, (result.run_dir / f"slurm-{result.job.job_id}.out").read_text()
     found = {c["name"]: c["ok"] for c in result.report["checks"]}
     # The stand-in image has the lock's wheels but no ROCm torch and no vLLM, and its Dynamo wheel is a stub without
-    # dynamo.vllm's arguments: exactly those checks fail.
+    # dynamo.vllm's worker modules and arguments: exactly those checks fail. The local cluster's engine (the mock
+    # engine) runs no dynamo.vllm worker: the job passes an empty set of worker argv, which the validator accepts.
     assert found == {
         "dynamo-version": True, "atom-version": True, "vllm-commit": False, "torch-rocm": False,
-        "atom-platform": True, "atom-qwen3": False, "dynamo-imports": True,
-        "dynamo-disaggregation-flag": False,
+        "atom-platform": True, "atom-qwen3": False, "dynamo-imports": False,
+        "dynamo-disaggregation-flag": False, "dynamo-worker-args": True,
     }  # fmt: skip
+    assert json.loads((result.run_dir / "worker-args.json").read_text(encoding="utf-8")) == {}
     assert result.job.state == "FAILED" and result.job.exit_code == (1, 0)
     assert not result.ok
     lines = result.lines()

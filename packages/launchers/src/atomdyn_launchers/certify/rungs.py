@@ -173,8 +173,12 @@ def validate(climb: Climb) -> RungResult:
         return RungResult(NOT_NEEDED, f"RUNTIME={climb.config.runtime}: there is no image to validate")
     failed, shown = [], []
     for node in climb.nodes():  # every node a rung runs a worker on
-        result = run_gpu_validation(
-            climb.config, node=node, timeout_s=VALIDATE_TIMEOUT_S, allocation=climb.options.allocation
+        result = run_gpu_validation(  # the climb's engine, model and recipe: its workers' argv are parsed
+            climb.config,
+            node=node,
+            timeout_s=VALIDATE_TIMEOUT_S,
+            allocation=climb.options.allocation,
+            options=climb.options,
         )
         shown.append(str(result.run_dir))
         if not result.ok:

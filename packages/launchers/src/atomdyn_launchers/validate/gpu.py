@@ -4,6 +4,11 @@ The job runs ``atomdyn-validate --json`` in the built image with the launchers' 
 ``docker run`` flags, devices and GPU binding the engines get), writes the report into a run directory under
 the cluster's shared directory, and exits with the validator's status. The submit side waits for the job
 to finish and reports every check.
+
+The job gives the validator the workers' command lines a run of the engine would write (``--worker-args``:
+the arguments after ``python -m dynamo.vllm`` of the agg, prefill and decode roles, planned by the submit
+stage's own code, :mod:`atomdyn_launchers.run.worker_args`); it puts each through Dynamo's ``parse_args`` in the
+image, on the node, where vLLM finds its device. They are also kept in the run directory (``worker-args.json``).
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from __future__ import annotations
 import datetime
 import json
 import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +28,8 @@ from atomdyn_launchers.engines.runtime import DockerRuntime, PodmanRuntime, Pyxi
 from atomdyn_launchers.job.images import docker_client
 from atomdyn_launchers.job.squashfs import squashfs_path
 from atomdyn_launchers.nodes.prepare import archive_dir
+from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.run.worker_args import planned_worker_args
 from atomdyn_launchers.sbatch import Shell
 from atomdyn_launchers.slurm.client import JobInfo, Slurm, held_allocation
 from atomdyn_launchers.slurm.steps import StepSet, step_name
@@ -50,7 +58,13 @@ class GpuValidation:
         return out
 
 
-def job_script(config: ClusterConfig, image: str, run_dir: Path, docker: str) -> str:
+def job_script(
+    config: ClusterConfig,
+    image: str,
+    run_dir: Path,
+    docker: str,
+    worker_args: Mapping[str, Sequence[str]] | None = None,
+) -> str:
     engine = get_engine(config.engine_profile)
     devices = engine.container_devices()
     # Without GPUs nothing is pinned for RDMA, and an unprivileged node may refuse to raise the memlock limit.
@@ -65,7 +79,13 @@ def job_script(config: ClusterConfig, image: str, run_dir: Path, docker: str) ->
         sqsh = str(squashfs_path(archive_dir(config), image))
         runtime = PyxisRuntime(sqsh, [], lock_memory=engine.vendor != "none")
     # The checks ask the GPU stack questions (ROCm torch, the active vLLM platform): the job gets the devices.
-    argv = list(runtime.wrap("check", ["atomdyn-validate", "--json"], {}, devices).argv)
+    validate = ["atomdyn-validate", "--json"]
+    if worker_args is not None:  # one JSON word: the workers' argv, compact, in the script for review
+        validate += [
+            "--worker-args",
+            json.dumps({k: list(v) for k, v in worker_args.items()}, separators=(",", ":")),
+        ]
+    argv = list(runtime.wrap("check", validate, {}, devices).argv)
     command = " ".join(a.text if isinstance(a, Shell) else shlex.quote(a) for a in argv)
     report = shlex.quote(str(run_dir / "validate.json"))
     prelude = "".join(f"{line}\n" for line in runtime.prelude(devices))
@@ -89,11 +109,18 @@ def run_gpu_validation(
     docker_host: str = "",
     timeout_s: float = 900.0,
     allocation: int | None = None,
+    options: LaunchOptions | None = None,
 ) -> GpuValidation:
-    """Validate in the image on ``node``: one batch job, or, with ``allocation``, one step of it (srun)."""
+    """Validate in the image on ``node``: one batch job, or, with ``allocation``, one step of it (srun).
+    ``options`` (engine, model, recipe): the run whose workers' command lines the validator parses; default the
+    configured engine's default model, 1P1D."""
     image = image or config.dynamo_atom_image or ""
     if not image:
         raise PreflightError(f"no image: set DYNAMO_ATOM_IMAGE in {config.source} or pass --image")
+    options = options or LaunchOptions(kind="disagg")
+    if options.engine and options.engine != config.engine_profile:  # the run's engine: its devices, its argv
+        config = replace(config, engine_profile=options.engine)
+    worker_args = planned_worker_args(config, options, image)
     node = node or config.primary_node
     slurm = Slurm(config)
     slurm.check_partition()
@@ -102,7 +129,8 @@ def run_gpu_validation(
     run_dir = config.runs_dir / f"validate-{stamp}"
     run_dir.mkdir(parents=True)
     script = run_dir / "validate.sbatch"
-    atomic_write_text(script, job_script(config, image, run_dir, docker_client()), mode=0o755)
+    atomic_write_text(run_dir / "worker-args.json", json.dumps(worker_args, indent=2) + "\n")
+    atomic_write_text(script, job_script(config, image, run_dir, docker_client(), worker_args), mode=0o755)
     vendor = get_engine(config.engine_profile).vendor
     gres = "gpu:1" if vendor != "none" else None
     env = {"DOCKER_HOST": docker_host} if docker_host else None

@@ -11,7 +11,10 @@ from invoke.exceptions import Exit
 from invoke.tasks import task
 
 from atomdyn_launchers.config.cluster import ClusterConfigError, PreflightError, resolve_cluster_config
+from atomdyn_launchers.config.recipes import RecipeError, load_recipe
+from atomdyn_launchers.profiles.models import ProfileError
 from atomdyn_launchers.progress import Progress
+from atomdyn_launchers.run.options import Flags, LaunchOptions, OptionError, resolve
 from atomdyn_launchers.slurm.client import (
     ALLOCATION_HELP,
     AllocationFlagError,
@@ -31,6 +34,10 @@ from atomdyn_launchers.validate.gpu import run_gpu_validation
         "docker_host": "DOCKER_HOST for the job (e.g. unix:///path/docker.sock), when not the node's default",
         "timeout": "seconds to wait for the job",
         "allocation": ALLOCATION_HELP,
+        "recipe": "the run recipe whose workers' command lines the validator parses in the image (engine, model, "
+        "router mode; default: the config's ENGINE_PROFILE and its default model)",
+        "engine": "engine profile of the run to validate for (default: the recipe's, else ENGINE_PROFILE)",
+        "model": "model profile of the run to validate for (default: the recipe's, else the engine's)",
     }
 )
 def gpu(
@@ -41,12 +48,20 @@ def gpu(
     docker_host: str = "",
     timeout: int = 900,
     allocation: str | None = None,
+    recipe: str | None = None,
+    engine: str | None = None,
+    model: str | None = None,
 ) -> None:
     """Run atomdyn-validate in the image as one Slurm job (inside an allocation, ``--allocation`` or the salloc
-    shell's, one step of it); print PASS/FAIL per check; exit 1 on any FAIL."""
+    shell's, one step of it), with the workers' command lines a run would write; print PASS/FAIL per check;
+    exit 1 on any FAIL."""
     try:
         job, detected = parse_allocation(allocation, os.environ)
     except AllocationFlagError as exc:
+        raise Exit(f"error: {exc}", code=2) from None
+    try:
+        options = run_options(recipe, engine, model)
+    except (OptionError, RecipeError) as exc:
         raise Exit(f"error: {exc}", code=2) from None
     try:
         cfg = resolve_cluster_config(Path(config) if config else None)
@@ -55,14 +70,29 @@ def gpu(
             held_allocation(Slurm(cfg), job, [node], detected=detected)
         with Progress().heartbeat(f"validate.gpu on {node}"):  # a line every 15 s (stderr)
             result = run_gpu_validation(
-                cfg, image=image, node=node, docker_host=docker_host, timeout_s=timeout, allocation=job
+                cfg,
+                image=image,
+                node=node,
+                docker_host=docker_host,
+                timeout_s=timeout,
+                allocation=job,
+                options=options,
             )
-    except (ClusterConfigError, PreflightError, SlurmError, TimeoutError) as exc:
+    except (ClusterConfigError, PreflightError, ProfileError, SlurmError, TimeoutError) as exc:
         raise Exit(f"error: {exc}", code=2) from exc
     print("\n".join(result.lines()))
     print(f"report: {result.run_dir / 'validate.json'}")
     if not result.ok:
         raise Exit(code=1)
+
+
+def run_options(recipe: str | None, engine: str | None, model: str | None) -> LaunchOptions:
+    """The run the validation stands for: the recipe's (of either kind), with --engine and --model over it."""
+    flags = Flags(engine=engine, model=model)
+    if recipe is None:
+        return LaunchOptions(kind="disagg", engine=engine, model=model)
+    loaded = load_recipe(Path(recipe))
+    return resolve(loaded.kind, None, flags, loaded)
 
 
 ns = Collection("validate")
