@@ -36,6 +36,11 @@ def test_kv_blocks_cross_the_nodes_over_tcp_before_any_model(config: ClusterConf
     options = LaunchOptions(kind="disagg", engine="mocker", runs_root=tmp_path / "runs")
     result = cross_node(config, options, SMALL)
     assert result.passed, (result.failure(), result.verdict.lines())
+    # UCX's own ucx_info ran first on both nodes with the workers' variables (tcp on the veth) and passed.
+    assert result.ucx is not None and result.ucx.ok, result.ucx
+    for node in ("node1", "node2"):
+        (row,) = result.ucx.nodes[node]
+        assert row.name == "ucx" and row.status == "pass" and "tcp/eth0" in row.detail, row
     run_json = json.loads((result.run_dir / "run.json").read_text())
     assert run_json["engine_profile"] == "vllm-cpu" and run_json["probe"]["kind"] == "nixl-pair"
     assert "fixed_prompt" not in run_json  # no model answered anything
@@ -69,3 +74,25 @@ def test_a_device_the_other_node_cannot_reach_stops_the_rung_naming_it(
     assert "UCX_NET_DEVICES=lo" in diagnosis and "UCX_TLS=tcp,self" in diagnosis, diagnosis
     checks = _checks(result.run_dir)
     assert not checks["bytes_arrived"][0] and not checks["initiator_report"][0], checks
+
+
+def test_ucx_info_comes_first_and_a_net_devices_leaving_tcp_no_device_stops_the_rung_before_the_pair(
+    config: ClusterConfig, tmp_path: Path
+) -> None:
+    # What issue 34's defect 1 did to atom's workers, on the rehearsal's: UCX_NET_DEVICES names an RDMA port
+    # alone, so tcp has no device. UCX's own ucx_info says so on both nodes in seconds; no pair is submitted.
+    broken = replace(config, ucx_net_devices=(("*", "ionic_0:1"),))
+    options = LaunchOptions(kind="disagg", engine="mocker", runs_root=tmp_path / "runs")
+    result = cross_node(broken, options, SMALL)
+    assert not result.passed and result.ucx is not None and not result.ucx.ok
+    diagnosis = result.failure() or ""
+    assert diagnosis.startswith(
+        "UCX refused the P/D workers' UCX variables (ucx_info, before the probe pair)"
+    )
+    assert (
+        "UCX_NET_DEVICES: UCX_TLS=tcp,self asks for tcp, but UCX_NET_DEVICES=ionic_0:1 leaves it no device"
+        in (diagnosis)
+    )
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # no run was started
+    assert (result.run_dir / "report.json").is_file()  # the check's own record
+    assert {c.name for c in result.verdict.checks} == {"ucx node1", "ucx node2"}

@@ -19,11 +19,13 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json
 from atomdyn_launchers.contract.node_needs import NodeNeeds
-from atomdyn_launchers.job import images, squashfs
+from atomdyn_launchers.job import images, squashfs, ucx_check
+from atomdyn_launchers.job.rdmaports import SYSFS_IB, RdmaPort, gid_text, rdma_ports
+
+__all__ = ["SYSFS_IB", "Check", "RdmaPort", "gid_text", "rdma_ports", "route_source", "run_checks"]
 
 MODULE = "atomdyn_launchers.job.node_check"
 PASS, FAIL, NOT_NEEDED, UNKNOWN = "pass", "fail", "not needed", "unknown"
-SYSFS_IB = Path("/sys/class/infiniband")
 
 
 @dataclass(frozen=True)
@@ -62,43 +64,6 @@ def _is_ip(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-@dataclass(frozen=True)
-class RdmaPort:
-    device: str
-    port: str
-    state: str
-    roce_v2: tuple[tuple[int, str, str], ...]  # (gid index, gid, netdev)
-
-
-def gid_text(raw: str) -> str:
-    """A GID as sysfs prints it; IPv4-mapped ones (RoCE v2 over IPv4) as the IPv4 address."""
-    try:
-        addr = ipaddress.IPv6Address(raw.strip())
-    except ValueError:
-        return raw.strip()
-    return str(addr.ipv4_mapped) if addr.ipv4_mapped else str(addr)
-
-
-def rdma_ports(root: Path = SYSFS_IB) -> list[RdmaPort]:
-    """Every RDMA port with its state and RoCE v2 GIDs, read from sysfs (``ports/N/gid_attrs/types/I``)."""
-    found: list[RdmaPort] = []
-    for device in sorted(root.iterdir()) if root.is_dir() else []:
-        for port in sorted((device / "ports").iterdir()) if (device / "ports").is_dir() else []:
-            state = _read(port / "state")
-            gids: list[tuple[int, str, str]] = []
-            types = port / "gid_attrs" / "types"
-            for entry in sorted(types.iterdir(), key=lambda p: int(p.name)) if types.is_dir() else []:
-                if _read(entry).lower() != "roce v2":
-                    continue
-                gid = _read(port / "gids" / entry.name)
-                if not gid or set(gid.replace(":", "")) == {"0"}:
-                    continue
-                netdev = _read(port / "gid_attrs" / "ndevs" / entry.name)
-                gids.append((int(entry.name), gid_text(gid), netdev))
-            found.append(RdmaPort(device.name, port.name, state, tuple(gids)))
-    return found
 
 
 def _read(path: Path) -> str:
@@ -351,7 +316,111 @@ def _shim(spec: dict[str, Any], needs: NodeNeeds, host: str) -> Check:
     return Check("dmabuf-shim", PASS if done.returncode == 0 else FAIL, f"{where}: {last[0]}")
 
 
-def run_checks(spec: dict[str, Any], docker_host: str, sysfs_ib: Path = SYSFS_IB) -> list[Check]:
+def _ucx_command(
+    spec: dict[str, Any], needs: NodeNeeds, host: str, env: dict[str, str]
+) -> tuple[list[str], str]:
+    """ucx_info in the workers' runtime: the venv's (else the node's), or the image's with the workers' devices."""
+    argv = [ucx_check.TOOL, *ucx_check.ARGS]
+    devices = [d for d in (*needs.gpu_devices, "/dev/infiniband") if os.path.exists(d)]
+    if spec["runtime"] == "pyxis" and spec["images"]:
+        image = str(squashfs.squashfs_path(spec["squashfs_dir"], next(iter(spec["images"]))))
+        srun = ["srun", "--overlap", "--ntasks=1", "--nodes=1", f"--container-image={image}"]
+        srun += ["--no-container-remap-root", "--no-container-entrypoint"]
+        mounts = [*devices, *spec.get("rdma_mounts", [])]
+        if mounts:
+            srun.append("--container-mounts=" + ",".join(f"{m}:{m}" for m in mounts))
+        return [*srun, *argv], f"in {image}"
+    if spec["runtime"] in ("docker", "podman") and spec["images"]:
+        image = next(iter(spec["images"]))
+        cli = images.container_cli(spec["runtime"], host)
+        run = [cli.command(), "run", "--rm", *(["--pull=never"] if cli.name == "podman" else [])]
+        run += ["--network", "host", *(a for d in devices for a in ("--device", d))]
+        run += [a for m in spec.get("rdma_mounts", []) for a in ("-v", f"{m}:{m}:ro")]
+        run += [a for k, v in sorted(env.items()) for a in ("-e", f"{k}={v}")]
+        return [*run, image, *argv], f"in {image}"
+    venv = spec.get("worker_venv") or spec["python_venv"]
+    tool = ucx_check.venv_tool(venv)
+    return [
+        tool,
+        *ucx_check.ARGS,
+    ], f"with {tool}" if tool != ucx_check.TOOL else f"with the node's ucx_info ({venv} has none)"
+
+
+def _ucx(spec: dict[str, Any], needs: NodeNeeds, node: str, host: str, sysfs_ib: Path) -> Check:
+    """UCX's own ucx_info with the P/D workers' UCX variables for this node: a UCP context and an endpoint to a
+    peer on another node, judged (job/ucx_check.py); a problem names the variable to change."""
+    ucx = spec.get("ucx")
+    if not ucx:
+        return Check("ucx", NOT_NEEDED, f"{spec['engine']} workers move no KV through UCX in this check")
+    env: dict[str, str] = dict(ucx["env"].get(node, {}))
+    env.update(expand_job_values(ucx.get("shell", {}).get(node, {}), env, sysfs_ib))
+    command, where = _ucx_command(spec, needs, host, env)
+    extra = (
+        images.container_cli(spec["runtime"], host).env() if spec["runtime"] in ("docker", "podman") else {}
+    )
+    text = ucx_check.run_ucx_info(command, {**extra, **env})
+    verdict = ucx_check.judge_output(text, env, ucx_check.roce_v2_map(sysfs_ib))
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "no UCX variables"
+    return Check("ucx", PASS if verdict.ok else FAIL, f"{where}, {shown}: {verdict.detail()}")
+
+
+def aux_netdevs(devices: str, gid_index: str, sysfs_ib: Path) -> str:
+    """What a job's tcp:aux prelude reads on the node (``$UCX_AUX_NETDEV``, engines/atom.py): the netdev under
+    the GID of each RDMA port that ``devices`` names (``UCX_IB_GID_INDEX``; ``auto``: the port's first IPv4
+    RoCE v2 GID), each once, from sysfs."""
+    ports = {f"{p.device}:{p.port}": p for p in rdma_ports(sysfs_ib)}
+    found: list[str] = []
+    for entry in (e for e in devices.split(",") if ":" in e):
+        port = ports.get(entry)
+        gids = port.roce_v2 if port else ()
+        if gid_index.isdigit():
+            chosen = [n for i, _, n in gids if i == int(gid_index)]
+        else:
+            chosen = [n for _, g, n in gids if _is_ip(g) and ipaddress.ip_address(g).version == 4][:1]
+        found += [n for n in chosen if n and n not in found]
+    return ",".join(found)
+
+
+def expand_job_values(shell: dict[str, str], env: dict[str, str], sysfs_ib: Path) -> dict[str, str]:
+    """UCX variables a job computes on the node, expanded as its shell would: ``$UCX_AUX_NETDEV`` from sysfs
+    (:func:`aux_netdevs`), every other variable as the node's environment has it."""
+    out: dict[str, str] = {}
+    for name, text in shell.items():
+
+        def expand(extra: dict[str, str], text: str = text) -> str:
+            done = subprocess.run(
+                ["bash", "-c", f"printf %s {text}"], env={**os.environ, **extra},
+                capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+            return done.stdout
+
+        bare = expand({"UCX_AUX_NETDEV": ""})
+        gid = env.get("UCX_IB_GID_INDEX", "auto")
+        out[name] = expand({"UCX_AUX_NETDEV": aux_netdevs(bare, gid, sysfs_ib)})
+    return out
+
+
+def _boot_config(spec: dict[str, Any], node: str) -> Check:
+    """UCX reads ROCm dma-buf support only from /boot/config-$(uname -r) (src/uct/rocm/base/rocm_base.c): a
+    worker with a ROCm transport in UCX_TLS (ATOM_UCX_PATH=rocm) gets it mounted, so there it must exist."""
+    present, path = ucx_check.boot_config()
+    ucx = spec.get("ucx") or {}
+    tls = dict(ucx.get("env", {}).get(node, {})).get("UCX_TLS", "")
+    rocm = any(t.startswith("rocm") for t in tls.split(","))
+    if present:
+        return Check("boot-config", PASS, f"{path} present (UCX reads ROCm dma-buf support from it)")
+    if rocm:
+        return Check(
+            "boot-config", FAIL,
+            f"{path} is missing: the workers' UCX_TLS={tls} has ROCm transports, and UCX reads ROCm dma-buf "
+            "support only from this file (mounted into the workers)",
+        )  # fmt: skip
+    return Check("boot-config", NOT_NEEDED, f"{path} absent; no ROCm transport in the workers' UCX_TLS")
+
+
+def run_checks(
+    spec: dict[str, Any], docker_host: str, sysfs_ib: Path = SYSFS_IB, node: str = ""
+) -> list[Check]:
     engine = spec["engine"]
     needs = _needs(spec)
     checks = _devices(engine, needs)
@@ -363,7 +432,10 @@ def run_checks(spec: dict[str, Any], docker_host: str, sysfs_ib: Path = SYSFS_IB
     checks.append(_model(spec))
     checks.append(_gpu_memory(engine, needs))
     checks.append(_shim(spec, needs, docker_host))
-    return checks
+    checks.append(_ucx(spec, needs, node, docker_host, sysfs_ib))
+    checks.append(_boot_config(spec, node))
+    rows = spec.get("rows")
+    return [c for c in checks if c.name in rows] if rows else checks
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -374,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     spec = json.loads(args.spec.read_text(encoding="utf-8"))
-    checks = run_checks(spec, args.docker_host)
+    checks = run_checks(spec, args.docker_host, node=args.node)
     atomic_write_json(args.out, {"node": args.node, "checks": [c.to_json() for c in checks]})
     for check in checks:
         print(f"{check.name:<14} {check.status:<10} {check.detail}")

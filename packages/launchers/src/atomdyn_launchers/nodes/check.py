@@ -15,7 +15,14 @@ the mocker in a venv needs no GPU, RDMA, Docker or image checks and says so. Wha
   is installed) and each image's squashfs in SHARED_DIR/images matches its import record;
 - shared-dir: a token written by the submit host reads back identical at the same path;
 - model-path: MODEL_PATH is readable; gpu-memory: free memory per GPU from amd-smi/rocm-smi/nvidia-smi;
-- dmabuf-shim: ``dmabuf-shim env --check`` (atom) where the workers load it.
+- dmabuf-shim: ``dmabuf-shim env --check`` (atom) where the workers load it;
+- ucx: UCX's own ``ucx_info -v -c -p -e -u t -P inter`` in the workers' runtime with the P/D workers' UCX
+  variables for the node (from the engine's plan of a decode role there): a UCP context and an endpoint to a
+  peer on another node, judged by :mod:`atomdyn_launchers.job.ucx_check` (a transport of UCX_TLS left with no
+  device by UCX_NET_DEVICES, the auxiliary one included; an RDMA device or port UCX does not have; the ROCm
+  memory domain's error line; a GID index with no RoCE v2 GID), each failure naming the variable to change;
+- boot-config: whether the host has ``/boot/config-$(uname -r)``, the only place UCX reads ROCm dma-buf
+  support from (the ATOM_UCX_PATH=rocm workers get it mounted).
 
 The node-side half is :mod:`atomdyn_launchers.job.node_check` (``python -m atomdyn_launchers.job.node_check
 --spec ... --node ...``), run by the check jobs (inside an allocation, by job steps of it: nodes/jobs.py).
@@ -26,15 +33,21 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json, atomic_write_text
 from atomdyn_launchers.config.cluster import CONTAINER_RUNTIMES, ClusterConfig, PreflightError
+from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.engines import EngineError, get_engine
+from atomdyn_launchers.engines.base import Engine, RoleContext
+from atomdyn_launchers.engines.runtime import RdmaMounts, VenvRuntime
 from atomdyn_launchers.job import images, node_check
 from atomdyn_launchers.job.node_check import FAIL, UNKNOWN, Check
 from atomdyn_launchers.nodes import jobs
 from atomdyn_launchers.nodes.prepare import archive_dir
+from atomdyn_launchers.profiles.models import ProfileError, get_model
+from atomdyn_launchers.sbatch import Shell
 from atomdyn_launchers.slurm.client import Slurm
 
 CHECK_TIMEOUT_S = 300.0
@@ -49,6 +62,7 @@ class CheckReport:
     runtime: str
     nodes: dict[str, list[Check]]
     errors: dict[str, str] = field(default_factory=dict)  # node -> why no result came back
+    work_dir: Path | None = None  # where the check's spec, outputs and report.json are
 
     @property
     def ok(self) -> bool:
@@ -111,10 +125,11 @@ def check_nodes(
     timeout_s: float = CHECK_TIMEOUT_S,
     pending_grace_s: float = PENDING_GRACE_S,
     allocation: int | None = None,
+    rows: Sequence[str] | None = None,
 ) -> CheckReport:
     """Run the node-side checks on every node (one job each, in parallel) and collect the report.
     ``allocation``: each node's check is a job step of that allocation instead of a batch job (a run inside
-    an allocation), its output in the same place."""
+    an allocation), its output in the same place. ``rows``: only these checks (the NIXL rung runs ``ucx``)."""
     engine = engine or config.engine_profile
     needs = get_engine(engine).node_needs(kind)
     tags = list(image_tags) if image_tags is not None else run_images(config, kind, engine)
@@ -139,6 +154,10 @@ def check_nodes(
         "python_venv": str(config.python_venv),
         # The image the workers that load the helper run: P/D's (the overlay) when the check covers P/D.
         "shim_image": _shim_image(config, kind, tags),
+        # The venv the workers run from (RUNTIME=venv): the ucx row runs its ucx_info, else the node's.
+        "worker_venv": str(get_engine(engine).venv(config.python_venv, config.project_dir)),
+        "ucx": worker_ucx(config, get_engine(engine), nodes, kind),
+        "rows": list(rows) if rows is not None else None,
     }
     spec_path = work / "spec.json"
     atomic_write_json(spec_path, spec)
@@ -163,7 +182,7 @@ def check_nodes(
         pending_grace_s=pending_grace_s,
         allocation=allocation,
     )
-    report = CheckReport(engine, config.runtime, {})
+    report = CheckReport(engine, config.runtime, {}, work_dir=work)
     for node, run in runs.items():
         if run.pending:
             report.nodes[node] = [Check("job", UNKNOWN, f"checks not run: {run.pending}")]
@@ -190,3 +209,54 @@ def _probe_target(config: ClusterConfig, nodes: Sequence[str]) -> str:
         return config.etcd_endpoint.split("://", 1)[1].rsplit(":", 1)[0].strip("[]")
     peers = [n for n in (config.prefill_node, config.decode_node, config.primary_node) if n not in nodes[:1]]
     return config.node_address(peers[0]) if peers else config.node_address(nodes[0])
+
+
+def worker_ucx(
+    config: ClusterConfig, engine: Engine, nodes: Sequence[str], kind: str | None
+) -> dict[str, Any] | None:
+    """The P/D workers' UCX variables per node, as the engine plans a decode worker there (its process's own
+    environment: the variables a run's job gives it), for the ``ucx`` row; None when no P/D worker of the
+    engine moves KV through UCX (the mock engine, aggregated runs). A variable the job computes on the node
+    (shell text, e.g. UCX_NET_DEVICES with the netdev under the RoCE port for tcp:aux) is sent as that text and
+    expanded on the node (job/node_check.py)."""
+    if kind == "agg":
+        return None
+    env: dict[str, dict[str, str]] = {}
+    shell: dict[str, dict[str, str]] = {}  # variables the job computes on the node: their shell text
+    for node in nodes:
+        try:
+            plan = engine.plan(_decode_context(config, engine, node))
+        except (EngineError, ProfileError) as exc:
+            raise PreflightError(f"{engine.name}'s P/D worker on {node} cannot be planned: {exc}") from None
+        worker = next((p for p in plan.processes if p.name == plan.worker_process), None)
+        ucx = {k: v for k, v in (worker.env if worker else {}).items() if k.startswith("UCX_")}
+        if not ucx:
+            return None
+        env[node] = {k: v for k, v in ucx.items() if not isinstance(v, Shell)}
+        shell[node] = {k: v.text for k, v in ucx.items() if isinstance(v, Shell)}
+    return {"env": env, "shell": shell}
+
+
+def _decode_context(config: ClusterConfig, engine: Engine, node: str) -> RoleContext:
+    """A decode role of ``engine`` on ``node`` with the config's UCX settings (what a P/D run gives it)."""
+    return RoleContext(
+        run_id="nodes-check",
+        role="decode-0",
+        mode="decode",
+        with_frontend=False,
+        index=1,
+        model=get_model(engine.default_model),
+        model_path=str(config.model_path),
+        etcd_endpoint=config.etcd_endpoint or "http://127.0.0.1:2379",
+        namespace="atomdyn-nodes-check",
+        home_dir=str(config.shared_dir),
+        run_dir=str(config.shared_dir / "nodes" / "plan"),  # the plan is read, never written or run
+        ports=Ports.for_role(1),
+        runtime=VenvRuntime(engine.venv(config.python_venv, config.project_dir)),
+        ucx_net_devices=config.ucx_net_devices_for(node),
+        ucx_path=config.atom_ucx_path,
+        ucx_wireup=config.atom_ucx_wireup,
+        ucx_aux_netdev=config.atom_ucx_aux_netdev,
+        ucx_gid_index=config.ucx_ib_gid_index,
+        rdma=RdmaMounts(str(config.rdma_verbs_config_dir), tuple(str(p) for p in config.rdma_provider_libs)),
+    )
