@@ -49,8 +49,13 @@ UCX_HOST_VRAM: Mapping[str, str] = {"NIXL_COMPAT_ALLOW_HOST_VRAM": "1"}
 # The ROCm-transport variant (ATOM_UCX_PATH=rocm): UCX classifies VRAM as ROCm memory and registers it through
 # its own dma-buf support (off by default in UCX); no helper, no opt-in. Device memory between workers of one
 # node goes over rocm_ipc; `sm` (posix, sysv, xpmem, knem, cma) then sees only real host memory.
+# UCX decides dma-buf support from /boot/config-$(uname -r) alone (src/uct/rocm/base/rocm_base.c at b56982d8),
+# so the container gets the node's file (DeviceAccess.kernel_config); and "try", not "y": with "y" and no file
+# UCX refuses the rocm_copy MD ("ROCm dmabuf support requested but not found", rocm_copy_md.c), and with it the
+# only MD that detects ROCm memory. "try" (a value of UCX's ternary options, src/ucs/config/parser.c) opens
+# the MD either way and uses dma-buf when the file says the kernel has it.
 ROCM_TLS = ("rocm_copy", "rocm_ipc", "rocm", "sm", "self")
-UCX_ROCM: Mapping[str, str] = {"UCX_MEMTYPE_CACHE": "y", "UCX_ROCM_COPY_DMABUF": "y"}
+UCX_ROCM: Mapping[str, str] = {"UCX_MEMTYPE_CACHE": "y", "UCX_ROCM_COPY_DMABUF": "try"}
 # ATOM's own settings (its recipes and CI).
 ATOM_ENV: Mapping[str, str] = {
     "VLLM_ROCM_USE_AITER": "1",
@@ -187,6 +192,7 @@ MI355X = VllmPlatform(
     doctor=lambda ctx: ctx.mode != "agg",
     rdma_required=True,
     container_args=container_args,
+    kernel_config=lambda ctx: ctx.mode != "agg" and ucx_path(ctx) == "rocm",
 )
 
 

@@ -68,9 +68,13 @@ class VllmPlatform:
     rdma_required: bool = False  # the container must get /dev/infiniband (else: when the node has it)
     # Container settings by run mode ("agg", "prefill", "decode"; None: a check that stands for every mode).
     container_args: Callable[[str | None], tuple[str, ...]] = lambda mode: ()
+    # Whether a role's container gets the node's kernel configuration (UCX's ROCm dma-buf check reads it).
+    kernel_config: Callable[[RoleContext], bool] = lambda ctx: False
 
 
-def devices(platform: VllmPlatform, rdma: RdmaMounts, mode: str | None = None) -> DeviceAccess:
+def devices(
+    platform: VllmPlatform, rdma: RdmaMounts, mode: str | None = None, kernel_config: bool = False
+) -> DeviceAccess:
     """A worker's devices; an aggregated worker moves no KV between workers and gets no RDMA device."""
     kv_moves = mode != "agg"
     required = platform.rdma_required and kv_moves
@@ -81,6 +85,7 @@ def devices(platform: VllmPlatform, rdma: RdmaMounts, mode: str | None = None) -
         rdma=rdma if required else None,
         rdma_optional=kv_moves,
         container_args=platform.container_args(mode),
+        kernel_config=kernel_config,
     )
 
 
@@ -241,7 +246,7 @@ def plan_vllm_role(ctx: RoleContext, platform: VllmPlatform) -> RolePlan:
     env.update(platform.extra_env)
     if platform.model_args:
         env.update(model.atom_env)
-    access = devices(platform, ctx.rdma, ctx.mode)
+    access = devices(platform, ctx.rdma, ctx.mode, platform.kernel_config(ctx))
     prelude = record_preludes(ctx) + mgmt_prelude(ctx)
     if ctx.mode != "agg":
         prelude += platform.ucx_prelude(ctx)

@@ -76,6 +76,9 @@ class DeviceAccess:
     rdma_optional: bool = True
     # The engine's own container settings (security options, limits), in the order it documents them.
     container_args: tuple[str, ...] = ()
+    # The node's kernel configuration mounted read-only at /boot/config-<release> (UCX's ROCm dma-buf check
+    # reads only that file), when the node has it: see kernel_config_prelude.
+    kernel_config: bool = False
 
     def docker_args(self, nvidia_gpus: Sequence[str] = ("--gpus", "all")) -> list[Arg]:
         """``nvidia_gpus``: how the client asks for every NVIDIA GPU (podman: a CDI device, see PodmanRuntime)."""
@@ -91,14 +94,18 @@ class DeviceAccess:
             args.append(Shell('"${IB_DEVICE_ARGS[@]}"'))  # NVLink-only hosts have none; see prelude()
         if self.rdma is not None:
             args += self.rdma.args()
+        if self.kernel_config:
+            args.append(Shell('"${KERNEL_CONFIG_ARGS[@]}"'))  # see kernel_config_prelude
         if self.gpu_visibility:
             args += ["-e", self.gpu_visibility]  # from the job (Slurm's GPU binding); absent if unset there
         return args
 
     def prelude(self) -> list[str]:
+        lines = kernel_config_prelude("docker") if self.kernel_config else []
         if self.rdma_required or self.vendor == "none" or not self.rdma_optional:
-            return []
+            return lines
         return [
+            *lines,
             "IB_DEVICE_ARGS=()",
             "if [ -e /dev/infiniband ]; then IB_DEVICE_ARGS=(--device /dev/infiniband); fi",
         ]
@@ -178,6 +185,8 @@ class DeviceAccess:
                 "IB_MOUNT=''",
                 "if [ -e /dev/infiniband ]; then IB_MOUNT=,/dev/infiniband:/dev/infiniband; fi",
             ]
+        if self.kernel_config:
+            lines += kernel_config_prelude("pyxis")
         return lines
 
     def selection_prelude(self) -> list[str]:
@@ -195,6 +204,45 @@ class DeviceAccess:
             )
         lines.append(f"unset {' '.join(others)}")
         return lines
+
+
+# Where UCX looks for the kernel's configuration (``/boot/config-<uname -r>``, src/uct/rocm/base/rocm_base.c at the
+# pinned UCX), and the other place distributions install it (RHEL, Fedora: /lib/modules/<release>/config); a test
+# points both elsewhere.
+BOOT_DIR = "/boot"
+MODULES_DIR = "/lib/modules"
+
+
+def kernel_config_prelude(runtime: str) -> list[str]:
+    """Job lines that find the node's kernel configuration and mount it read-only where UCX reads it in the
+    container, ``/boot/config-<release>``: UCX decides ROCm dma-buf support from that file alone
+    (``uct_rocm_base_is_dmabuf_supported``: CONFIG_DMABUF_MOVE_NOTIFY=y and CONFIG_PCI_P2PDMA=y), and no
+    runtime mounts /boot. ``runtime``: "docker" (docker and podman: ``KERNEL_CONFIG_ARGS``, -v options) or
+    "pyxis" (``KERNEL_CONFIG_MOUNT``, a ``,SRC:DST:ro`` entry of --container-mounts). A node without the file
+    gets no mount, and the job says what UCX will then decide."""
+    if runtime == "pyxis":
+        empty, mount = "KERNEL_CONFIG_MOUNT=''", 'KERNEL_CONFIG_MOUNT=",$KERNEL_CONFIG_SRC:$KERNEL_CONFIG:ro"'
+    else:
+        empty, mount = (
+            "KERNEL_CONFIG_ARGS=()",
+            'KERNEL_CONFIG_ARGS=(-v "$KERNEL_CONFIG_SRC:$KERNEL_CONFIG:ro")',
+        )
+    boot, modules = shlex.quote(BOOT_DIR), shlex.quote(MODULES_DIR)
+    return [
+        "# UCX decides ROCm dma-buf support from /boot/config-<release> alone (src/uct/rocm/base/rocm_base.c):",
+        "# the node's kernel configuration, read-only, where the container's UCX reads it.",
+        f'KERNEL_CONFIG={boot}/config-"$(uname -r)"',
+        "KERNEL_CONFIG_SRC=''",
+        f'for candidate in "$KERNEL_CONFIG" {modules}/"$(uname -r)"/config; do',
+        '  if [ -r "$candidate" ]; then KERNEL_CONFIG_SRC=$candidate; break; fi',
+        "done",
+        empty,
+        'if [ -n "$KERNEL_CONFIG_SRC" ]; then',
+        f"  {mount}",
+        "else",
+        '  echo "no kernel configuration at $KERNEL_CONFIG: UCX will find no ROCm dma-buf support" >&2',
+        "fi",
+    ]
 
 
 NO_DEVICES = DeviceAccess("none")
@@ -373,8 +421,15 @@ class PyxisRuntime:
         entries = [f"{m}:{m}" for m in self.mounts] if mounts else []
         entries += list(devices.pyxis_mounts()) if devices is not None else []
         optional_ib = devices is not None and devices.pyxis_optional_rdma()
-        if entries and optional_ib:
-            args.append(Shell(shlex.quote("--container-mounts=" + ",".join(entries)) + '"$IB_MOUNT"'))
+        optional = ['"$IB_MOUNT"'] if optional_ib else []
+        if devices is not None and devices.kernel_config:
+            if not entries:
+                raise ValueError(
+                    "the kernel configuration's mount comes after other mounts (a GPU's devices)"
+                )
+            optional.append('"$KERNEL_CONFIG_MOUNT"')
+        if entries and optional:
+            args.append(Shell(shlex.quote("--container-mounts=" + ",".join(entries)) + "".join(optional)))
         elif optional_ib:  # nothing else to mount: the option only when the node has /dev/infiniband
             args.append(Shell('${IB_MOUNT:+"--container-mounts=${IB_MOUNT#,}"}'))
         elif entries:
