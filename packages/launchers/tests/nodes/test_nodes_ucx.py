@@ -1,8 +1,8 @@
-"""The node check's ``ucx`` row on the local cluster, for real: Debian's ``ucx_info`` (UCX 1.13; the rehearsal
-workers' NIXL wheel bundles UCX 1.23's libraries but no ucx_info) run in each node's network namespace with the
-rehearsal P/D workers' UCX variables as the engine plans them (vllm-cpu: UCX_TLS=tcp,self, tcp on the nodes'
-veth), and with a UCX_NET_DEVICES that leaves tcp no device: the check that would have caught issue 34's
-tcp:aux defect before any job loaded a model."""
+"""The node check's ``ucx`` row on the local cluster, for real: the UCX the rehearsal workers load (UCX 1.23,
+bundled in .venv-vllm-cpu's NIXL wheel without a ucx_info, driven through its own print functions by
+``nixl_compat.ucpinfo``) in each node's network namespace with the rehearsal P/D workers' UCX variables as the
+engine plans them (vllm-cpu: UCX_TLS=tcp,self, tcp on the nodes' veth), and with a UCX_NET_DEVICES that leaves
+tcp no device: the check that would have caught issue 34's tcp:aux defect before any job loaded a model."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def test_rehearsal_workers_ucx_variables_pass_on_every_node(config: ClusterConfi
         assert ucx.status == PASS, ucx
         assert "UCX_PROTO_INFO=y, UCX_TLS=tcp,self" in ucx.detail, ucx.detail
         # The namespaced node's own devices: its veth (eth0) and loopback, nothing of the host's.
-        assert "tcp/eth0" in ucx.detail and "UCX 1.13" in ucx.detail, ucx.detail
+        assert ucx.detail.startswith("with ") and "'s NIXL wheel's UCX (nixl_compat.ucpinfo)" in ucx.detail
+        assert "tcp/eth0" in ucx.detail and "UCX 1.23.0" in ucx.detail, ucx.detail
         assert rows["boot-config"].status in (PASS, NOT_NEEDED), rows["boot-config"]
 
 
@@ -52,7 +53,7 @@ def test_a_net_devices_that_leaves_tcp_no_device_fails_naming_it(config: Cluster
     failed = {(node, check): detail for node, check, detail in report.failures()}
     assert set(failed) == {(node, "ucx") for node in _nodes(config)}, report.table()
     for detail in failed.values():
-        assert detail.startswith("with the node's ucx_info ("), detail  # which ucx_info ran
+        assert "NIXL wheel's UCX" in detail, detail  # which UCX answered
         assert (
             "UCX_NET_DEVICES: UCX_TLS=tcp,self asks for tcp, but UCX_NET_DEVICES=ionic_0:1 leaves it no device"
             in detail

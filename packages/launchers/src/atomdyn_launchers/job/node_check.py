@@ -316,10 +316,11 @@ def _shim(spec: dict[str, Any], needs: NodeNeeds, host: str) -> Check:
     return Check("dmabuf-shim", PASS if done.returncode == 0 else FAIL, f"{where}: {last[0]}")
 
 
-def _ucx_command(
+def _ucx_commands(
     spec: dict[str, Any], needs: NodeNeeds, host: str, env: dict[str, str]
-) -> tuple[list[str], str]:
-    """ucx_info in the workers' runtime: the venv's (else the node's), or the image's with the workers' devices."""
+) -> list[tuple[list[str], str]]:
+    """ucx_info in the workers' runtime: in the venv (its own, its NIXL wheel's UCX, else the node's), or the
+    image's with the workers' devices."""
     argv = [ucx_check.TOOL, *ucx_check.ARGS]
     devices = [d for d in (*needs.gpu_devices, "/dev/infiniband") if os.path.exists(d)]
     if spec["runtime"] == "pyxis" and spec["images"]:
@@ -329,7 +330,7 @@ def _ucx_command(
         mounts = [*devices, *spec.get("rdma_mounts", [])]
         if mounts:
             srun.append("--container-mounts=" + ",".join(f"{m}:{m}" for m in mounts))
-        return [*srun, *argv], f"in {image}"
+        return [([*srun, *argv], f"in {image}")]
     if spec["runtime"] in ("docker", "podman") and spec["images"]:
         image = next(iter(spec["images"]))
         cli = images.container_cli(spec["runtime"], host)
@@ -337,13 +338,8 @@ def _ucx_command(
         run += ["--network", "host", *(a for d in devices for a in ("--device", d))]
         run += [a for m in spec.get("rdma_mounts", []) for a in ("-v", f"{m}:{m}:ro")]
         run += [a for k, v in sorted(env.items()) for a in ("-e", f"{k}={v}")]
-        return [*run, image, *argv], f"in {image}"
-    venv = spec.get("worker_venv") or spec["python_venv"]
-    tool = ucx_check.venv_tool(venv)
-    return [
-        tool,
-        *ucx_check.ARGS,
-    ], f"with {tool}" if tool != ucx_check.TOOL else f"with the node's ucx_info ({venv} has none)"
+        return [([*run, image, *argv], f"in {image}")]
+    return ucx_check.venv_commands(spec.get("worker_venv") or spec["python_venv"])
 
 
 def _ucx(spec: dict[str, Any], needs: NodeNeeds, node: str, host: str, sysfs_ib: Path) -> Check:
@@ -354,11 +350,11 @@ def _ucx(spec: dict[str, Any], needs: NodeNeeds, node: str, host: str, sysfs_ib:
         return Check("ucx", NOT_NEEDED, f"{spec['engine']} workers move no KV through UCX in this check")
     env: dict[str, str] = dict(ucx["env"].get(node, {}))
     env.update(expand_job_values(ucx.get("shell", {}).get(node, {}), env, sysfs_ib))
-    command, where = _ucx_command(spec, needs, host, env)
+    candidates = _ucx_commands(spec, needs, host, env)
     extra = (
         images.container_cli(spec["runtime"], host).env() if spec["runtime"] in ("docker", "podman") else {}
     )
-    text = ucx_check.run_ucx_info(command, {**extra, **env})
+    text, where = ucx_check.run_first(candidates, {**extra, **env})
     verdict = ucx_check.judge_output(text, env, ucx_check.roce_v2_map(sysfs_ib))
     shown = ", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "no UCX variables"
     return Check("ucx", PASS if verdict.ok else FAIL, f"{where}, {shown}: {verdict.detail()}")

@@ -77,26 +77,53 @@ def _tail(text: str) -> str:
     return " | ".join(lines[-3:]) or "(no output)"
 
 
-def run_ucx_info(command: Sequence[str], env: Mapping[str, str], timeout_s: float = TIMEOUT_S) -> str:
-    """``command`` (a ucx_info with ARGS, possibly inside a container) with ``env`` added; its output, both
-    streams in order. A command that cannot start or hangs is reported in the text."""
+def run_ucx_info(
+    command: Sequence[str], env: Mapping[str, str], timeout_s: float = TIMEOUT_S
+) -> tuple[int | None, str]:
+    """``command`` (a ucx_info with ARGS, possibly inside a container) with ``env`` added: its exit status (None:
+    it could not start or hung) and its output, both streams in order."""
     try:
         done = subprocess.run(
             list(command), env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, timeout=timeout_s, check=False,
         )  # fmt: skip
     except FileNotFoundError as exc:
-        return f"<cannot run {command[0]}: {exc}>"
+        return None, f"<cannot run {command[0]}: {exc}>"
     except subprocess.TimeoutExpired:
-        return f"<{command[0]} did not finish in {timeout_s:g} s>"
-    return done.stdout
+        return None, f"<{command[0]} did not finish in {timeout_s:g} s>"
+    return done.returncode, done.stdout
 
 
-def venv_tool(venv: str) -> str:
-    """The venv's ucx_info when it has one, else the node's (what the venv's UCX stands in for is said in
-    docs/nixl-path.md: the NIXL wheel bundles UCX's libraries, not its tools)."""
+# nixl_compat.ucpinfo: ucx_info's calls through the libucp a NIXL wheel bundles (it ships no ucx_info); exit 2
+# when the venv has no such library.
+WHEEL_DRIVER = ("-m", "nixl_compat.ucpinfo")
+NO_LIBRARY = 2
+
+
+def venv_commands(venv: str) -> list[tuple[list[str], str]]:
+    """How to ask the UCX a venv's workers load, best first, each with what it is: the venv's ucx_info, else
+    its NIXL wheel's bundled UCX through ``nixl_compat.ucpinfo``, else the node's ucx_info (the same variables
+    on another build of UCX: docs/nixl-path.md says what that proves)."""
     own = Path(venv) / "bin" / TOOL
-    return str(own) if os.access(own, os.X_OK) else TOOL
+    python = Path(venv) / "bin" / "python"
+    out: list[tuple[list[str], str]] = []
+    if os.access(own, os.X_OK):
+        out.append(([str(own), *ARGS], f"with {own}"))
+    if os.access(python, os.X_OK):
+        out.append(([str(python), *WHEEL_DRIVER], f"with {venv}'s NIXL wheel's UCX (nixl_compat.ucpinfo)"))
+    out.append(([TOOL, *ARGS], f"with the node's ucx_info ({venv} has none)"))
+    return out
+
+
+def run_first(candidates: Sequence[tuple[Sequence[str], str]], env: Mapping[str, str]) -> tuple[str, str]:
+    """The output of the first candidate that reaches a UCX (the wheel driver exits 2 without a library), and
+    what it was."""
+    text, label = "<no ucx_info>", "nothing"
+    for command, label in candidates:
+        code, text = run_ucx_info(command, env)
+        if not (code == NO_LIBRARY and list(command[-2:]) == list(WHEEL_DRIVER)):
+            return text, label
+    return text, label
 
 
 def boot_config() -> tuple[bool, str]:
