@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from atomdyn_launchers.config.cluster import load_cluster_config
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.job import node_check, ucx_check, ucx_info
@@ -194,3 +196,23 @@ def test_no_ucx_row_for_engines_or_runs_that_move_no_kv_through_ucx() -> None:
     assert worker_ucx(config, get_engine("vllm-cpu"), nodes, "agg") is None
     planned = worker_ucx(config, get_engine("vllm-cpu"), nodes, None)
     assert planned is not None and planned["env"][nodes[0]]["UCX_TLS"] == "tcp,self"
+
+
+def test_boot_config_is_required_only_where_the_workers_use_a_rocm_transport(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rocm = {"ucx": {"env": {"n1": {"UCX_TLS": "rc_verbs,rocm_copy,rocm_ipc,rocm,sm,self,tcp:aux"}}}}
+    host_vram = {"ucx": {"env": {"n1": {"UCX_TLS": "rc_verbs,self,tcp:aux"}}}}
+    wanted = "/boot/config-6.8.0"
+    monkeypatch.setattr(ucx_check, "boot_config", lambda: (None, wanted))
+    missing = node_check._boot_config(rocm, "n1")
+    assert (
+        missing.status == node_check.FAIL
+        and wanted in missing.detail
+        and "UCX_TLS=rc_verbs,rocm" in missing.detail
+    )
+    assert node_check._boot_config(host_vram, "n1").status == node_check.NOT_NEEDED
+    monkeypatch.setattr(ucx_check, "boot_config", lambda: ("/lib/modules/6.8.0/config", wanted))
+    assert node_check._boot_config(rocm, "n1").status == node_check.PASS
+    monkeypatch.setattr(ucx_check, "boot_config", lambda: (wanted, wanted))
+    assert node_check._boot_config(rocm, "n1").detail.startswith(f"{wanted} present")

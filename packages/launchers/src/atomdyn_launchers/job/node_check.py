@@ -398,20 +398,24 @@ def expand_job_values(shell: dict[str, str], env: dict[str, str], sysfs_ib: Path
 
 def _boot_config(spec: dict[str, Any], node: str) -> Check:
     """UCX reads ROCm dma-buf support only from /boot/config-$(uname -r) (src/uct/rocm/base/rocm_base.c): a
-    worker with a ROCm transport in UCX_TLS (ATOM_UCX_PATH=rocm) gets it mounted, so there it must exist."""
-    present, path = ucx_check.boot_config()
+    worker with a ROCm transport in UCX_TLS (ATOM_UCX_PATH=rocm) gets the node's file mounted there, so there it
+    must exist (or /lib/modules/<release>/config, which the job mounts in its place)."""
+    found, wanted = ucx_check.boot_config()
     ucx = spec.get("ucx") or {}
     tls = dict(ucx.get("env", {}).get(node, {})).get("UCX_TLS", "")
     rocm = any(t.startswith("rocm") for t in tls.split(","))
-    if present:
-        return Check("boot-config", PASS, f"{path} present (UCX reads ROCm dma-buf support from it)")
+    if found == wanted:
+        return Check("boot-config", PASS, f"{wanted} present (UCX reads ROCm dma-buf support from it)")
+    if found:
+        return Check("boot-config", PASS, f"{wanted} absent, {found} present (the ROCm path mounts it there)")
     if rocm:
         return Check(
             "boot-config", FAIL,
-            f"{path} is missing: the workers' UCX_TLS={tls} has ROCm transports, and UCX reads ROCm dma-buf "
-            "support only from this file (mounted into the workers)",
+            f"{wanted} is missing (and /lib/modules/<release>/config): the workers' UCX_TLS={tls} has ROCm "
+            "transports, and UCX reads ROCm dma-buf support only from this file, without which VRAM cannot be "
+            "registered on ionic",
         )  # fmt: skip
-    return Check("boot-config", NOT_NEEDED, f"{path} absent; no ROCm transport in the workers' UCX_TLS")
+    return Check("boot-config", NOT_NEEDED, f"{wanted} absent; no ROCm transport in the workers' UCX_TLS")
 
 
 def run_checks(

@@ -126,10 +126,16 @@ def run_first(candidates: Sequence[tuple[Sequence[str], str]], env: Mapping[str,
     return text, label
 
 
-def boot_config() -> tuple[bool, str]:
-    """Whether this host has the kernel configuration UCX reads ROCm dma-buf support from."""
-    path = BOOT_CONFIG.format(release=os.uname().release)
-    return os.path.isfile(path), path
+def boot_config() -> tuple[str | None, str]:
+    """(the kernel configuration file a job would mount, or None; the path UCX reads): UCX reads ROCm dma-buf
+    support only from /boot/config-$(uname -r), and the ROCm path's jobs mount the node's file there, taking
+    /lib/modules/<release>/config where /boot has none."""
+    release = os.uname().release
+    wanted = BOOT_CONFIG.format(release=release)
+    for path in (wanted, f"/lib/modules/{release}/config"):
+        if os.path.isfile(path):
+            return path, wanted
+    return None, wanted
 
 
 def _env_pairs(pairs: Sequence[str]) -> dict[str, str]:
