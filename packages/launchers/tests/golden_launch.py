@@ -17,10 +17,11 @@ from pathlib import Path
 from atomdyn_launchers.config.cluster import ClusterConfig, parse_cluster_env
 from atomdyn_launchers.contract.rundir import RunDir
 from atomdyn_launchers.engines import ENGINE_NAMES, get_engine
+from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import plan_roles
-from atomdyn_launchers.run.submission import ProbeOptions, Submission
+from atomdyn_launchers.run.submission import Submission
 from atomdyn_launchers.sbatch import render, render_arg
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"

@@ -15,9 +15,9 @@ from atomdyn_launchers.certify.ladder import Certification, CertifyError, climb,
 from atomdyn_launchers.certify.report import publish
 from atomdyn_launchers.certify.rungs import RUNG_NAMES
 from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.evidence import cli as evidence_cli
 from atomdyn_launchers.run.options import LaunchOptions
-from atomdyn_launchers.run.submission import ProbeOptions
 
 pytestmark = pytest.mark.integration
 PROBE = ProbeOptions(blocks=16, transfer_blocks=(1, 4), iterations=5, large_mib=8, timeout_s=60.0)

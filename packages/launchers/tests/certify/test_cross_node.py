@@ -13,8 +13,8 @@ from clusterinfra import require_vllm_cpu_venv
 
 from atomdyn_launchers.certify.nixl import cross_node
 from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.run.options import LaunchOptions
-from atomdyn_launchers.run.submission import ProbeOptions
 
 pytestmark = pytest.mark.integration
 SMALL = ProbeOptions(blocks=16, transfer_blocks=(1, 4), iterations=5, large_mib=8, timeout_s=60.0)

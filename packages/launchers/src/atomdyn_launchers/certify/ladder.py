@@ -29,11 +29,11 @@ from atomdyn_launchers.certify.rungs import (
 )
 from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.engines import get_engine
+from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.evidence.certify_report import REPORT_FILE, STATE_FILE, certified, render, verdict_line
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.options import LaunchOptions
-from atomdyn_launchers.run.submission import ProbeOptions
 
 ALWAYS = ("preflight", "images")  # cheap, and they establish the key
 

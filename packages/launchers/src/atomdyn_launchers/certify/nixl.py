@@ -14,13 +14,13 @@ from pathlib import Path
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.engines import get_engine
+from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.evidence.probe import PROBE_DIR, Check, ProbeVerdict, judge_probe
 from atomdyn_launchers.nodes.check import CheckReport, check_nodes
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.launch import Launch
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.stages.record import Outcome
-from atomdyn_launchers.run.submission import ProbeOptions
 
 VERDICT_FILE = "verdict.json"
 UCX_ROWS = ("ucx",)

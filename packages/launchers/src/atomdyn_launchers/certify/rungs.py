@@ -24,6 +24,7 @@ from atomdyn_launchers.config.cluster import (
     PreflightError,
 )
 from atomdyn_launchers.engines import Engine, get_engine
+from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.evidence.certify_report import LADDER
 from atomdyn_launchers.evidence.gates import evaluate, overall
 from atomdyn_launchers.evidence.signals import collect_signals
@@ -34,7 +35,6 @@ from atomdyn_launchers.run.launch import run
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import plan_roles
 from atomdyn_launchers.run.stages.probe import START_ALLOWANCE_S
-from atomdyn_launchers.run.submission import ProbeOptions
 from atomdyn_launchers.slurm.client import Slurm, held_allocation
 from atomdyn_launchers.validate.gpu import run_gpu_validation
 

@@ -18,9 +18,9 @@ from invoke.tasks import task
 
 from atomdyn_launchers.certify.nixl import cross_node
 from atomdyn_launchers.config.cluster import CLUSTER_ENV_VAR, load_cluster_config, resolve_cluster_config
+from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.rehearsal.localcluster.cluster import LocalCluster
 from atomdyn_launchers.run.options import Flags, OptionError
-from atomdyn_launchers.run.submission import ProbeOptions
 from atomdyn_launchers.run.tasks import HELP, PREFLIGHT_ERRORS, options_of
 
 

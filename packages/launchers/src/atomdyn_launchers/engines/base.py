@@ -77,10 +77,28 @@ class MockTiming:
 
 
 @dataclass(frozen=True)
+class ProbeOptions:
+    """What the cross-node NIXL probe moves and how long each side waits for the other (``nixl.cross_node``)."""
+
+    blocks: int = 64  # KV blocks in each side's cache
+    transfer_blocks: tuple[int, ...] = (1, 4, 16)  # blocks per READ, one series each
+    iterations: int = 20  # timed READs per series
+    large_mib: int = 64  # the large transfer
+    timeout_s: float = 120.0  # each side's wait for the other, and for one READ
+
+    def __post_init__(self) -> None:
+        if self.blocks < 1 or self.iterations < 1 or self.large_mib < 1 or not self.timeout_s > 0:
+            raise ValueError("the probe's blocks, iterations, large MiB and timeout must be positive")
+        if not self.transfer_blocks or not all(1 <= n <= self.blocks for n in self.transfer_blocks):
+            raise ValueError(f"blocks per READ {self.transfer_blocks} must lie in 1..{self.blocks}")
+
+
+@dataclass(frozen=True)
 class KvProbe:
     """The cross-node NIXL probe a role runs in place of its engine (``python -m nixl_compat.crossnode``): the
     prefill role is the target that owns the KV buffers, the decode role the initiator that READs them, each in
-    the worker's runtime with the worker's P/D environment, exchanging NIXL metadata through the run's etcd."""
+    the worker's runtime with the worker's P/D environment, exchanging NIXL metadata through the run's etcd.
+    What it moves is the run's ProbeOptions, shaped like the model's KV cache."""
 
     key_prefix: str  # the pair's etcd keys
     report_dir: str  # each side writes <report_dir>/<role>.json
@@ -89,11 +107,7 @@ class KvProbe:
     head_dim: int
     block_tokens: int
     dtype_bytes: int
-    blocks: int = 64
-    transfer_blocks: tuple[int, ...] = (1, 4, 16)
-    iterations: int = 20
-    large_mib: int = 64
-    timeout_s: float = 120.0
+    options: ProbeOptions = ProbeOptions()
 
     def argv(self, python: str, side: str, role: str, device: str) -> list[Arg]:
         args: list[Arg] = [python, "-m", "nixl_compat.crossnode", "--role", side]
@@ -106,10 +120,11 @@ class KvProbe:
             str(self.kv_heads),
         ]
         args += ["--head-dim", str(self.head_dim), "--block-tokens", str(self.block_tokens)]
-        args += ["--dtype-bytes", str(self.dtype_bytes), "--blocks", str(self.blocks)]
-        args += ["--transfer-blocks", ",".join(str(n) for n in self.transfer_blocks)]
-        args += ["--iterations", str(self.iterations), "--large-mib", str(self.large_mib)]
-        args += ["--device", device, "--timeout", f"{self.timeout_s:g}"]
+        options = self.options
+        args += ["--dtype-bytes", str(self.dtype_bytes), "--blocks", str(options.blocks)]
+        args += ["--transfer-blocks", ",".join(str(n) for n in options.transfer_blocks)]
+        args += ["--iterations", str(options.iterations), "--large-mib", str(options.large_mib)]
+        args += ["--device", device, "--timeout", f"{options.timeout_s:g}"]
         return [*args, "--json", f"{self.report_dir}/{role}.json"]
 
 

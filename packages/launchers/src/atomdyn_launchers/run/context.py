@@ -11,12 +11,13 @@ from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.contract.rundir import RunDir
 from atomdyn_launchers.engines import Engine
+from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.profiles.models import ModelProfile
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.etcd_session import EtcdSession
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import RoleSpec
-from atomdyn_launchers.run.submission import ProbeOptions, Submission
+from atomdyn_launchers.run.submission import Submission
 from atomdyn_launchers.slurm.client import Allocation, Slurm
 
 # Callbacks for tests and tools: called with (event name, details) at each timeline event; the details'

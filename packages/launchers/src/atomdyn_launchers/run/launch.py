@@ -49,6 +49,7 @@ from atomdyn_launchers.config.cluster import (
 )
 from atomdyn_launchers.contract.readiness import ReadinessError
 from atomdyn_launchers.engines import Engine, get_engine
+from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.nodes.check import CheckReport
 from atomdyn_launchers.nodes.etcd_owned import owned_etcd_node
 from atomdyn_launchers.profiles.models import ModelProfile, get_model
@@ -71,7 +72,6 @@ from atomdyn_launchers.run.stages.smoke import smoke
 from atomdyn_launchers.run.stages.stop import cancel_hard, stop
 from atomdyn_launchers.run.stages.submit import submit
 from atomdyn_launchers.run.stages.watch import watch
-from atomdyn_launchers.run.submission import ProbeOptions
 from atomdyn_launchers.slurm.client import Allocation, Slurm, SlurmError
 
 Stage = Callable[[RunContext, Monitor], None]

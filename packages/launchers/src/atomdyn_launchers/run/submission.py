@@ -13,7 +13,7 @@ from atomdyn_launchers.contract.leases import ETCD_LOST_S, LEASE_TTL_S
 from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.contract.rundir import RunDir
 from atomdyn_launchers.engines import Engine
-from atomdyn_launchers.engines.base import KvProbe, MockTiming, RoleContext, RolePlan
+from atomdyn_launchers.engines.base import KvProbe, MockTiming, ProbeOptions, RoleContext, RolePlan
 from atomdyn_launchers.engines.runtime import (
     DockerRuntime,
     PodmanRuntime,
@@ -36,23 +36,6 @@ from atomdyn_launchers.slurm.steps import step_name
 
 # Where the probe's sides write their reports in the run directory (<run dir>/nixl/<role>.json).
 PROBE_DIR = "nixl"
-
-
-@dataclass(frozen=True)
-class ProbeOptions:
-    """What the cross-node NIXL probe moves and how long each side waits for the other (``nixl.cross_node``)."""
-
-    blocks: int = 64  # KV blocks in each side's cache
-    transfer_blocks: tuple[int, ...] = (1, 4, 16)  # blocks per READ, one series each
-    iterations: int = 20  # timed READs per series
-    large_mib: int = 64  # the large transfer
-    timeout_s: float = 120.0  # each side's wait for the other, and for one READ
-
-    def __post_init__(self) -> None:
-        if self.blocks < 1 or self.iterations < 1 or self.large_mib < 1 or not self.timeout_s > 0:
-            raise ValueError("the probe's blocks, iterations, large MiB and timeout must be positive")
-        if not self.transfer_blocks or not all(1 <= n <= self.blocks for n in self.transfer_blocks):
-            raise ValueError(f"blocks per READ {self.transfer_blocks} must lie in 1..{self.blocks}")
 
 
 @dataclass(frozen=True)
@@ -93,11 +76,7 @@ class Submission:
             head_dim=shape.head_dim,
             block_tokens=shape.block_tokens,
             dtype_bytes=shape.dtype_bytes,
-            blocks=probe.blocks,
-            transfer_blocks=probe.transfer_blocks,
-            iterations=probe.iterations,
-            large_mib=probe.large_mib,
-            timeout_s=probe.timeout_s,
+            options=probe,
         )
 
     def runtime(self) -> Runtime:
