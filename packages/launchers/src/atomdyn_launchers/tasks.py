@@ -5,6 +5,7 @@ from __future__ import annotations
 from invoke.collection import Collection
 
 from atomdyn_launchers.certify.tasks import certify, nixl_cross_node
+from atomdyn_launchers.diagnose.tasks import diagnose
 from atomdyn_launchers.evidence.invoke_tasks import ns as evidence_ns
 from atomdyn_launchers.nodes.invoke_tasks import ns as nodes_ns
 from atomdyn_launchers.rehearsal.tasks import disagg_bench
@@ -22,4 +23,4 @@ COLLECTIONS: tuple[Collection, ...] = (cluster_ns, nodes_ns, agg_ns, disagg_ns, 
 # Tasks the launchers add to other packages' collections: collection name -> (task name, task).
 EXTRA_TASKS = {"nixl": (("cross_node", nixl_cross_node),)}
 # Tasks at the top of `invoke --list`, beside `demo`.
-ROOT_TASKS = (certify,)
+ROOT_TASKS = (certify, diagnose)

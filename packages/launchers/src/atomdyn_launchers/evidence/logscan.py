@@ -16,7 +16,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-BLOCK = 8 << 20
+# The bounded reader, shared with the diagnosis (diagnose/lines.py).
+from atomdyn_launchers.diagnose.lines import BLOCK
+from atomdyn_launchers.diagnose.lines import blocks as _blocks
+
 EXCERPT_LINES = 4  # matching lines kept per marker and file, for the excerpts
 MAX_LINE = 2000  # characters kept of one excerpt line
 
@@ -234,30 +237,6 @@ def _ucx_table_line(scan: FileScan, line: str) -> str | None:
             scan.kv_transports[key] = scan.kv_transports.get(key, 0) + 1
         return "ucx_kv_row"
     return None
-
-
-def _blocks(path: Path, block: int) -> Iterator[tuple[bytes, int, int]]:
-    """(buffer, end, cut): ``buffer[:end]`` holds whole lines (the file's last may lack its newline);
-    ``cut`` is 1 when one line longer than a block had to be cut."""
-    carry = b""
-    with open(path, "rb") as handle:
-        while True:
-            data = handle.read(block)
-            if not data:
-                break
-            buf = carry + data if carry else data
-            end = buf.rfind(b"\n") + 1
-            if end == 0:
-                if len(buf) >= block:  # one line longer than a block: cut it here
-                    yield buf, len(buf), 1
-                    carry = b""
-                else:
-                    carry = buf
-                continue
-            yield buf, end, 0
-            carry = buf[end:]
-    if carry:
-        yield carry, len(carry), 0
 
 
 def matching_lines(path: Path, markers: tuple[Marker, ...] = MARKERS, block: int = BLOCK) -> Iterator[bytes]:

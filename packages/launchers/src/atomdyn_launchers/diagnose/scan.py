@@ -1,0 +1,285 @@
+"""Match the catalog against a run directory or one log, and rank what it finds.
+
+A run directory is read as docs/run-directory.md lays it out: run.json's headline (``failure``) and job
+states, the timeline, and every regular file under ``logs/`` and ``nixl/`` (the probe's reports), each streamed
+in bounded blocks (diagnose/lines.py): only lines holding an entry's needle, or an error word, reach Python.
+Nothing is guessed: when no entry matches, the diagnosis says so and shows the first error lines of each log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from atomdyn_launchers.diagnose.catalog import CATALOG, ERROR_NEEDLES, RUNG_COMMANDS, Entry
+from atomdyn_launchers.diagnose.lines import BLOCK, numbered_lines
+
+NO_SIGNATURE = "no known signature; the first error lines of each log:"
+MAX_LINE = 400  # characters kept of a matched line
+ERROR_LINES = 5  # first error lines kept per log, for the fallback
+LOG_DIRS = ("logs", "nixl")  # the run directory's logs, and the NIXL probe's reports
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_LOG_ENTRIES = tuple(e for e in CATALOG if e.signature.kind == "log")
+_NEEDLES = tuple(dict.fromkeys(e.signature.needle.encode() for e in _LOG_ENTRIES))
+_KIND_COMMANDS = {"agg-single": "invoke agg.run --nodes 1", "agg-two": "invoke agg.run --nodes 2",
+                  "disagg": "invoke disagg.run"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One catalog entry seen: where first (file, line number, the line) and how many times."""
+
+    entry: Entry
+    file: str
+    line_no: int | None  # None: not a line of a log (run.json's headline or job states, a gate, the timeline)
+    line: str
+    count: int
+    order: int  # when it was first seen in the scan (ties among equal weights go to the earlier)
+
+    def rank(self) -> tuple[int, int, int]:
+        return (0 if self.entry.causal else 1, self.entry.weight, self.order)
+
+    @property
+    def location(self) -> str:
+        return self.file if self.line_no is None else f"{self.file}:{self.line_no}"
+
+    def to_json(self) -> dict[str, Any]:
+        e = self.entry
+        return {"id": e.id, "component": e.component, "causal": e.causal, "file": self.file,
+                "line_no": self.line_no, "line": self.line, "count": self.count, "cause": e.cause, "fix": e.fix,
+                "rung": e.rung, "rung_command": RUNG_COMMANDS[e.rung], "source": e.where}  # fmt: skip
+
+
+@dataclass
+class Diagnosis:
+    target: str
+    findings: list[Finding] = field(default_factory=list)
+    error_lines: dict[str, list[str]] = field(default_factory=dict)  # file -> "N: line", for the fallback
+    rerun: str = ""
+    files_read: int = 0
+    unreadable: list[str] = field(default_factory=list)
+
+    @property
+    def known(self) -> bool:
+        return bool(self.findings)
+
+    @property
+    def first(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+    def to_json(self, limit: int | None = None) -> dict[str, Any]:
+        """The diagnosis as JSON (``limit``: at most that many findings, the rest counted)."""
+        shown = self.findings if limit is None else self.findings[:limit]
+        return {
+            "target": self.target,
+            "known": self.known,
+            "first": self.first.entry.id if self.first else None,
+            "findings": [f.to_json() for f in shown],
+            "findings_left_out": len(self.findings) - len(shown),
+            "error_lines": {} if self.known else self.error_lines,
+            "rerun": self.rerun,
+            "files_read": self.files_read,
+            "unreadable": self.unreadable,
+        }
+
+    def text(self) -> str:
+        lines = [f"diagnosis of {self.target}: {self.files_read} file(s) read"]
+        if not self.known:
+            lines.append(NO_SIGNATURE)
+            for name, shown in self.error_lines.items():
+                lines.append(f"  {name}:")
+                lines += [f"    {line}" for line in shown]
+            if not self.error_lines:
+                lines.append("  (no log holds an error line)")
+        else:
+            lines.append(f"{len(self.findings)} known signature(s), the first cause first:")
+            for number, found in enumerate(self.findings, 1):
+                e = found.entry
+                role = "" if e.causal else ", a symptom"
+                times = f" ({found.count} times)" if found.count > 1 else ""
+                lines += [
+                    f"{number}. {e.id} ({e.component}{role}){times}",
+                    f"   {found.location}: {found.line}",
+                    f"   cause: {e.cause}",
+                    f"   fix: {e.fix}",
+                    f"   rung: {e.rung} ({RUNG_COMMANDS[e.rung]}); source: {e.where}",
+                ]
+        for name in self.unreadable:
+            lines.append(f"not read: {name}")
+        if self.rerun:
+            lines.append(f"rerun: {self.rerun}")
+        return "\n".join(lines) + "\n"
+
+
+class _Matcher:
+    """Findings in the order first seen, one per entry."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, Finding] = {}
+        self.order = 0
+
+    def add(self, entry: Entry, file: str, line_no: int | None, line: str) -> None:
+        seen = self.found.get(entry.id)
+        if seen is not None:
+            self.found[entry.id] = Finding(
+                entry, seen.file, seen.line_no, seen.line, seen.count + 1, seen.order
+            )
+            return
+        self.order += 1
+        self.found[entry.id] = Finding(entry, file, line_no, line[:MAX_LINE], 1, self.order)
+
+    def line(self, file: str, line_no: int | None, text: str) -> bool:
+        """Match one log line against every log entry; True if one matched."""
+        matched = False
+        for entry in _LOG_ENTRIES:
+            if entry.signature.needle in text and entry.regex.search(text):
+                self.add(entry, file, line_no, text)
+                matched = True
+        return matched
+
+    def ranked(self) -> list[Finding]:
+        return sorted(self.found.values(), key=Finding.rank)
+
+
+def _decode(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace").rstrip("\r")
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+def _scan_log(matcher: _Matcher, path: Path, name: str, errors: dict[str, list[str]], block: int) -> None:
+    needles = list(_NEEDLES) + list(ERROR_NEEDLES)
+    kept: list[str] = []
+    for number, raw in numbered_lines(path, needles, block):
+        text = _decode(raw)
+        if matcher.line(name, number, text):
+            continue
+        if len(kept) < ERROR_LINES and any(n.decode() in text for n in ERROR_NEEDLES):
+            kept.append(f"{number}: {text[:MAX_LINE]}")
+            if len(kept) == ERROR_LINES:  # enough for the fallback: look only for known signatures now
+                del needles[len(_NEEDLES) :]
+    if kept:
+        errors[name] = kept
+
+
+def _regular_files(run_dir: Path) -> Iterable[tuple[Path, str]]:
+    """The run's log files (regular files only: no link is followed), in a stable order."""
+    for sub in LOG_DIRS:
+        top = run_dir / sub
+        try:
+            if not stat.S_ISDIR(os.lstat(top).st_mode):
+                continue
+        except OSError:
+            continue
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames.sort()
+            for filename in sorted(filenames):
+                path = Path(dirpath) / filename
+                try:
+                    if stat.S_ISREG(os.lstat(path).st_mode):
+                        yield path, str(path.relative_to(run_dir))
+                except OSError:
+                    continue
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _timeline_events(run_dir: Path) -> set[str]:
+    events: set[str] = set()
+    try:
+        with open(run_dir / "timeline.jsonl", encoding="utf-8", errors="replace") as handle:
+            for raw in handle:
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and isinstance(record.get("event"), str):
+                    events.add(record["event"])
+    except OSError:
+        pass
+    return events
+
+
+def rerun_command(run: dict[str, Any]) -> str:
+    """The command that runs this run again: the NIXL probe, or the kind's run task with its engine."""
+    if run.get("probe"):
+        return "invoke nixl.cross-node"
+    base = _KIND_COMMANDS.get(str(run.get("kind")), "")
+    engine = run.get("engine_profile")
+    return f"{base} --engine {engine}" if base and isinstance(engine, str) and engine else base
+
+
+def diagnose_run(
+    run_dir: Path,
+    *,
+    run: dict[str, Any] | None = None,
+    failed_gates: Sequence[tuple[str, str]] = (),
+    block: int = BLOCK,
+) -> Diagnosis:
+    """Diagnose a run directory. ``run``: the run record when run.json is not written yet (the record stage);
+    ``failed_gates``: (gate id, reason) of the evidence gates that failed, when the caller judged them."""
+    if run is None:
+        loaded = _read_json(run_dir / "run.json")
+        run = loaded if isinstance(loaded, dict) else {}
+    diagnosis = Diagnosis(str(run_dir), rerun=rerun_command(run))
+    matcher = _Matcher()
+    for path, name in _regular_files(run_dir):  # the logs first: a line there says more than the headline
+        try:
+            _scan_log(matcher, path, name, diagnosis.error_lines, block)
+        except OSError as exc:
+            diagnosis.unreadable.append(f"{name}: {exc.strerror or exc}")
+            continue
+        diagnosis.files_read += 1
+    failure = run.get("failure")
+    if isinstance(failure, str) and failure:
+        matcher.line("run.json", None, f"failure: {failure}")
+    for job in run.get("jobs") or []:
+        if not isinstance(job, dict):
+            continue
+        state = str(job.get("state") or "")
+        for entry in CATALOG:
+            if entry.signature.kind == "job_state" and entry.regex.match(state):
+                matcher.add(entry, "run.json", None, f"job {job.get('job_id')} ({job.get('role')}): {state}, "
+                            f"exit {job.get('exit_code')}")  # fmt: skip
+    events = _timeline_events(run_dir)
+    for entry in CATALOG:
+        wanted = entry.signature.kind == "missing_event" and "submitted" in events
+        if wanted and not any(entry.regex.fullmatch(event) for event in events):
+            matcher.add(entry, "timeline.jsonl", None, f"jobs submitted, no {entry.signature.pattern} event")
+    for gate, reason in failed_gates:
+        for entry in CATALOG:
+            if entry.signature.kind == "gate" and entry.regex.fullmatch(gate):
+                matcher.add(entry, "gates", None, f"{gate}: {reason}")
+    diagnosis.findings = matcher.ranked()
+    return diagnosis
+
+
+def diagnose_log(path: Path, *, block: int = BLOCK) -> Diagnosis:
+    """Diagnose one log file of any origin (OSError when it cannot be read)."""
+    diagnosis = Diagnosis(str(path))
+    matcher = _Matcher()
+    _scan_log(matcher, path, str(path), diagnosis.error_lines, block)
+    diagnosis.files_read = 1
+    diagnosis.findings = matcher.ranked()
+    first = diagnosis.first
+    diagnosis.rerun = RUNG_COMMANDS[first.entry.rung] if first is not None else ""
+    return diagnosis
+
+
+def safely(run_dir: Path, **kwargs: Any) -> dict[str, Any] | None:
+    """:func:`diagnose_run` as JSON (at most 10 findings) for a record, or None: a diagnosis never fails what
+    calls it (a run's record, a rung, a probe)."""
+    try:
+        return diagnose_run(run_dir, **kwargs).to_json(limit=10)
+    except Exception:  # the diagnosis is an aid: the record must be written regardless
+        return None
