@@ -23,9 +23,9 @@ from atomdyn_launchers.config.cluster import (
     ClusterConfig,
     PreflightError,
 )
+from atomdyn_launchers.contract.ladder import RUNG_NAMES
 from atomdyn_launchers.engines import Engine, get_engine
 from atomdyn_launchers.engines.base import ProbeOptions
-from atomdyn_launchers.evidence.certify_report import LADDER
 from atomdyn_launchers.evidence.gates import evaluate, overall
 from atomdyn_launchers.evidence.signals import collect_signals
 from atomdyn_launchers.job.node_check import FAIL, Check
@@ -288,9 +288,8 @@ RUNGS: tuple[Rung, ...] = (
          lambda c: _ready(c) if c.options.recipe is not None and c.options.recipe.benchmark is not None else 0.0,
          "two jobs, when the recipe asks for a benchmark"),
 )  # fmt: skip
-RUNG_NAMES = tuple(r.name for r in RUNGS)
-if RUNG_NAMES != LADDER:  # the evidence judges a report by the ladder it names
-    raise RuntimeError(f"certify's rungs {RUNG_NAMES} differ from evidence's ladder {LADDER}")
+if tuple(r.name for r in RUNGS) != RUNG_NAMES:  # the evidence judges a report by the ladder it names
+    raise RuntimeError(f"certify's rungs {[r.name for r in RUNGS]} differ from the contract's {RUNG_NAMES}")
 
 
 def rung_named(name: str) -> Rung:

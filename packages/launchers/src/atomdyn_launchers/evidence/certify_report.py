@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.sanitize import sanitize
+from atomdyn_launchers.contract.ladder import RUNG_NAMES
 from atomdyn_launchers.evidence import mdtext
 from atomdyn_launchers.evidence.verify import Verdict
 
 # The ladder's rungs in order (certify/rungs.py's table must name the same).
-LADDER = ("preflight", "images", "validate", "nixl", "agg-single", "agg-two", "disagg", "benchmark")
+LADDER = RUNG_NAMES  # the rungs a certified report names, in order (contract/ladder.py)
 PASSING = ("pass", "not needed", "reused")
 STATE_FILE = "certify.json"
 REPORT_FILE = "README.md"
