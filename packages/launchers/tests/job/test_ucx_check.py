@@ -130,8 +130,41 @@ def test_a_venv_is_asked_through_its_own_ucx_first(tmp_path: Path) -> None:
     candidates = ucx_check.venv_commands(str(tmp_path))
     assert candidates[0][0] == [str(python), "-m", "nixl_compat.ucpinfo"]
     # A venv whose NIXL bundles no libucp: the node's ucx_info answers instead.
-    text, label = ucx_check.run_first(candidates, {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo"})
-    assert label.startswith("with the node's ucx_info") and ucx_check.judge_output(text, {}).ok
+    answer = ucx_check.run_first(candidates, {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo"})
+    assert answer.found and answer.where.startswith("with the node's ucx_info")
+    assert ucx_check.judge_output(answer.text, {}).ok
+
+
+def test_in_an_image_its_ucx_info_answers_and_an_image_without_one_is_unknown(tmp_path: Path) -> None:
+    # The script a container runs, here on this host: its ucx_info answers with the variables given.
+    env = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "ionic_0:1"}
+    answer = ucx_check.run_first([(ucx_check.in_image(), "in the image")], env)
+    assert answer.found and _variables(ucx_check.judge_output(answer.text, env)) == {"UCX_NET_DEVICES"}
+    # No ucx_info and no python3 with nixl_compat: nothing is asked, and the row says so (unknown, not pass).
+    (tmp_path / "sh").symlink_to("/bin/sh")
+    bare = {"PATH": str(tmp_path)}
+    answer = ucx_check.run_first([(ucx_check.in_image(), "in the image")], {**env, **bare})
+    assert not answer.found and ucx_check.NO_TOOL in answer.text
+    spec = {
+        "engine": "atom", "runtime": "venv", "python_venv": str(tmp_path), "worker_venv": str(tmp_path),
+        "ucx": {"env": {"n1": {"UCX_TLS": "tcp"}}, "shell": {}},
+    }  # fmt: skip
+    row = node_check._ucx(spec, get_engine("atom").node_needs("disagg"), "n1", "unix:///nowhere", tmp_path)
+    assert row.status in (node_check.PASS, node_check.FAIL)  # this host has the node's ucx_info
+
+
+def test_docker_runs_the_check_in_the_pd_workers_image_with_their_variables(tmp_path: Path) -> None:
+    spec = {
+        "engine": "atom", "runtime": "docker", "images": {"nixl:1": None}, "shim_image": "nixl:1",
+        "rdma_mounts": [], "python_venv": str(tmp_path),
+    }  # fmt: skip
+    env = {"UCX_TLS": "rc_verbs,self,tcp:aux", "UCX_NET_DEVICES": "ionic_0:1,enp65s0"}
+    ((argv, where),) = node_check._ucx_commands(
+        spec, get_engine("atom").node_needs("disagg"), "unix:///d", env
+    )
+    assert where == "in nixl:1"
+    assert argv[argv.index("nixl:1") + 1 :] == ucx_check.in_image()
+    assert "-e" in argv and "UCX_NET_DEVICES=ionic_0:1,enp65s0" in argv and "--network" in argv
 
 
 def test_cli_judges_a_captured_output_and_exits_3_on_a_problem(tmp_path: Path) -> None:

@@ -321,10 +321,12 @@ def _ucx_commands(
 ) -> list[tuple[list[str], str]]:
     """ucx_info in the workers' runtime: in the venv (its own, its NIXL wheel's UCX, else the node's), or the
     image's with the workers' devices."""
-    argv = [ucx_check.TOOL, *ucx_check.ARGS]
+    argv = ucx_check.in_image()
     devices = [d for d in (*needs.gpu_devices, "/dev/infiniband") if os.path.exists(d)]
     if spec["runtime"] == "pyxis" and spec["images"]:
-        image = str(squashfs.squashfs_path(spec["squashfs_dir"], next(iter(spec["images"]))))
+        image = str(
+            squashfs.squashfs_path(spec["squashfs_dir"], spec.get("shim_image") or next(iter(spec["images"])))
+        )
         srun = ["srun", "--overlap", "--ntasks=1", "--nodes=1", f"--container-image={image}"]
         srun += ["--no-container-remap-root", "--no-container-entrypoint"]
         mounts = [*devices, *spec.get("rdma_mounts", [])]
@@ -332,7 +334,7 @@ def _ucx_commands(
             srun.append("--container-mounts=" + ",".join(f"{m}:{m}" for m in mounts))
         return [([*srun, *argv], f"in {image}")]
     if spec["runtime"] in ("docker", "podman") and spec["images"]:
-        image = next(iter(spec["images"]))
+        image = spec.get("shim_image") or next(iter(spec["images"]))  # the P/D workers' image
         cli = images.container_cli(spec["runtime"], host)
         run = [cli.command(), "run", "--rm", *(["--pull=never"] if cli.name == "podman" else [])]
         run += ["--network", "host", *(a for d in devices for a in ("--device", d))]
@@ -354,8 +356,14 @@ def _ucx(spec: dict[str, Any], needs: NodeNeeds, node: str, host: str, sysfs_ib:
     extra = (
         images.container_cli(spec["runtime"], host).env() if spec["runtime"] in ("docker", "podman") else {}
     )
-    text, where = ucx_check.run_first(candidates, {**extra, **env})
-    verdict = ucx_check.judge_output(text, env, ucx_check.roce_v2_map(sysfs_ib))
+    answer = ucx_check.run_first(candidates, {**extra, **env})
+    if not answer.found:
+        return Check(
+            "ucx", UNKNOWN,
+            f"no ucx_info where the workers run ({answer.where}; nor a NIXL wheel's UCX): UCX_* not checked here",
+        )  # fmt: skip
+    where = answer.where
+    verdict = ucx_check.judge_output(answer.text, env, ucx_check.roce_v2_map(sysfs_ib))
     shown = ", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "no UCX variables"
     return Check("ucx", PASS if verdict.ok else FAIL, f"{where}, {shown}: {verdict.detail()}")
 

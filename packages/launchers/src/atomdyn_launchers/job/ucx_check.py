@@ -115,15 +115,38 @@ def venv_commands(venv: str) -> list[tuple[list[str], str]]:
     return out
 
 
-def run_first(candidates: Sequence[tuple[Sequence[str], str]], env: Mapping[str, str]) -> tuple[str, str]:
-    """The output of the first candidate that reaches a UCX (the wheel driver exits 2 without a library), and
-    what it was."""
-    text, label = "<no ucx_info>", "nothing"
+# In an image: its ucx_info (on PATH, or where the NIXL overlay installs UCX), else its NIXL wheel's UCX; a
+# marker line and status 127 when it has neither. Run as ``sh -c IN_IMAGE ucx_info ARGS...``.
+NO_TOOL = "<no ucx_info>"
+IN_IMAGE = (
+    'for t in ucx_info /opt/ucx/bin/ucx_info; do if command -v "$t" >/dev/null 2>&1; then exec "$t" "$@"; fi; '
+    "done; if python3 -c 'import nixl_compat.ucpinfo' 2>/dev/null; then exec python3 -m nixl_compat.ucpinfo; fi; "
+    f"echo '{NO_TOOL}'; exit 127"
+)
+
+
+def in_image() -> list[str]:
+    """The command a container runs for the UCX check (see IN_IMAGE)."""
+    return ["sh", "-c", IN_IMAGE, TOOL, *ARGS]
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str  # what UCX printed
+    where: str  # which UCX answered, in words
+    found: bool  # False: no ucx_info (nor a wheel's UCX) where the workers run; nothing was asked
+
+
+def run_first(candidates: Sequence[tuple[Sequence[str], str]], env: Mapping[str, str]) -> Answer:
+    """The output of the first candidate that reaches a UCX (the wheel driver exits 2 without a library)."""
+    text, label = NO_TOOL, "nothing"
     for command, label in candidates:
         code, text = run_ucx_info(command, env)
-        if not (code == NO_LIBRARY and list(command[-2:]) == list(WHEEL_DRIVER)):
-            return text, label
-    return text, label
+        if code == NO_LIBRARY and list(command[-2:]) == list(WHEEL_DRIVER):
+            continue
+        found = code is not None and not (code == 127 and NO_TOOL in text)
+        return Answer(text, label, found)
+    return Answer(text, label, False)
 
 
 def boot_config() -> tuple[str | None, str]:
