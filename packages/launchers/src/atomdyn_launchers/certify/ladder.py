@@ -28,9 +28,12 @@ from atomdyn_launchers.certify.rungs import (
     timed,
 )
 from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.diagnose.scan import safely as diagnose_safely
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.evidence.certify_report import REPORT_FILE, STATE_FILE, certified, render, verdict_line
+from atomdyn_launchers.evidence.gates import evaluate
+from atomdyn_launchers.evidence.signals import collect_signals
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.options import LaunchOptions
@@ -183,12 +186,34 @@ def climb(
         progress.line(f"certify: rung {rung.number} {rung.name}: {result.verdict.upper()} ({result.seconds} s) "
                       f"{result.detail}")  # fmt: skip
         if not result.passed:
+            diagnosis = diagnose_rung(result)
+            if diagnosis is not None:
+                cert.rungs[-1]["diagnosis"] = diagnosis
+                if diagnosis["first"]:
+                    progress.line(
+                        f"certify: diagnosis: {diagnosis['first']}: {diagnosis['findings'][0]['cause']}"
+                    )
             cert.stopped_at = f"{rung.number} ({rung.name})"
             cert.rerun = _rerun(rung, config_path, recipe_path)
             write(cert, directory)
             return cert
         write(cert, directory)
     return cert
+
+
+def diagnose_rung(result: RungResult) -> dict[str, Any] | None:
+    """A failed rung's diagnosis, when its evidence is one run directory: its logs, its headline, and the
+    evidence gates that failed where the launcher itself passed the run. None when there is nothing to read."""
+    run_dir = Path(result.evidence) if result.evidence else None
+    if run_dir is None or not (run_dir / "run.json").is_file():
+        return None
+    failed: list[tuple[str, str]] = []
+    try:
+        if json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("result") == "pass":
+            failed = [(r.id, r.reason) for r in evaluate(collect_signals(run_dir)) if r.verdict == "fail"]
+    except Exception:  # the rung judged the gates already: the diagnosis is an aid
+        failed = []
+    return diagnose_safely(run_dir, failed_gates=failed)
 
 
 def _same_key(previous: dict[str, Any] | None, key: dict[str, Any]) -> bool:

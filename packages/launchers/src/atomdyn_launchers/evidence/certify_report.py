@@ -74,10 +74,31 @@ def render(state: dict[str, Any]) -> str:
             f"{_code(t)} {_cell(', '.join(sorted(set(b.values()))))}" for t, b in images.items()
         )
         lines += ["", f"Images: {shown}"]
+    lines += _diagnosis_lines(state)
     lines += ["", f"**{_cell(verdict_line(state))}** ({state.get('elapsed_s', 0):g} s)"]
     if state.get("rerun"):
         lines.append(f"Rerun: {_code(state['rerun'])}")
     return "\n".join(lines) + "\n"
+
+
+def _diagnosis_lines(state: dict[str, Any]) -> list[str]:
+    """For a failed rung with a diagnosis (``invoke diagnose`` of its run), the first finding: where, why, fix."""
+    lines: list[str] = []
+    for r in state.get("rungs") or []:
+        diagnosis = r.get("diagnosis")
+        if r.get("verdict") != "fail" or not isinstance(diagnosis, dict):
+            continue
+        findings = diagnosis.get("findings") or []
+        if not findings or not isinstance(findings[0], dict):
+            command = _code(f"invoke diagnose {diagnosis.get('target')}")
+            lines += ["", f"Diagnosis of rung {_cell(r.get('number'))}: no known signature ({command} shows the "
+                      "first error lines of each log)"]  # fmt: skip
+            continue
+        first = findings[0]
+        where = f"{first.get('file')}:{first.get('line_no')}" if first.get("line_no") else first.get("file")
+        lines += ["", f"Diagnosis of rung {_cell(r.get('number'))}: {_code(first.get('id'))} ({_code(where)}): "
+                  f"{_cell(first.get('cause'))} Fix: {_cell(first.get('fix'))}"]  # fmt: skip
+    return lines
 
 
 def published_texts(state: dict[str, Any]) -> tuple[str, str]:

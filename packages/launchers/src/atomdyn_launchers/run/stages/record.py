@@ -13,6 +13,7 @@ from typing import Any
 from atomdyn_launchers.contract.answers import FIXED_PROMPT
 from atomdyn_launchers.contract.readiness import ReadinessError
 from atomdyn_launchers.contract.rundir import format_exit_code, read_jsonl
+from atomdyn_launchers.diagnose.scan import safely as diagnose_safely
 from atomdyn_launchers.etcd.keys import probe_prefix
 from atomdyn_launchers.run import benchmark as serving_benchmark
 from atomdyn_launchers.run.context import RunContext
@@ -111,6 +112,8 @@ def record(ctx: RunContext, monitor: Monitor) -> Outcome:
             ),
             # A probe run: what it was asked to move (its sides' reports are under nixl/).
             **({"probe": {"kind": "nixl-pair", **dataclasses.asdict(ctx.probe)}} if ctx.probe else {}),
+            # A failed run: the known failure signatures its logs show, the first cause first (diagnose/).
+            **({"diagnosis": _diagnosis(ctx, monitor)} if not passed else {}),
         },
     )
     calls = ctx.slurm.call_counts()
@@ -128,6 +131,22 @@ def record(ctx: RunContext, monitor: Monitor) -> Outcome:
         timeline=read_jsonl(ctx.rundir.path / "timeline.jsonl"),
         results=list(monitor.results),
     )
+
+
+def _diagnosis(ctx: RunContext, monitor: Monitor) -> dict[str, Any] | None:
+    """The failed run's diagnosis from its logs and what this stage knows (run.json is not written yet)."""
+    run = {
+        "kind": ctx.options.kind,
+        "engine_profile": ctx.engine.name,
+        "failure": monitor.failure,
+        "jobs": [job.to_json() for job in monitor.jobs.values()],
+        "probe": ctx.probe is not None,
+    }
+    found = diagnose_safely(ctx.rundir.path, run=run)
+    if found is not None and found["first"]:
+        ctx.progress.line(f"diagnosis: {found['first']} ({found['findings'][0]['file']}): "
+                          f"{found['findings'][0]['cause']} (invoke diagnose {ctx.rundir.path})")  # fmt: skip
+    return found
 
 
 def allocation_record(alloc: Allocation, detected: bool) -> dict[str, object]:

@@ -1,0 +1,75 @@
+"""Where the diagnosis runs by itself: a failed rung of the ladder keeps it in certify.json and its report names
+the first finding; the published report stays what its certify.json renders. (A failed run's run.json is shown
+on the local cluster: tests/run/test_faults_quick.py.)"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from upstream_lines import line_of
+
+from atomdyn_launchers.certify.ladder import diagnose_rung
+from atomdyn_launchers.certify.rungs import RungResult
+from atomdyn_launchers.diagnose.scan import diagnose_run
+from atomdyn_launchers.evidence.certify_report import published_texts, render, verify_certify
+
+HERE = Path(__file__).resolve().parent
+VLLM_RUN = HERE.parent / "evidence/fixtures/vllm-cpu-disagg/20261201T124322Z-disagg-vllm-cpu"
+CLIMB = next((HERE.parent / "evidence" / "fixtures" / "certify").glob("certify-*"))
+
+
+def _failed_at_nixl(diagnosis: dict[str, object] | None) -> dict[str, object]:
+    """The real climb's state, its NIXL rung failed with ``diagnosis``."""
+    state = json.loads((CLIMB / "certify.json").read_text())
+    nixl = state["rungs"][3]
+    nixl.update(verdict="fail", detail="the probe's checks failed", diagnosis=diagnosis)
+    state["rungs"] = state["rungs"][:4]
+    state["stopped_at"] = "4 (nixl)"
+    return {k: v for k, v in state.items() if k not in ("certified", "verdict")}
+
+
+def test_a_rung_without_a_run_directory_has_no_diagnosis(tmp_path: Path) -> None:
+    assert (
+        diagnose_rung(RungResult("fail", "a node check failed", evidence=str(tmp_path / "node-check.json")))
+        is None
+    )
+    assert diagnose_rung(RungResult("fail", "the lock does not verify")) is None
+
+
+def test_a_served_run_the_gates_passed_is_diagnosed_as_nothing_known(tmp_path: Path) -> None:
+    run_dir = Path(shutil.copytree(VLLM_RUN, tmp_path / VLLM_RUN.name))
+    found = diagnose_rung(RungResult("fail", "gates", evidence=str(run_dir)))
+    assert found is not None and found["known"] is False and found["files_read"] == 7
+    assert "logs/decode.frontend.log" in found["error_lines"]
+
+
+def test_the_report_names_the_first_finding_and_verifies_once_published(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "logs" / "decode.decode.log").write_text(
+        line_of("nixl-connect-failed") + "\n" + line_of("ucx-no-auxiliary-transport") + "\n"
+    )
+    state = _failed_at_nixl(diagnose_run(run_dir).to_json(limit=10))
+    readme = render(state)
+    assert (
+        "Diagnosis of rung 4: `ucx-no-auxiliary-transport` (`logs/decode.decode.log:2`): UCX found no"
+        in readme
+    )
+    assert "Fix: Allow a transport both nodes share for wireup" in readme
+    bundle = tmp_path / f"certify-{state['certify_id']}"
+    bundle.mkdir()
+    state_text, readme_text = published_texts(state)
+    (bundle / "certify.json").write_text(state_text)
+    (bundle / "README.md").write_text(readme_text)
+    assert "Diagnosis of rung 4" in readme_text
+    verdict = verify_certify(bundle)
+    assert not verdict.ok and verdict.intact is not False, verdict.text()  # not certified, every file intact
+    assert "every file intact" in verdict.text()
+
+
+def test_a_rung_with_nothing_known_says_so_in_the_report() -> None:
+    state = _failed_at_nixl(diagnose_run(VLLM_RUN).to_json(limit=10))
+    assert "Diagnosis of rung 4: no known signature (`invoke diagnose " in render(state)
+    assert "Diagnosis of" not in render(_failed_at_nixl(None))
