@@ -34,6 +34,7 @@ from faultkit import (
 
 from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.contract.rundir import read_jsonl
+from atomdyn_launchers.diagnose.scan import diagnose_run
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.rehearsal.localcluster import LocalCluster
 from atomdyn_launchers.rehearsal.localcluster import procs as lc_procs
@@ -100,6 +101,7 @@ def _fault_case(
     bound_s: float,
     *,
     check_clean: bool = True,  # False: etcd cannot be read yet; the caller checks after restoring it
+    diagnosed: str | None = None,  # the catalog entry the diagnosis must name first (docs/diagnose.md)
 ) -> tuple[Outcome, Injected]:
     outcome, injected = launch_with_fault(config, fault)
     failure = outcome.failure or ""
@@ -116,6 +118,9 @@ def _fault_case(
         bound_s=bound_s,
     )
     assert ok, f"{case}: {failure!r} after {ttf} s"
+    if diagnosed is not None:
+        found = diagnose_run(outcome.run_dir)
+        assert found.first is not None and found.first.entry.id == diagnosed, found.text()
     if check_clean:
         left = wait_clean(config, outcome.run_id)
         assert left.none(), left
@@ -131,6 +136,7 @@ def test_decode_worker_killed(config: ClusterConfig) -> None:
         "the run fails naming the decode process; prefill stopped cleanly",
         ["process decode exited first", "status 137"],
         10.0,
+        diagnosed="process-killed-by-signal",
     )
 
 
@@ -143,6 +149,7 @@ def test_prefill_worker_killed(config: ClusterConfig) -> None:
         "the run fails naming the prefill process",
         ["process prefill exited first", "prefill"],
         10.0,
+        diagnosed="process-killed-by-signal",
     )
 
 
@@ -155,6 +162,7 @@ def test_frontend_killed(config: ClusterConfig) -> None:
         "the run fails naming the frontend, not 'decode left etcd'",
         ["process frontend exited first"],
         10.0,
+        diagnosed="process-killed-by-signal",
     )
 
 
@@ -181,6 +189,7 @@ def test_etcd_hung(config: ClusterConfig, local_cluster: LocalCluster) -> None:
             ["etcd"],
             12.0,
             check_clean=False,
+            diagnosed="etcd-not-answering",
         )
     finally:
         os.kill(pid, signal.SIGCONT)

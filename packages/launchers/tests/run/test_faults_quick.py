@@ -1,6 +1,7 @@
 """Quick fault tests on the real local cluster (the long suite is ``nox -s faults``): two runs at once, a port
 taken on a node, the frontend killed, etcd hung, the launcher killed. Each checks the headline names the cause
-and that the run ends within a bound."""
+and that the run ends within a bound; a failed run's diagnosis (run.json, and ``invoke diagnose`` of its
+directory) names the fault's catalog entry first."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from faultkit import (
 )
 
 from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.diagnose.scan import diagnose_run
 from atomdyn_launchers.rehearsal.localcluster import LocalCluster
 from atomdyn_launchers.run import ports
 from atomdyn_launchers.run.launch import Launch
@@ -43,6 +45,15 @@ def _run_json(outcome: Outcome) -> dict[str, object]:
     loaded = json.loads((outcome.run_dir / "run.json").read_text())
     assert isinstance(loaded, dict)
     return loaded
+
+
+def assert_diagnosed_first(outcome: Outcome, entry: str) -> None:
+    """The run's own record and a later ``invoke diagnose`` of its directory both name ``entry`` first."""
+    recorded = _run_json(outcome)["diagnosis"]
+    assert isinstance(recorded, dict) and recorded["first"] == entry, recorded
+    again = diagnose_run(outcome.run_dir)
+    assert again.first is not None and again.first.entry.id == entry, again.text()
+    assert again.rerun.startswith("invoke disagg.run"), again.rerun
 
 
 def test_two_launchers_at_once_on_one_cluster_both_pass(config: ClusterConfig, tmp_path: Path) -> None:
@@ -95,6 +106,7 @@ def test_a_port_taken_on_a_node_is_named_in_the_headline(
     assert not outcome.passed and outcome.failure is not None
     assert f"port {port} (system) already in use on {config.prefill_node}" in outcome.failure, outcome.failure
     assert "(prefill) ended early" in outcome.failure
+    assert_diagnosed_first(outcome, "port-taken")
 
 
 def _kill_frontend(run: Monitor) -> str:
@@ -109,6 +121,7 @@ def test_a_killed_frontend_is_named_in_the_headline(config: ClusterConfig) -> No
     assert "process frontend exited first, on its own (status 137, signal KILL)" in outcome.failure
     assert outcome.failure.startswith(("role decode", "job ")), outcome.failure
     assert time_to_fail(outcome, injected) < 10
+    assert_diagnosed_first(outcome, "process-killed-by-signal")
     left = wait_clean(config, outcome.run_id)
     assert left.none(), left
 
@@ -143,6 +156,7 @@ def test_a_hung_etcd_fails_the_run_naming_etcd_and_every_job_stops(
     # Every job stopped within its SIGTERM grace: no settle timeout, no hard cancel.
     assert not any(j["state"] == "CANCELLED" for j in jobs)
     assert time_to_end(outcome, injected) < 45
+    assert_diagnosed_first(outcome, "etcd-not-answering")
     left = wait_clean(config, outcome.run_id)
     assert left.none(), left
 
