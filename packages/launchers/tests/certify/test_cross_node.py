@@ -41,6 +41,8 @@ def test_kv_blocks_cross_the_nodes_over_tcp_before_any_model(config: ClusterConf
     for node in ("node1", "node2"):
         (row,) = result.ucx.nodes[node]
         assert row.name == "ucx" and row.status == "pass" and "tcp/eth0" in row.detail, row
+        assert "UCX 1.23.0" in row.detail  # the UCX the workers' NIXL wheel bundles answered
+    assert _checks(result.run_dir)["ucx node1"][0] and _checks(result.run_dir)["ucx node2"][0]
     run_json = json.loads((result.run_dir / "run.json").read_text())
     assert run_json["engine_profile"] == "vllm-cpu" and run_json["probe"]["kind"] == "nixl-pair"
     assert "fixed_prompt" not in run_json  # no model answered anything

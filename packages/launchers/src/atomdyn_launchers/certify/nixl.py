@@ -16,6 +16,7 @@ from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.evidence.probe import PROBE_DIR, Check, ProbeVerdict, judge_probe
+from atomdyn_launchers.job.node_check import FAIL
 from atomdyn_launchers.nodes.check import CheckReport, check_nodes
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.launch import Launch
@@ -59,6 +60,16 @@ def ucx_first(config: ClusterConfig, options: LaunchOptions) -> CheckReport:
     )  # fmt: skip
 
 
+def ucx_checks(report: CheckReport) -> list[Check]:
+    """The ucx row of each node as checks of the rung's verdict (``ucx NODE``)."""
+    checks = [
+        Check(f"ucx {node}", c.status != FAIL, c.detail)
+        for node, rows in sorted(report.nodes.items())
+        for c in rows
+    ]
+    return checks + [Check(f"ucx {node}", False, why) for node, why in sorted(report.errors.items())]
+
+
 def _ucx_failed(report: CheckReport) -> CrossNode:
     """The rung's result when UCX refuses the workers' variables: no pair was submitted; the evidence is the
     check's work directory (report.json, each node's output)."""
@@ -66,12 +77,7 @@ def _ucx_failed(report: CheckReport) -> CrossNode:
     diagnosis = "UCX refused the P/D workers' UCX variables (ucx_info, before the probe pair): " + " | ".join(
         f"{node}: {detail}" for node, _, detail in failures
     )
-    checks = [
-        Check(f"ucx {node}", c.status != "fail", c.detail)
-        for node, rows in sorted(report.nodes.items())
-        for c in rows
-    ]
-    checks += [Check(f"ucx {node}", False, why) for node, why in sorted(report.errors.items())]
+    checks = ucx_checks(report)
     work = report.work_dir or Path(".")
     outcome = Outcome("", work, False, diagnosis)
     return CrossNode(outcome, ProbeVerdict(False, checks, {}, diagnosis), report)
@@ -92,6 +98,7 @@ def cross_node(
     launch = Launch(config, options, progress=progress, probe=probe or ProbeOptions())
     outcome = launch.run()
     verdict = judge_probe(outcome.run_dir)
+    verdict.checks[:0] = ucx_checks(ucx)  # what came first, in the verdict and its lines
     (outcome.run_dir / PROBE_DIR).mkdir(exist_ok=True)
     atomic_write_text(
         outcome.run_dir / PROBE_DIR / VERDICT_FILE, json.dumps(verdict.to_json(), indent=2) + "\n"
