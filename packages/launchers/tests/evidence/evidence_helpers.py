@@ -33,7 +33,10 @@ H200_DMABUF = REPO / "evidence" / "h200-cuda-dmabuf" / "dmabuf-shim-gpu-check.tx
 H200_BENCH_LOG = REPO / "evidence" / "h200-nixl-kv-bench" / "run.log"
 UCX_TCP = FIXTURES / "ucx-proto-info" / "tcp.log"
 UCX_CMA = FIXTURES / "ucx-proto-info" / "default.log"
-UCX_RC = {name: FIXTURES / "ucx-proto-info" / f"rc-{name}.log" for name in ("zero-copy", "copy", "emulation")}
+UCX_RC = {
+    name: FIXTURES / "ucx-proto-info" / f"rc-{name}.log"
+    for name in ("zero-copy", "copy", "emulation", "bounce-buffers", "kv-copied")
+}
 # A worker's KV regions registered as VRAM classified as host, and the helper's dma-buf registrations for them:
 # two per region, as with two memory domains left after UCX_NET_DEVICES. Any counts do: the gates compare them.
 HOST_VRAM_REGIONS = 4
@@ -99,6 +102,18 @@ RC_TABLES: dict[str, list[tuple[str, list[tuple[str, str, str]]]]] = {
     "emulation": [
         (GET, [("0..inf", "software emulation", RC0)]),
         (PUT, [("0..60", "short", RC0), ("61..2K", "copy-in", RC0), ("2049..inf", "zero-copy", RC0)]),
+    ],
+    # A correct rc_verbs table: copies through the bounce buffers up to their size (UCX_IB_SEG_SIZE, 8 KiB at
+    # UCX b56982d8), zero-copy above. Every KV message of Qwen3-8B (32 KiB and more) takes a zero-copy row.
+    "bounce-buffers": [
+        (GET, [("0..8K", "copy-out", RC0), ("8193..inf", "zero-copy", TWO_RAILS)]),
+        (PUT, [("0..60", "short", RC0), ("61..8K", "copy-in", RC0), ("8193..inf", "zero-copy", RC0)]),
+    ],
+    # A broken one: bounce buffers raised to 64 KiB (UCX_IB_SEG_SIZE=64K), so reads of Qwen3-8B's 32 KiB KV
+    # blocks are copied out through them.
+    "kv-copied": [
+        (GET, [("0..64K", "copy-out", RC0), ("65537..inf", "zero-copy", TWO_RAILS)]),
+        (PUT, [("0..60", "short", RC0), ("61..8K", "copy-in", RC0), ("8193..inf", "zero-copy", RC0)]),
     ],
 }
 

@@ -19,7 +19,9 @@ from atomdyn_launchers.contract.answers import differing_tokens, logprob_max_del
 from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.contract.kinds import AGG_KINDS, DISAGG_KINDS, KINDS, TWO_NODE_KINDS
 from atomdyn_launchers.evidence.expectations import expectations_for
+from atomdyn_launchers.evidence.logscan import KV_MESSAGE_MIN
 from atomdyn_launchers.evidence.signals import Signals
+from atomdyn_launchers.profiles.models import ProfileError, get_model
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq,
@@ -211,6 +213,31 @@ def _derive_answer(signals: Signals, expected: GateExpectations) -> None:
         signals.set("kv.answer_logprob_max_delta", round(delta, 6))
 
 
+def kv_message_min(model: object) -> tuple[int, str]:
+    """The smallest message that carries KV in a run of ``model`` (run.json's model profile), and where the figure
+    comes from. vLLM's NixlConnector registers each layer's K and V and reads a block of a layer as one
+    descriptor of each (adjacent blocks merged into one longer descriptor), so no KV message is smaller than one
+    block of one layer's K on one rank: block tokens x KV heads per rank x head size x element bytes, from the
+    profile's ``kv_shape`` (32 KiB for Qwen3-8B in BF16). A profile without a shape, or a name no profile has:
+    logscan.KV_MESSAGE_MIN (4 KiB), a floor below any KV block of the profiles here.
+
+    Why not a fixed floor for every model: UCX's rc_verbs copies messages up to its bounce buffers' size
+    (UCX_IB_SEG_SIZE, 8 KiB at the pinned UCX) through them, so a correct run's table has copy rows reaching 8 KiB,
+    which a 4 KiB floor would count although no KV block of such a model is that small. A decode that reads part
+    of each block (a prefill with another tensor-parallel size) sends smaller messages: not a layout run here."""
+    try:
+        shape = get_model(model).kv_shape if isinstance(model, str) else None
+    except ProfileError:
+        shape = None
+    if shape is None:
+        return KV_MESSAGE_MIN, f"no KV shape for model profile {model!r}: the {KV_MESSAGE_MIN}-byte floor"
+    size = shape.block_tokens * shape.kv_heads * shape.head_dim * shape.dtype_bytes
+    return size, (
+        f"one block of one layer of model profile {model}: {shape.block_tokens} tokens x {shape.kv_heads} KV "
+        f"heads x {shape.head_dim} x {shape.dtype_bytes} B"
+    )
+
+
 def derive(signals: Signals, expectations: GateExpectations | None) -> None:
     """Signals that depend on what the engine expects: the KV transport rows of the expected and forbidden
     transports, the KV-sized rows of the expected transport that are not zero-copy, the workers whose doctor
@@ -229,10 +256,14 @@ def derive(signals: Signals, expectations: GateExpectations | None) -> None:
             "kv.forbidden_transport_rows",
             sum(n for t, n in rows.items() if any(carries(t, f) for f in forbidden)),
         )
+        # Judged: the rows UCX takes for messages of a KV block's size or more, not the small ones below it.
+        message_min, source = kv_message_min(signals.get("run.model_profile"))
+        signals.set("kv.message_min_bytes", message_min)
+        signals.set("kv.message_min_source", source)
         copied = [
             row
             for row in signals.kv_rows
-            if row.carries_kv and not row.zero_copy
+            if row.carries(message_min) and not row.zero_copy
             and any(carries(t, expected.kv_transport) for t in row.transports)
         ]  # fmt: skip
         signals.set("kv.rows_not_zero_copy", [row.shown() for row in copied])

@@ -79,11 +79,13 @@ ZERO_COPY_METHODS = frozenset({
     "(?) rndv using zero-copy flushed write to remote",
     "(?) rndv using zero-copy fenced write to remote",
 })  # fmt: skip
-# The smallest message that can be a KV block: a row whose sizes all lie below it carries no KV, and small
-# messages legitimately take UCX's short and copy protocols. One block of one layer on one rank is block size x
-# KV heads on the rank x head size x element size: at vLLM's 16 tokens, 16 x 8 x 128 x 2 B = 32 KiB for
-# Qwen3-8B in BF16; 4 KiB is a single KV head of 128 in BF16 (or of 256 in FP8) per rank. A configuration
-# with smaller blocks (one FP8 KV head of 128 per rank: 2 KiB) must lower it.
+# The smallest message that can be a KV block when the run's model profile gives no KV shape (the gates take
+# the profile's own, evidence/gates.py kv_message_min): a row whose sizes all lie below it carries no KV, and
+# small messages legitimately take UCX's short and copy protocols (rc_verbs copies through its bounce buffers up
+# to their size, UCX_IB_SEG_SIZE, 8 KiB by default at UCX b56982d8, src/uct/ib/base/ib_iface.c). One block of
+# one layer on one rank is block size x KV heads on the rank x head size x element size: at vLLM's 16 tokens,
+# 16 x 8 x 128 x 2 B = 32 KiB for Qwen3-8B in BF16; 4 KiB is a single KV head of 128 in BF16 (or of 256 in FP8)
+# per rank. A configuration with smaller blocks (one FP8 KV head of 128 per rank: 2 KiB) must lower it.
 KV_MESSAGE_MIN = 4 << 10
 # Distinct KV rows kept per log: endpoints repeat the same few tables, so more than this is garbage.
 MAX_KV_ROWS = 512
@@ -120,7 +122,12 @@ class UcxRow:
     @property
     def carries_kv(self) -> bool:
         """Whether a KV block can take this row: it covers messages of KV_MESSAGE_MIN or more."""
-        return self.largest >= KV_MESSAGE_MIN
+        return self.carries(KV_MESSAGE_MIN)
+
+    def carries(self, message_min: int) -> bool:
+        """Whether UCX takes this row for a message of ``message_min`` bytes or more (KV messages are at least
+        one block of one layer; adjacent blocks merge into larger ones): its size range reaches that far."""
+        return self.largest >= message_min
 
     def shown(self) -> str:
         """The row as one line that names it: ``<scope> <operation>: <sizes> | <method> | <config>``."""
