@@ -99,4 +99,5 @@ def test_the_dry_run_plans_every_rung_with_its_cost(config: ClusterConfig) -> No
     lines = plan_lines(config, LaunchOptions(kind="disagg", engine="mocker"), PROBE)
     assert "nothing submitted" in lines[0]
     assert [line.split()[1] for line in lines[1:-1]] == list(RUNG_NAMES)
-    assert "at most 0 s" in lines[3] and "at most 240 s" in lines[4]  # venv: no validation; 2 x 60 + 120
+    # venv: no validation; the UCX check's 300 + the probe's 2 x 60 + 120
+    assert "at most 0 s" in lines[3] and "at most 540 s" in lines[4]

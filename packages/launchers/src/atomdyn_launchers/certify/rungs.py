@@ -256,7 +256,8 @@ def _ready(climb: Climb) -> float:
 
 
 def _probe_s(climb: Climb) -> float:
-    return climb.probe.timeout_s * 2 + START_ALLOWANCE_S
+    # UCX's check on both P/D nodes first (node check jobs), then the pair.
+    return CHECK_TIMEOUT_S + climb.probe.timeout_s * 2 + START_ALLOWANCE_S
 
 
 # The ladder. Expected times are upper bounds from the timeouts a rung waits on (the recipe's or the engine's).
@@ -272,8 +273,9 @@ RUNGS: tuple[Rung, ...] = (
          "invoke validate.gpu --node NODE", validate,
          lambda c: VALIDATE_TIMEOUT_S * 2 if c.config.runtime in CONTAINER_RUNTIMES else 0.0, "one job per worker node"),
     Rung(4, "nixl", "cross-node NIXL transfer before any model",
-         "KV blocks move between the P/D nodes with the workers' environment, every byte checked, UCX's rows judged",
-         "invoke nixl.cross-node", nixl, _probe_s, "two one-shot jobs, one per P/D node"),
+         "UCX's own ucx_info accepts the workers' UCX variables on both P/D nodes; then KV blocks move between "
+         "them with the workers' environment, every byte checked, UCX's rows judged",
+         "invoke nixl.cross-node", nixl, _probe_s, "a UCX check job per P/D node, then two one-shot jobs"),
     Rung(5, "agg-single", "single-node aggregated smoke, prefix caching on",
          "the engine serves on one node; its fixed-prompt answer becomes the KV reference",
          "invoke agg.run --nodes 1", agg_single, _ready, "one job"),
