@@ -186,7 +186,7 @@ EXPORT int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int inde
 		gid->raw[0] = 0xfe;
 		gid->raw[1] = 0x80;
 		gid->raw[15] = 1;
-	} else { /* ::ffff:127.0.0.1, the IPv4 RoCEv2 entry (GID 1 on ionic) */
+	} else { /* ::ffff:127.0.0.1, the IPv4 RoCEv2 entry at GID 1, the programs' default index */
 		gid->raw[10] = 0xff;
 		gid->raw[11] = 0xff;
 		gid->raw[12] = 127;

@@ -95,7 +95,8 @@ def test_command_writes_the_report_and_fails_the_role(tmp_path: Path) -> None:
 
 
 def test_the_configured_gid_index_must_name_an_ipv4_roce_v2_gid_on_the_port() -> None:
-    # ionic puts its IPv4 RoCE v2 GID at index 1 (the default); mlx5 here at index 3, with RoCE v1 and a
+    # The written ionic text has its IPv4 RoCE v2 GID at index 1 (the project's default, not a property of ionic
+    # the pinned sources state: the check is why); mlx5 here at index 3, with RoCE v1 and a
     # link-local RoCE v2 GID before it: index 1 there would not route between the nodes.
     assert check_devices(_devices("ionic.txt"), ["ionic_0:1"], gid_index="1") == []
     assert check_devices(_devices("ionic.txt"), ["ionic_0:1"], gid_index="0") == [

@@ -47,7 +47,10 @@ def _add_loopback_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default="", help="RDMA device name, e.g. ionic_0 (default: the first)")
     g.add_argument("--port", type=int, default=1, help="RDMA port (default: 1)")
     g.add_argument(
-        "--gid-index", type=int, default=1, help="GID index; 1 is ionic's IPv4 RoCEv2 GID (default: 1)"
+        "--gid-index",
+        type=int,
+        default=1,
+        help="GID index: the port's IPv4 RoCE v2 GID (ibv_devinfo -v lists them; default: 1)",
     )
     g.add_argument("--alloc-size", default="64MiB", help="GPU allocation (default: 64MiB)")
     g.add_argument("--sub-offset", default="32MiB", help="sub-allocation offset in it (default: 32MiB)")

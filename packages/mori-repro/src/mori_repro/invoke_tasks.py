@@ -13,7 +13,7 @@ from invoke.tasks import task
 _HELP = {
     "backend": "auto | hsa | cuda",
     "device": "RDMA device, e.g. ionic_0 (default: the first)",
-    "gid_index": "GID index (ionic: 1 is the IPv4 RoCEv2 GID)",
+    "gid_index": "GID index: the port's IPv4 RoCE v2 GID (ibv_devinfo -v lists them; default 1)",
     "mode": "both | bug | fix",
 }
 

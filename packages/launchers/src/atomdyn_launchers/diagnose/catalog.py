@@ -337,10 +337,12 @@ CATALOG: tuple[Entry, ...] = (
     Entry(
         "nixl-vram-detected-as-host", "NIXL (UCX backend)",
         _log(r"VRAM memory is detected as host by UCX", "VRAM memory is detected as host"),
-        "UCX classified the GPU buffer as host memory (UCX built without ROCm support, or its ROCm modules did "
-        "not load), so NIXL refused to register the VRAM.",
-        "Use a UCX built with ROCm whose rocm_copy transport loads (`ucx_info -d` lists it), or the project's "
-        "NIXL compatibility patch (NIXL_COMPAT_HOST_VRAM lines) with the dmabuf-shim.",
+        "UCX classified the GPU buffer as host memory, so NIXL refused to register the VRAM: UCX_TLS names no "
+        "ROCm transport (UCX then closes rocm_cpy, its only memory domain that detects ROCm memory; the atom "
+        "default path does this on purpose), or UCX was built without ROCm or its ROCm modules did not load.",
+        "On the default path (ATOM_UCX_PATH=host-vram) the patched NIXL with NIXL_COMPAT_ALLOW_HOST_VRAM=1 and "
+        "the dmabuf-shim (the launchers set both; no NIXL_COMPAT_HOST_VRAM line means the image's NIXL lacks the "
+        "patch); with ATOM_UCX_PATH=rocm a UCX built with ROCm whose rocm_copy transport loads (`ucx_info -d`).",
         "nixl",
         (Upstream(NIXL, "src/plugins/ucx/ucx_utils.cpp", 600,
                   "VRAM memory is detected as host by UCX. UCX is likely not configured with CUDA/ROCm support. "

@@ -17,8 +17,9 @@ from atomdyn_launchers.sbatch import Arg, Shell
 
 # The KV path on ionic RoCE: reliable-connected verbs (rc_verbs) carry the KV, and never `tcp` as a data
 # transport, which would let a P/D run fall back to TCP silently instead of failing. The GID index
-# (UCX_IB_GID_INDEX, default 1: the IPv4 RoCE v2 GID on ionic) is the config's, checked on the worker's port
-# before the engine starts.
+# (UCX_IB_GID_INDEX) is the config's: 1 is the project's default, not UCX's (UCX's is auto,
+# src/uct/ib/base/ib_md.c at the pin) and not a property of ionic the pinned sources state; the RDMA check
+# verifies on the worker's port, before the engine starts, that it names an IPv4 RoCE v2 GID there.
 UCX_PATHS = ("host-vram", "rocm")
 # NIXL makes each endpoint from the peer's worker address, and UCX then needs an auxiliary transport that can
 # reach the peer's interface to exchange the RC connection messages (src/ucp/wireup/select.c at the pinned UCX).
@@ -39,9 +40,15 @@ AUX_NETDEV_ROCE = "roce"
 SYSFS_IB = "/sys/class/infiniband"  # where the job reads the ports' GIDs (a test points it elsewhere)
 # UCX_PROTO_INFO=y prints, per endpoint, the protocol table the evidence reads to prove which transport moved KV.
 UCX_COMMON: Mapping[str, str] = {"UCX_PROTO_INFO": "y"}
-# The validated path (default): no ROCm transport, so UCX classifies VRAM as host memory and registers it
-# with a plain ibv_reg_mr, which the dma-buf helper turns into a dma-buf registration at the right offset;
-# NIXL keeps a registration of VRAM classified as host only with the compatibility patch's opt-in. No shared-
+# The validated path (default): no ROCm transport. That is what makes UCX classify VRAM as host memory: rocm_cpy
+# is the only memory domain that detects ROCm memory, and UCX closes a memory domain with no selected transport
+# ("closing md %s because it has no selected transport resources", src/ucp/core/ucp_context.c at the pin), so
+# every buffer is host to it: the project's choice, not a UCX defect. UCX registers VRAM with a plain
+# ibv_reg_mr, which the dma-buf helper turns into a dma-buf registration at the right offset; NIXL keeps a
+# registration of VRAM classified as host only with the compatibility patch's opt-in. Safe only while every KV
+# transfer is the NIC's zero-copy RDMA on that registration (the gates: every KV-sized row over rc zero-copy,
+# the answer equal to an aggregated run's): a copy, an emulation or a shared-memory transport would touch VRAM
+# with the CPU. No shared-
 # memory transport either: cma and posix/sysv copy through the CPU, and on VRAM that UCX takes for host memory
 # they would fail or read through the BAR; KV between two workers of one node goes through the NIC too.
 HOST_VRAM_TLS = ("self",)
