@@ -144,6 +144,20 @@ def test_every_sdist_carries_the_license_as_a_file(dist: Path) -> None:
             assert extracted is not None and extracted.read() == license_text, sdist.name
 
 
+def test_the_launchers_ship_the_job_supervisor(dist: Path) -> None:
+    """supervisor.sh is package data: every job script the launchers render inlines it from the installed copy."""
+    source = (ROOT / "packages/launchers/src/atomdyn_launchers/supervisor.sh").read_bytes()
+    with zipfile.ZipFile(wheel_of(dist, "atomdyn-launchers")) as wheel:
+        assert wheel.read("atomdyn_launchers/supervisor.sh") == source
+    [sdist] = dist.glob("atomdyn_launchers-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        [member] = [
+            m for m in archive.getmembers() if m.name.endswith("/src/atomdyn_launchers/supervisor.sh")
+        ]
+        extracted = archive.extractfile(member)
+        assert extracted is not None and extracted.read() == source
+
+
 def glibc_versions(elf: Path) -> set[tuple[int, ...]]:
     """The GLIBC_x.y versions an ELF file's dynamic symbols refer to (readelf, as auditwheel reads them)."""
     text = run("readelf", "--wide", "--dyn-syms", "--version-info", elf).stdout

@@ -17,12 +17,22 @@ from pathlib import Path
 
 import pytest
 
+import atomdyn_launchers
 from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.engines.base import RoleContext
 from atomdyn_launchers.engines.runtime import NO_DEVICES, DockerRuntime, VenvRuntime
 from atomdyn_launchers.profiles.models import get_model
-from atomdyn_launchers.sbatch import Container, JobSpec, ProcessSpec, Shell, render, render_arg
+from atomdyn_launchers.sbatch import (
+    PORTS_TAKEN_EXIT,
+    Container,
+    JobSpec,
+    ProcessSpec,
+    Shell,
+    render,
+    render_arg,
+    supervisor_parts,
+)
 
 IN_CI = os.environ.get("CI") == "true"
 
@@ -319,3 +329,51 @@ def test_a_one_shot_jobs_process_that_finishes_ends_the_job_well(
     assert (tmp_path / "helper.stopped").exists()
     assert ("probe finished its work" in out) is one_shot, out
     assert (tmp_path / "logs" / "decode.failure").exists() is not one_shot
+
+
+SUPERVISOR = Path(atomdyn_launchers.__file__).with_name("supervisor.sh")
+
+
+def test_the_supervisor_is_a_shellcheck_clean_bash_file_that_runs_its_example(tmp_path: Path) -> None:
+    """supervisor.sh as a file: shellchecked as it is, and run as it is, its example job of one process."""
+    _shellcheck(SUPERVISOR)
+    text = SUPERVISOR.read_text(encoding="utf-8").replace("/tmp/atomdyn-supervisor-example", str(tmp_path))
+    script = tmp_path / "supervisor.sh"
+    script.write_text(text.replace("check_ports example=18098", "check_ports example=1"))
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "worker finished its work: stopping the others" in done.stdout
+    assert done.stdout.rstrip().endswith("all processes stopped")
+
+
+def _found(lines: list[str], part: tuple[str, ...], start: int) -> int:
+    """Where ``part`` begins in ``lines`` at or after ``start``, a setting's assignment with any value."""
+    settings = ("LOG_DIR=", "ROLE=", "STOP_GRACE_S=", "CONTAINERS=")
+
+    def same(mine: str, rendered: str) -> bool:
+        return mine == rendered or (
+            mine.startswith(settings) and rendered.startswith(mine.split("=")[0] + "=")
+        )
+
+    for i in range(start, len(lines) - len(part) + 1):
+        if all(same(line, lines[i + j]) for j, line in enumerate(part)):
+            return i
+    raise AssertionError(f"not inlined after line {start}: {part[:3]}")
+
+
+def test_every_part_of_the_supervisor_is_inlined_into_a_job_that_needs_it() -> None:
+    """A job with containers, ports and one-shot work carries every part, in the file's order; the example parts,
+    the file's header and its notes are in no job."""
+    parts = supervisor_parts()
+    assert list(parts) == [
+        "setup", "containers", "stop-all", "stop-containers", "supervise", "remove-containers", "ports", "wait",
+        "one-shot", "finish",
+    ]  # fmt: skip
+    text = render(replace(_docker_job(), one_shot=True))
+    lines = text.splitlines()
+    at = 0
+    for part in parts.values():
+        at = _found(lines, part, at) + len(part)
+    assert "#@" not in text and "\n##" not in text
+    assert "atomdyn-supervisor-example" not in text and "EXAMPLE_DURATION_S" not in text
+    assert f"    exit {PORTS_TAKEN_EXIT}" in parts["ports"]  # the status the launcher reads as ports taken
