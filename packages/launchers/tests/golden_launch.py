@@ -22,7 +22,9 @@ from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import plan_roles
 from atomdyn_launchers.run.submission import Submission
+from atomdyn_launchers.run.worker_args import planned_worker_args
 from atomdyn_launchers.sbatch import render, render_arg
+from atomdyn_launchers.validate.gpu import job_script
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 RUNS_DIR = "/shared/atomdyn/runs"
@@ -37,6 +39,8 @@ RUNTIMES = ("venv", "docker")
 PYXIS_CASES = tuple((engine, kind) for engine in ("atom", "vllm") for kind in ("agg-single", "disagg"))
 # RUNTIME=podman (podman run of the same image) for every engine, aggregated and P/D.
 PODMAN_CASES = tuple((engine, kind) for engine in ENGINE_NAMES for kind in ("agg-single", "disagg"))
+# invoke validate.gpu's job (the validator in the image, one-shot, given the workers' argv) in each container runtime.
+VALIDATE_CASES = (("atom", "docker"), ("atom", "podman"), ("atom", "pyxis"))
 # A two-node MI355X-like cluster; nothing here needs to exist on the machine that renders it.
 CLUSTER_ENV = f"""\
 SLURM_ACCOUNT=acct
@@ -116,6 +120,14 @@ def render_case(engine: str, kind: str, runtime: str) -> dict[str, str]:
         return {name: text.replace(tmp, RUNS_DIR) for name, text in files.items()}
 
 
+def render_validation(engine: str, runtime: str) -> str:
+    """invoke validate.gpu's job script, given the workers' argv a 1P1D run of ``engine`` would write."""
+    config = golden_config(engine, runtime)
+    worker_args = planned_worker_args(config, LaunchOptions(kind="disagg", engine=engine))
+    run_dir = Path(RUNS_DIR) / "validate-20260101T000000000000Z"
+    return job_script(config, config.dynamo_atom_image or "", run_dir, "docker", worker_args)
+
+
 def _paired(words: list[str]) -> list[str]:
     """One line per option with its value, so a reviewer reads a command line as a list of settings."""
     lines: list[str] = []
@@ -141,6 +153,8 @@ def expected() -> dict[Path, str]:
     for engine, kind, runtime in cases():
         for name, text in render_case(engine, kind, runtime).items():
             out[case_dir(engine, kind, runtime) / name] = text
+    for engine, runtime in VALIDATE_CASES:
+        out[case_dir(engine, "validate", runtime) / "validate.sbatch"] = render_validation(engine, runtime)
     return out
 
 

@@ -92,7 +92,7 @@ def test_podman_takes_dockers_options_but_never_pulls_and_names_nvidia_gpus_by_c
 def test_validation_job_runs_in_podman(tmp_path: Path) -> None:
     cfg = parse_cluster_env(BASE + "RUNTIME=podman\nDYNAMO_ATOM_IMAGE=img:1\n")
     text = job_script(cfg, "img:1", tmp_path, "docker")
-    assert "\npodman run --rm --init --pull=never --name atomdyn-validate-" in text
+    assert " podman run --rm --init --pull=never --name atomdyn-validate-" in text
     assert "docker" not in text
 
 

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from golden_launch import GOLDEN_DIR, case_dir, cases, expected, render_case
+from golden_launch import GOLDEN_DIR, cases, expected, render_case
 
 REGENERATE = "regenerate with `nox -s snapshots` and review the diff before committing"
 
@@ -65,9 +65,7 @@ def test_snapshot_scripts_are_shellcheck_clean(tmp_path: Path) -> None:
         if os.environ.get("CI") == "true":
             pytest.fail("shellcheck is not installed (.ci/run must install it)")
         pytest.skip("shellcheck is not installed")
-    scripts = sorted(
-        p for engine, kind, runtime in cases() for p in case_dir(engine, kind, runtime).glob("*.sbatch")
-    )
+    scripts = sorted(p for p in expected() if p.suffix == ".sbatch")
     assert scripts, "no golden scripts: " + REGENERATE
     done = subprocess.run(
         [exe, "--severity=info", *map(str, scripts)], capture_output=True, text=True, check=False

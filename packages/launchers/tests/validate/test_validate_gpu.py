@@ -143,7 +143,9 @@ def test_validate_gpu_submits_one_job_and_reports_each_check(
     assert lines[-1] == "RESULT FAIL"
 
 
-def _docker_job_script(tmp_path: Path, partition: str, engine: str, image: str) -> str:
+def _docker_job_script(
+    tmp_path: Path, partition: str, engine: str, image: str, docker: str = "/usr/bin/docker"
+) -> str:
     """The validator's job script for a docker-runtime cluster of ``engine`` running ``image``."""
     from atomdyn_launchers.config.cluster import load_cluster_config
 
@@ -153,7 +155,7 @@ def _docker_job_script(tmp_path: Path, partition: str, engine: str, image: str) 
         f"DECODE_NODE=n2\nSHARED_DIR={tmp_path}\nMODEL_PATH={tmp_path}\nENGINE_PROFILE={engine}\nRUNTIME=docker\n"
         f"PROJECT_DIR={tmp_path}\nPYTHON_VENV={tmp_path}\nDYNAMO_ATOM_IMAGE={image}\n"
     )
-    return job_script(load_cluster_config(env), image, tmp_path, "/usr/bin/docker")
+    return job_script(load_cluster_config(env), image, tmp_path, docker)
 
 
 def test_job_script_for_an_atom_cluster_passes_the_gpu_devices(tmp_path: Path) -> None:
@@ -179,3 +181,42 @@ def test_job_script_for_a_cpu_engine_keeps_the_nodes_memlock_limit(tmp_path: Pat
     script = _docker_job_script(tmp_path, "cpu", "vllm-cpu", "atomdyn-vllm-cpu:x")
     assert "memlock" not in script and "--device" not in script
     assert "atomdyn-vllm-cpu:x atomdyn-validate --json" in script
+
+
+# A docker client for the validation job: `docker run ... atomdyn-validate --json` prints the report on stdout and
+# a log line on stderr, exiting $FAKE_STATUS; no container of the job's name exists beforehand.
+FAKE_DOCKER = """#!/bin/bash
+case "$1" in
+  run) echo "INFO vLLM logs while it is imported" >&2; printf '{"ok": %s, "checks": []}\\n' "$FAKE_OK"; exit "$FAKE_STATUS";;
+  container) exit 1;;
+  *) exit 0;;
+esac
+"""
+
+
+@pytest.mark.parametrize(("ok", "status"), [("true", 0), ("false", 1)])
+def test_the_validation_job_keeps_the_report_apart_and_exits_with_the_validators_status(
+    tmp_path: Path, ok: str, status: int
+) -> None:
+    """The job (one-shot, through the launchers' renderer) run with bash: validate.json holds the validator's
+    stdout alone, its stderr is in its log, and the job's status is the validator's."""
+    docker = tmp_path / "docker"
+    docker.write_text(FAKE_DOCKER)
+    docker.chmod(0o755)
+    script = tmp_path / "validate.sbatch"
+    script.write_text(_docker_job_script(tmp_path, "cpu", "vllm-cpu", "atomdyn-vllm-cpu:x", str(docker)))
+    env = {**os.environ, "FAKE_OK": ok, "FAKE_STATUS": str(status)}
+    done = subprocess.run(
+        ["bash", str(script)], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == status, done.stdout + done.stderr
+    report = json.loads((tmp_path / "validate.json").read_text(encoding="utf-8"))
+    assert report == {"ok": ok == "true", "checks": []}
+    assert "vLLM logs while it is imported" in (tmp_path / "validate.check.log").read_text(encoding="utf-8")
+    failure = tmp_path / "validate.failure"
+    if status == 0:
+        assert "check finished its work" in done.stdout and not failure.exists()
+    else:
+        assert failure.read_text(encoding="utf-8") == (
+            "process check exited first, on its own (status 1): INFO vLLM logs while it is imported\n"
+        )

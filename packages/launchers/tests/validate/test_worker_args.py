@@ -81,8 +81,8 @@ def test_the_validation_job_passes_them_to_the_validator(tmp_path: Path) -> None
     config = golden_config("atom", "docker")
     planned = planned_worker_args(config, LaunchOptions(kind="disagg"))
     script = job_script(config, "img:1", tmp_path, "/usr/bin/docker", planned)
-    line = next(ln for ln in script.splitlines() if "atomdyn-validate" in ln)
-    words = shlex.split(line.split(" >", 1)[0])
+    line = next(ln for ln in script.splitlines() if ln.startswith("start check "))
+    words = shlex.split(line)
     assert words[words.index("img:1") + 1 :] == ["atomdyn-validate", "--json", "--worker-args", json.dumps(
         planned, separators=(",", ":"))]  # fmt: skip
 

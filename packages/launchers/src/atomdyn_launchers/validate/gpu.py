@@ -3,7 +3,9 @@
 The job runs ``atomdyn-validate --json`` in the built image with the launchers' docker runtime (the same
 ``docker run`` flags, devices and GPU binding the engines get), writes the report into a run directory under
 the cluster's shared directory, and exits with the validator's status. The submit side waits for the job
-to finish and reports every check.
+to finish and reports every check. The job is rendered as every run's job is (:func:`atomdyn_launchers.sbatch.render`),
+one-shot: its supervisor stops the validator's container by name when the job is cancelled, and the job's
+status is the validator's.
 
 The job gives the validator the workers' command lines a run of the engine would write (``--worker-args``:
 the arguments after ``python -m dynamo.vllm`` of the agg, prefill and decode roles, planned by the submit
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import datetime
 import json
-import shlex
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,7 +32,7 @@ from atomdyn_launchers.job.squashfs import squashfs_path
 from atomdyn_launchers.nodes.prepare import archive_dir
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.worker_args import planned_worker_args
-from atomdyn_launchers.sbatch import Shell
+from atomdyn_launchers.sbatch import JobSpec, render
 from atomdyn_launchers.slurm.client import JobInfo, Slurm, held_allocation
 from atomdyn_launchers.slurm.steps import StepSet, step_name
 
@@ -64,7 +66,13 @@ def job_script(
     run_dir: Path,
     docker: str,
     worker_args: Mapping[str, Sequence[str]] | None = None,
+    *,
+    node: str = "",
+    timeout_s: float = 900.0,
 ) -> str:
+    """The validation job: a one-shot job of the launchers' renderer (the supervisor every run's job has), whose
+    one process is the validator in the image, its report (stdout) in ``validate.json``, its log (stderr) in
+    ``validate.check.log`` of ``run_dir``; Slurm ends it when the submit side stops waiting (``timeout_s``)."""
     engine = get_engine(config.engine_profile)
     devices = engine.container_devices()
     # Without GPUs nothing is pinned for RDMA, and an unprivileged node may refuse to raise the memlock limit.
@@ -85,20 +93,46 @@ def job_script(
             "--worker-args",
             json.dumps({k: list(v) for k, v in worker_args.items()}, separators=(",", ":")),
         ]
-    argv = list(runtime.wrap("check", validate, {}, devices).argv)
-    command = " ".join(a.text if isinstance(a, Shell) else shlex.quote(a) for a in argv)
-    report = shlex.quote(str(run_dir / "validate.json"))
-    prelude = "".join(f"{line}\n" for line in runtime.prelude(devices))
-    return (
-        "#!/bin/bash\n"
-        "set -u\n"
-        f"{prelude}"
-        f"{command} >{report}.tmp\n"
-        "status=$?\n"
-        f"mv {report}.tmp {report}\n"
-        'echo "atomdyn-validate exited with $status on $(hostname)"\n'
-        'exit "$status"\n'
+    check = runtime.wrap("check", validate, {}, devices)
+    node = node or config.primary_node
+    job = JobSpec(
+        role="validate",
+        job_name="atomdyn-validate",
+        node=node,
+        account=config.slurm_account,
+        partition=config.slurm_partition,
+        qos=config.slurm_qos,
+        output=str(run_dir / "slurm-%j.out"),
+        log_dir=str(run_dir),
+        processes=[replace(check, argv=["report_to", str(run_dir / "validate.json"), *check.argv])],
+        prelude=[*runtime.prelude(devices), *REPORT_TO],
+        gpus=validation_gpus(config),
+        time_limit=_time_limit(timeout_s),
+        one_shot=True,
+        header_comment=(
+            f"atomdyn validate.gpu: atomdyn-validate in {image} on {node}, runtime {config.runtime}. "
+            "Generated; do not edit."
+        ),
     )
+    return render(job)
+
+
+# The validator's stdout is its report, one JSON document: the process's own, while its stderr stays in its log.
+REPORT_TO = [
+    "# report_to FILE COMMAND...: COMMAND (this process, by exec) with its standard output in FILE.",
+    "# shellcheck disable=SC2317  # called through start",
+    'report_to() { local out=$1; shift; exec "$@" >"$out"; }',
+]
+
+
+def validation_gpus(config: ClusterConfig) -> int:
+    """GPUs the validation job asks of Slurm: one, for an engine with a GPU vendor."""
+    return 1 if get_engine(config.engine_profile).vendor != "none" else 0
+
+
+def _time_limit(timeout_s: float) -> str:
+    minutes = max(1, math.ceil(timeout_s / 60))
+    return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
 
 
 def run_gpu_validation(
@@ -130,9 +164,9 @@ def run_gpu_validation(
     run_dir.mkdir(parents=True)
     script = run_dir / "validate.sbatch"
     atomic_write_text(run_dir / "worker-args.json", json.dumps(worker_args, indent=2) + "\n")
-    atomic_write_text(script, job_script(config, image, run_dir, docker_client(), worker_args), mode=0o755)
-    vendor = get_engine(config.engine_profile).vendor
-    gres = "gpu:1" if vendor != "none" else None
+    text = job_script(config, image, run_dir, docker_client(), worker_args, node=node, timeout_s=timeout_s)
+    atomic_write_text(script, text, mode=0o755)
+    gres = f"gpu:{validation_gpus(config)}" if validation_gpus(config) else None
     env = {"DOCKER_HOST": docker_host} if docker_host else None
     if config.runtime == "podman":
         env = config.podman_env_for(node) or None
