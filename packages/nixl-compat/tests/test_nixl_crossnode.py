@@ -44,6 +44,19 @@ def test_line_rate_is_read_from_the_device(tmp_path: Path) -> None:
     assert line_rate("ionic_0:1,veth1", None, sys_root)["gbit"] is None  # one unknown: no sum is claimed
 
 
+def test_a_netdev_listed_for_tcp_aux_adds_no_line_rate(tmp_path: Path) -> None:
+    """The atom jobs add the netdev under the RoCE port to UCX_NET_DEVICES so that tcp:aux has a device (issue
+    34, defect 1): it carries the wireup only, so it is no part of the KV's line rate (often the same NIC)."""
+    sys_root = _sysfs(tmp_path)
+    atom = line_rate("ionic_0:1,eth0", None, sys_root, tls="rc_verbs,self,tcp:aux")
+    assert atom["gbit"] == 400.0 and atom["devices"] == ["ionic_0:1"] and atom["aux_devices"] == ["eth0"]
+    # tcp as a data transport: the netdev counts.
+    assert line_rate("ionic_0:1,eth0", None, sys_root, tls="rc_verbs,tcp")["gbit"] == 500.0
+    assert line_rate("ionic_0:1,eth0", None, sys_root, tls="^cma")["gbit"] == 500.0
+    # Only netdevs listed (the CPU rehearsal's tcp): they are the data devices whatever UCX_TLS says.
+    assert line_rate("eth0", None, sys_root, tls="tcp:aux,self")["devices"] == ["eth0"]
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [

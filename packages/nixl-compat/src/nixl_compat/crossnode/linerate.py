@@ -45,9 +45,23 @@ def route_interface(address: str) -> str | None:
     return match.group(1) if match else None
 
 
-def line_rate(net_devices: str, peer: str | None, sys: Path = SYS) -> dict[str, Any]:
-    """The devices the transfer may take and their summed rate: UCX_NET_DEVICES when set, else the route's."""
-    devices = [d for d in net_devices.split(",") if d and d != "all"]
+def _tcp_carries_data(tls: str) -> bool:
+    """Whether ``UCX_TLS`` lets tcp carry data: unset, a deny list, or ``tcp`` itself listed (``tcp:aux`` is
+    UCX's wireup auxiliary only, never a data lane)."""
+    names = [t.strip() for t in tls.split(",") if t.strip()]
+    return not names or names[0].startswith("^") or "tcp" in names or "all" in names
+
+
+def line_rate(net_devices: str, peer: str | None, sys: Path = SYS, tls: str = "") -> dict[str, Any]:
+    """The devices the transfer may take and their summed rate: UCX_NET_DEVICES when set, else the route's.
+    A network interface listed beside RDMA devices only for tcp:aux (``tls``, the worker's UCX_TLS, gives tcp
+    no data lane; the atom jobs add the netdev under the RoCE port so that the wireup has a device) carries no
+    KV: it is kept apart (``aux_devices``), not added to the rate (it is often the same NIC's own netdev)."""
+    listed = [d for d in net_devices.split(",") if d and d != "all"]
+    aux = [] if _tcp_carries_data(tls) else [d for d in listed if ":" not in d]
+    if len(aux) == len(listed):  # netdevs alone: they are what the transfer takes
+        aux = []
+    devices = [d for d in listed if d not in aux]
     source = "UCX_NET_DEVICES"
     if not devices and peer:
         interface = route_interface(peer)
@@ -55,4 +69,7 @@ def line_rate(net_devices: str, peer: str | None, sys: Path = SYS) -> dict[str, 
     rates = {d: device_rate_gbit(d, sys) for d in devices}
     known = [r for r in rates.values() if r is not None]
     total = sum(known) if known and len(known) == len(rates) else None
-    return {"devices": devices, "source": source, "per_device_gbit": rates, "gbit": total}
+    found: dict[str, Any] = {"devices": devices, "source": source, "per_device_gbit": rates, "gbit": total}
+    if aux:
+        found["aux_devices"] = aux
+    return found

@@ -271,7 +271,9 @@ def run_initiator(spec: ProbeSpec, report: Report) -> None:
         report.ok = True
         report.stage = "done"
         peer = str(initiator.hello.get("host") or "") or None
-        report.line_rate = line_rate(os.environ.get("UCX_NET_DEVICES", ""), peer)
+        report.line_rate = line_rate(
+            os.environ.get("UCX_NET_DEVICES", ""), peer, tls=os.environ.get("UCX_TLS", "")
+        )
         gbit = report.line_rate.get("gbit")
         if gbit and report.large:
             report.line_rate["large_fraction"] = round(report.large["gbps_p50"] * 8 / gbit, 4)
