@@ -19,6 +19,11 @@ from atomdyn_launchers.diagnose.tasks import diagnose
 
 ROOT = Path(__file__).resolve().parents[4]
 H200_LOG = ROOT / "evidence" / "h200-nixl-kv-bench" / "run.log"
+MOCKER_LOG = (
+    Path(__file__).resolve().parents[1]
+    / "evidence/fixtures/mocker-disagg/20261130T004758Z-disagg-mocker/logs/decode.worker.log"
+)
+CAPTURED = Path(__file__).resolve().parent / "fixtures" / "captured.txt"
 VLLM_RUN = (
     Path(__file__).resolve().parents[1] / "evidence/fixtures/vllm-cpu-disagg/20261201T124322Z-disagg-vllm-cpu"
 )
@@ -79,16 +84,45 @@ def test_job_states_and_failed_gates_are_signatures_too(tmp_path: Path) -> None:
     assert found.findings[1].location == "gates"
 
 
-def test_nothing_known_says_so_and_shows_the_first_error_lines_of_each_log() -> None:
-    """A real vLLM-on-CPU P/D run (it passed): no signature, and the frontend's ERROR lines shown as they are."""
-    found = diagnose_run(VLLM_RUN)
+def test_nothing_known_says_so_and_shows_the_first_error_lines_of_each_log(tmp_path: Path) -> None:
+    """A real mock-engine worker log: no signature, and its first error lines shown as they are."""
+    run_dir = tmp_path / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    shutil.copy(MOCKER_LOG, run_dir / "logs" / "decode.worker.log")
+    found = diagnose_run(run_dir)
     assert not found.known and found.findings == []
     text = found.text()
     assert NO_SIGNATURE in text
-    shown = found.error_lines["logs/decode.frontend.log"]
-    assert shown[0].startswith("3: ") and "ERROR http-request" in shown[0]
+    shown = found.error_lines["logs/decode.worker.log"]
+    assert shown[0].startswith("56: ") and "Failed to unregister EventPublisher" in shown[0]
+    assert found.to_json()["error_lines"] == found.error_lines
+
+
+def test_a_passed_runs_warm_up_404s_are_a_symptom_and_counts_of_zero_failures_no_error() -> None:
+    """A real vLLM-on-CPU P/D run that passed: the frontend's 404s before the model registered are known, as a
+    symptom; vLLM's "Num failed transfers=0" is not an error line."""
+    found = diagnose_run(VLLM_RUN)
+    assert [f.entry.id for f in found.findings] == ["dynamo-model-not-found"]
+    assert not found.findings[0].entry.causal and found.findings[0].location == "logs/decode.frontend.log:3"
     assert not any("Num failed transfers=0" in line for lines in found.error_lines.values() for line in lines)
     assert found.files_read == 7
+
+
+@pytest.mark.parametrize(
+    "entry,line",
+    [
+        tuple(row.split("\t", 1))
+        for row in CAPTURED.read_text().splitlines()
+        if row and not row.startswith("#")
+    ],
+)
+def test_a_line_captured_from_a_real_run_is_diagnosed_as_its_entry(
+    tmp_path: Path, entry: str, line: str
+) -> None:
+    log = tmp_path / "captured.log"
+    log.write_text(line + "\n", encoding="utf-8")
+    found = diagnose_log(log)
+    assert found.first is not None and found.first.entry.id == entry, found.text()
     assert (
         rerun_command(json.loads((VLLM_RUN / "run.json").read_text()))
         == "invoke disagg.run --engine vllm-cpu"
@@ -134,8 +168,10 @@ def test_the_task_prints_text_or_json_and_refuses_what_it_cannot_read(
     shutil.copy(H200_LOG, log)
     diagnose(Context(), str(log), json=True)
     assert json.loads(capsys.readouterr().out)["first"] == "nixl-error-status"
-    diagnose(Context(), str(VLLM_RUN))
+    diagnose(Context(), str(MOCKER_LOG))
     assert NO_SIGNATURE in capsys.readouterr().out
+    diagnose(Context(), str(VLLM_RUN))
+    assert "1. dynamo-model-not-found (Dynamo, a symptom)" in capsys.readouterr().out
     for bad, log_flag in ((tmp_path / "nothing", False), (tmp_path, True)):
         with pytest.raises(Exit) as raised:
             diagnose(Context(), str(bad), log=log_flag)

@@ -8,10 +8,11 @@ import re
 from atomdyn_launchers.diagnose.catalog import BY_ID, Entry, Upstream
 
 # printf conversions (C), and a Python f-string's replacement fields
-_PRINTF = re.compile(r"%(?:[-#0 +]*\d*(?:\.\d+)?(?:hh|h|ll|l|z|j|t|L)?([diouxXcspmfeEgG%]))")
+# (Slurm's own %ps prints a step id.)
+_PRINTF = re.compile(r"%(?:[-#0 +]*\d*(?:\.\d+)?(?:hh|h|ll|l|z|j|t|L)?(ps|[diouxXcspmfeEgG%]))")
 _FIELD = re.compile(r"\{[^{}]*\}")
 _DEFAULTS = {"d": "3", "i": "3", "u": "3", "o": "7", "x": "1f", "X": "1F", "c": "c", "s": "x", "p": "0x7f3a00001000",
-             "m": "Invalid argument", "f": "1.5", "e": "1.5e+00", "E": "1.5E+00", "g": "1.5", "G": "1.5"}  # fmt: skip
+             "m": "Invalid argument", "ps": "StepId=12.0", "f": "1.5", "e": "1.5e+00", "E": "1.5E+00", "g": "1.5", "G": "1.5"}  # fmt: skip
 
 
 def render(upstream: Upstream) -> str:

