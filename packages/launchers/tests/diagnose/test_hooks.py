@@ -14,6 +14,8 @@ from atomdyn_launchers.certify.ladder import diagnose_rung
 from atomdyn_launchers.certify.rungs import RungResult
 from atomdyn_launchers.diagnose.scan import diagnose_run
 from atomdyn_launchers.evidence.certify_report import published_texts, render, verify_certify
+from atomdyn_launchers.job import node_check
+from atomdyn_launchers.nodes.check import CheckReport
 
 HERE = Path(__file__).resolve().parent
 VLLM_RUN = HERE.parent / "evidence/fixtures/vllm-cpu-disagg/20261201T124322Z-disagg-vllm-cpu"
@@ -74,3 +76,37 @@ def test_a_rung_with_nothing_known_says_so_in_the_report(tmp_path: Path) -> None
     state = _failed_at_nixl(diagnose_run(tmp_path).to_json(limit=10))
     assert "Diagnosis of rung 4: no known signature (`invoke diagnose " in render(state)
     assert "Diagnosis of" not in render(_failed_at_nixl(None))
+
+
+def test_a_preflight_rung_is_diagnosed_from_its_node_report(tmp_path: Path) -> None:
+    """Rung 1's evidence is node-check.json: the node check's own words for a missing model path."""
+    missing = tmp_path / "models" / "qwen3"
+    check = node_check._model({"model_path": str(missing)})
+    report = CheckReport(engine="vllm-cpu", runtime="venv", nodes={"node-a": [check]}, errors={})
+    path = tmp_path / "node-check.json"
+    path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    found = diagnose_rung(RungResult("fail", "node-a: model-path ...", evidence=str(path)))
+    assert found is not None and found["first"] == "model-path-missing", found
+    assert str(missing) in found["findings"][0]["line"]
+
+
+def test_a_probe_the_launcher_passed_is_diagnosed_by_its_failed_verdict_checks(tmp_path: Path) -> None:
+    run_dir = tmp_path / "probe-run"
+    (run_dir / "nixl").mkdir(parents=True)
+    (run_dir / "run.json").write_text(
+        json.dumps({"result": "pass", "kind": "disagg", "probe": {"kind": "nixl-pair"}})
+    )
+    checks = [{"name": "bytes_arrived", "ok": True, "detail": "every byte"},
+              {"name": "kv_forbidden_transport_rows", "ok": False, "detail": "1 row over tcp"}]  # fmt: skip
+    (run_dir / "nixl" / "verdict.json").write_text(json.dumps({"passed": False, "checks": checks}))
+    found = diagnose_rung(RungResult("fail", "the probe's checks failed", evidence=str(run_dir)))
+    assert found is not None and found["first"] == "gate-kv-forbidden-transport"
+    assert found["rerun"] == "invoke nixl.cross-node"
+
+
+def test_a_work_directory_without_a_run_is_read_whole(tmp_path: Path) -> None:
+    """A node check's work directory (check-<node>.out, what UCX answered there): every file is read."""
+    (tmp_path / "check-node-a.out").write_text(line_of("ucx-transport-not-available") + "\n")
+    found = diagnose_rung(RungResult("fail", "ucx refused", evidence=f"{tmp_path / 'missing'}, {tmp_path}"))
+    assert found is not None and found["first"] == "ucx-transport-not-available"
+    assert found["findings"][0]["file"] == "check-node-a.out"

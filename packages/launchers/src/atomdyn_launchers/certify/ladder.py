@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
+from atomdyn_launchers.certify.nixl import VERDICT_FILE
 from atomdyn_launchers.certify.rungs import (
     REUSED,
     RUNGS,
@@ -28,11 +29,13 @@ from atomdyn_launchers.certify.rungs import (
     timed,
 )
 from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.diagnose.scan import log_safely as diagnose_log_safely
 from atomdyn_launchers.diagnose.scan import safely as diagnose_safely
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.evidence.certify_report import REPORT_FILE, STATE_FILE, certified, render, verdict_line
 from atomdyn_launchers.evidence.gates import evaluate
+from atomdyn_launchers.evidence.probe import PROBE_DIR
 from atomdyn_launchers.evidence.signals import collect_signals
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.progress import Progress
@@ -202,18 +205,37 @@ def climb(
 
 
 def diagnose_rung(result: RungResult) -> dict[str, Any] | None:
-    """A failed rung's diagnosis, when its evidence is one run directory: its logs, its headline, and the
-    evidence gates that failed where the launcher itself passed the run. None when there is nothing to read."""
-    run_dir = Path(result.evidence) if result.evidence else None
-    if run_dir is None or not (run_dir / "run.json").is_file():
-        return None
-    failed: list[tuple[str, str]] = []
+    """A failed rung's diagnosis from its evidence: a run directory (its logs and headline, and the checks that
+    failed where the launcher itself passed the run: the probe's verdict, else the evidence gates), another
+    directory (a node check's or validation's work directory: every file) or a file (node-check.json); the
+    first of several that a known signature explains. None when the rung names no evidence."""
+    found: list[dict[str, Any]] = []
+    for shown in (part.strip() for part in result.evidence.split(", ") if part.strip()):
+        path = Path(shown)
+        if path.is_file():
+            one = diagnose_log_safely(path)
+        elif path.is_dir():
+            one = diagnose_safely(path, failed_gates=_failed_checks(path))
+        else:
+            continue
+        if one is not None:
+            found.append(one)
+    return next((one for one in found if one["known"]), found[0] if found else None)
+
+
+def _failed_checks(run_dir: Path) -> list[tuple[str, str]]:
+    """(gate id, reason) of what failed where the launcher passed the run: the NIXL probe's verdict checks, or
+    the evidence gates of a serving run. The rung judged them already: an error here only leaves them out."""
     try:
-        if json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("result") == "pass":
-            failed = [(r.id, r.reason) for r in evaluate(collect_signals(run_dir)) if r.verdict == "fail"]
-    except Exception:  # the rung judged the gates already: the diagnosis is an aid
-        failed = []
-    return diagnose_safely(run_dir, failed_gates=failed)
+        run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        if not isinstance(run, dict) or run.get("result") != "pass":
+            return []
+        if run.get("probe"):
+            verdict = json.loads((run_dir / PROBE_DIR / VERDICT_FILE).read_text(encoding="utf-8"))
+            return [(str(c["name"]), str(c["detail"])) for c in verdict["checks"] if not c["ok"]]
+        return [(r.id, r.reason) for r in evaluate(collect_signals(run_dir)) if r.verdict == "fail"]
+    except Exception:
+        return []
 
 
 def _same_key(previous: dict[str, Any] | None, key: dict[str, Any]) -> bool:

@@ -750,6 +750,25 @@ CATALOG: tuple[Entry, ...] = (
         causal=False,
     ),
     Entry(
+        "model-path-missing", "node check",
+        _log(r"(?P<path>\S+) does not exist on this node", " does not exist on this node"),
+        "The model path the run names is not on the node (not copied there, or the shared filesystem is not "
+        "mounted at the same path).",
+        "Put the model at that path on every node (or on the shared filesystem), or point the model profile's "
+        "path (MODEL_DIR) where it is.",
+        "preflight",
+        source="packages/launchers/src/atomdyn_launchers/job/node_check.py (the model-path check)",
+    ),
+    Entry(
+        "rdma-gid-index-wrong", "node check (RDMA)",
+        _log(r"has no GID\[(?P<index>\d+)\] \(UCX_IB_GID_INDEX=\d+\); IPv4 RoCE v2 GIDs at: (?P<candidates>.*)",
+             "); IPv4 RoCE v2 GIDs at: "),
+        "UCX_IB_GID_INDEX names a GID the port does not have; RoCE needs an IPv4 RoCE v2 GID of the port.",
+        "Set UCX_IB_GID_INDEX to one the line lists (or auto).",
+        "preflight",
+        source="packages/launchers/src/atomdyn_launchers/job/rdma.py (gid_problem)",
+    ),
+    Entry(
         "image-not-on-node", "container runtime",
         _log(r"(?P<image>\S+) is not present on this node \(run `invoke nodes\.prepare`\)", " is not present on this node"),
         "The engine image is not in the node's image store.",

@@ -24,6 +24,8 @@ NO_SIGNATURE = "no known signature; the first error lines of each log:"
 MAX_LINE = 400  # characters kept of a matched line
 ERROR_LINES = 5  # first error lines kept per log, for the fallback
 LOG_DIRS = ("logs", "nixl")  # the run directory's logs, and the NIXL probe's reports
+MAX_FILES = 2000  # files read of a directory that is no run directory
+RUN_FILES = ("run.json", "timeline.jsonl", "recipe.json")  # a run directory holds one from its start
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _LOG_ENTRIES = tuple(e for e in CATALOG if e.signature.kind == "log")
 _NEEDLES = tuple(dict.fromkeys(e.signature.needle.encode() for e in _LOG_ENTRIES))
@@ -167,24 +169,35 @@ def _scan_log(matcher: _Matcher, path: Path, name: str, errors: dict[str, list[s
         errors[name] = kept
 
 
+def _is_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _regular_files(run_dir: Path) -> Iterable[tuple[Path, str]]:
-    """The run's log files (regular files only: no link is followed), in a stable order."""
-    for sub in LOG_DIRS:
-        top = run_dir / sub
-        try:
-            if not stat.S_ISDIR(os.lstat(top).st_mode):
-                continue
-        except OSError:
-            continue
+    """The run's log files (regular files only: no link is followed), in a stable order. A directory that is
+    no run directory (no logs/, no nixl/: a node check's work directory, a copy of a node's logs) is read whole,
+    up to MAX_FILES files."""
+    tops = [run_dir / sub for sub in LOG_DIRS if _is_dir(run_dir / sub)]
+    if not tops and not any((run_dir / name).exists() for name in RUN_FILES):
+        tops = [run_dir]
+    count = 0
+    for top in tops:
         for dirpath, dirnames, filenames in os.walk(top):
             dirnames.sort()
             for filename in sorted(filenames):
                 path = Path(dirpath) / filename
                 try:
-                    if stat.S_ISREG(os.lstat(path).st_mode):
-                        yield path, str(path.relative_to(run_dir))
+                    if not stat.S_ISREG(os.lstat(path).st_mode):
+                        continue
                 except OSError:
                     continue
+                count += 1
+                if count > MAX_FILES:
+                    return
+                yield path, str(path.relative_to(run_dir))
 
 
 def _read_json(path: Path) -> Any:
@@ -282,4 +295,12 @@ def safely(run_dir: Path, **kwargs: Any) -> dict[str, Any] | None:
     try:
         return diagnose_run(run_dir, **kwargs).to_json(limit=10)
     except Exception:  # the diagnosis is an aid: the record must be written regardless
+        return None
+
+
+def log_safely(path: Path) -> dict[str, Any] | None:
+    """:func:`diagnose_log` as JSON (at most 10 findings), or None when it fails."""
+    try:
+        return diagnose_log(path).to_json(limit=10)
+    except Exception:  # the diagnosis is an aid: what calls it must go on regardless
         return None
