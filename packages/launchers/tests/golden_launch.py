@@ -39,6 +39,10 @@ RUNTIMES = ("venv", "docker")
 PYXIS_CASES = tuple((engine, kind) for engine in ("atom", "vllm") for kind in ("agg-single", "disagg"))
 # RUNTIME=podman (podman run of the same image) for every engine, aggregated and P/D.
 PODMAN_CASES = tuple((engine, kind) for engine in ENGINE_NAMES for kind in ("agg-single", "disagg"))
+# The atom engine's ROCm-transport path (ATOM_UCX_PATH=rocm), P/D, in each container runtime: the kernel
+# configuration UCX's dma-buf check reads is mounted only there.
+ROCM = "disagg-rocm"
+ROCM_CASES = (("atom", "docker"), ("atom", "podman"), ("atom", "pyxis"))
 # invoke validate.gpu's job (the validator in the image, one-shot, given the workers' argv) in each container runtime.
 VALIDATE_CASES = (("atom", "docker"), ("atom", "podman"), ("atom", "pyxis"))
 # A two-node MI355X-like cluster; nothing here needs to exist on the machine that renders it.
@@ -63,8 +67,8 @@ SLURM_GPU_GRES=yes
 """
 
 
-def golden_config(engine: str, runtime: str) -> ClusterConfig:
-    text = CLUSTER_ENV + f"ENGINE_PROFILE={engine}\nRUNTIME={runtime}\n"
+def golden_config(engine: str, runtime: str, extra: str = "") -> ClusterConfig:
+    text = CLUSTER_ENV + f"ENGINE_PROFILE={engine}\nRUNTIME={runtime}\n" + extra
     return parse_cluster_env(text, "golden.env")
 
 
@@ -83,14 +87,16 @@ def cases() -> Iterator[tuple[str, str, str]]:
         yield engine, kind, "podman"
     for engine, runtime in PROBE_CASES:
         yield engine, PROBE, runtime
+    for engine, runtime in ROCM_CASES:
+        yield engine, ROCM, runtime
 
 
 def render_case(engine: str, kind: str, runtime: str) -> dict[str, str]:
     """File name -> text: one job script per role, and the command lines of every process."""
-    config = golden_config(engine, runtime)
+    config = golden_config(engine, runtime, "ATOM_UCX_PATH=rocm\n" if kind == ROCM else "")
     run_id = f"20260101T000000Z-{kind}-{engine}"
     probe = ProbeOptions() if kind == PROBE else None
-    run_kind = "disagg" if probe is not None else kind
+    run_kind = "disagg" if probe is not None or kind == ROCM else kind
     options = LaunchOptions(kind=run_kind, engine=engine)
     chosen = get_engine(engine)
     files: dict[str, str] = {}
