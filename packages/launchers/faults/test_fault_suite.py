@@ -246,7 +246,9 @@ def test_launcher_killed(config: ClusterConfig, local_cluster: LocalCluster, tmp
     cleaned = Launch(config, LaunchOptions(kind="disagg"))
     cleaned.clean_orphans()
     released = run_dir.name not in {lease.run_id for lease in ports.leases(config.shared_dir)}
+    diagnosis = diagnose_run(run_dir)  # no run.json: the launcher died; the roles' own logs say so
     ok = bool(listed) and gone and stopped_in < 30 and released
+    assert diagnosis.first is not None and diagnosis.first.entry.id == "launcher-gone", diagnosis.text()
     _record(
         "launcher killed",
         "SIGKILL to the launcher after its first verified response",
@@ -288,6 +290,7 @@ def test_ctrl_c(config: ClusterConfig, tmp_path: Path) -> None:
         bound_s=30.0,
     )
     assert ok, (code, err[-2000:])
+    assert run["diagnosis"]["first"] == "interrupted", run["diagnosis"]
     left = wait_clean(config, run_dir.name)
     assert left.none(), left
 
