@@ -109,7 +109,12 @@ def test_a_failed_doctor_fails_the_role_and_its_report_is_kept(tmp_path: Path) -
     env = {k: v for k, v in get_engine("atom").plan(ctx).processes[0].env.items() if k.startswith("UCX_")}
     done = _run(
         tmp_path,
-        ["SHIM_PRELOAD=", *doctor_prelude(ctx, NO_DEVICES, {**env, "LD_PRELOAD": Shell('"$SHIM_PRELOAD"')})],
+        # UCX_AUX_NETDEV: what the job's tcp:aux lines read from sysfs (test_atom_ucx_devices.py), a netdev here.
+        [
+            "SHIM_PRELOAD=",
+            "UCX_AUX_NETDEV=lo",
+            *doctor_prelude(ctx, NO_DEVICES, {**env, "LD_PRELOAD": Shell('"$SHIM_PRELOAD"')}),
+        ],
     )
     assert done.returncode == 3, done.stdout + done.stderr
     assert "nixl-compat doctor failed (see doctor/prefill.json)" in done.stdout
