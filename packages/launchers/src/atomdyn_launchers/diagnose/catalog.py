@@ -189,7 +189,7 @@ CATALOG: tuple[Entry, ...] = (
     ),
     Entry(
         "ucx-no-auxiliary-transport", "UCX",
-        _log(r"no auxiliary transport to (?P<peer>\S+):", "no auxiliary transport to "),
+        _log(r"no auxiliary transport to (?P<peer>.+?):", "no auxiliary transport to "),
         "UCX found no transport for the wireup (auxiliary) messages to the peer: none of this side's transports "
         "reaches an address the peer published (different networks, or no transport both sides allow).",
         "Allow a transport both nodes share for wireup (add ud or tcp to UCX_TLS) and make UCX_NET_DEVICES name "
@@ -200,7 +200,7 @@ CATALOG: tuple[Entry, ...] = (
     ),
     Entry(
         "ucx-no-transport-to-peer", "UCX",
-        _log(r"no (?!auxiliary )(?P<criteria>[\w %-]+?) transport to (?P<peer>\S+):", " transport to "),
+        _log(r"no (?!auxiliary )(?P<criteria>[\w %-]+?) transport to (?P<peer>.+?):", " transport to "),
         "UCX found no transport that can do what the endpoint needs (the line names it: active messages, remote "
         "memory access, ...) towards the peer's addresses.",
         "Make UCX_TLS and UCX_NET_DEVICES allow, on both nodes, a transport that reaches the other (rc over the "
@@ -208,6 +208,26 @@ CATALOG: tuple[Entry, ...] = (
         "nixl",
         (Upstream(UCX, "src/ucp/wireup/select.c", 721, _UCX_NO_TRANSPORT,
                   args=("active messages", "node-b", "tcp/lo - no am bcopy")),),
+    ),
+    Entry(
+        "ucx-check-device-not-on-node", "UCX (the node check)",
+        _log(r"(?P<asked>'[^']*'(?:,'[^']*')*) not on this node as UCX sees it", " not on this node as UCX sees it"),
+        "The node check's ucx_info found that a device named in UCX_NET_DEVICES is not on the node as UCX sees "
+        "it (absent, its port down, or misnamed).",
+        "Set UCX_NET_DEVICES to devices the line lists as UCX's (device:port for RDMA), per node if they differ.",
+        "nixl",
+        source="packages/launchers/src/atomdyn_launchers/job/ucx_info.py (judge)",
+    ),
+    Entry(
+        "ucx-check-transport-without-device", "UCX (the node check)",
+        _log(r"UCX_TLS=(?P<tls>\S+) asks for (?P<transport>.+?), but UCX_NET_DEVICES=(?P<devices>\S+) leaves it no "
+             r"device", ", but UCX_NET_DEVICES="),
+        "UCX_TLS asks for a network transport that UCX_NET_DEVICES gives no device (e.g. tcp, or the auxiliary "
+        "transport RC needs for wireup, with only an RDMA port listed).",
+        "Add a device of that transport to UCX_NET_DEVICES (a netdev for tcp, <RDMA device>:<port> for verbs) or "
+        "take the transport out of UCX_TLS.",
+        "nixl",
+        source="packages/launchers/src/atomdyn_launchers/job/ucx_info.py (the transport left without a device)",
     ),
     # --- UCX: ROCm memory domain and dma-buf ---------------------------------------------------------------
     Entry(
@@ -380,6 +400,41 @@ CATALOG: tuple[Entry, ...] = (
          Upstream(NIXL, "src/api/python/_api.py", 467,
                   "Backend '{backend}' not found. Available backends: {list(self.backends.keys())}",
                   style="python", args=("UCX", "[]"))),
+    ),
+    Entry(
+        "nixl-ucx-unreachable", "NIXL (UCX backend)",
+        _log(r"Unexpected UCX error: Destination is unreachable", "Destination is unreachable"),
+        "UCX could not reach the peer's address from any transport it may use (the UCX line before it says "
+        "which were tried and why each was refused).",
+        "Read the UCX line before it (no ... transport to ...) and make UCX_TLS and UCX_NET_DEVICES name a path "
+        "both nodes share.",
+        "nixl",
+        (Upstream(NIXL, "src/plugins/ucx/ucx_enums.cpp", 58, "Unexpected UCX error: %s", style="stream",
+                  args=("Destination is unreachable",)),
+         Upstream(UCX, "src/ucs/type/status.c", 36, "Destination is unreachable", value=True)),
+        weight=2,
+    ),
+    Entry(
+        "nixl-ucx-endpoint-create-failed", "NIXL (UCX backend)",
+        _log(r"UCX endpoint create failed: (?P<error>.+)", "UCX endpoint create failed"),
+        "NIXL's UCX backend could not create an endpoint to the peer (UCX's wireup failed).",
+        "Read the UCX line before it and fix UCX_TLS or UCX_NET_DEVICES accordingly.",
+        "nixl",
+        (Upstream(NIXL, "src/plugins/ucx/ucx_utils.cpp", 561, "UCX endpoint create failed: %s", style="stream",
+                  args=("failed to create ep",)),),
+        weight=2,
+    ),
+    Entry(
+        "nixl-load-connection-info-failed", "NIXL",
+        _log(r"error loading connection info for backend '(?P<backend>[^']*)' with status (?P<status>\S+)",
+             "error loading connection info for backend"),
+        "Loading the peer's metadata failed at its connection info: the backend could not connect to the peer "
+        "(for UCX, the endpoint could not be created).",
+        "Read the UCX line before it; rerun the NIXL probe once UCX_TLS and UCX_NET_DEVICES reach the peer.",
+        "nixl",
+        (Upstream(NIXL, "src/core/nixl_agent.cpp", 1644, "error loading connection info for backend '%s' with status %s",
+                  style="stream", args=("UCX", "NIXL_ERR_BACKEND")),),
+        weight=2,
     ),
     Entry(
         "nixl-registration-failed", "NIXL",
