@@ -8,14 +8,22 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+from invoke.context import Context
+from invoke.exceptions import Exit
 from upstream_lines import line_of
 
+from atomdyn_launchers.certify import tasks as certify_tasks
 from atomdyn_launchers.certify.ladder import diagnose_rung
+from atomdyn_launchers.certify.nixl import CrossNode
 from atomdyn_launchers.certify.rungs import RungResult
 from atomdyn_launchers.diagnose.scan import diagnose_run
 from atomdyn_launchers.evidence.certify_report import published_texts, render, verify_certify
+from atomdyn_launchers.evidence.probe import Check as ProbeCheck
+from atomdyn_launchers.evidence.probe import ProbeVerdict
 from atomdyn_launchers.job import node_check
 from atomdyn_launchers.nodes.check import CheckReport
+from atomdyn_launchers.run.stages.record import Outcome
 
 HERE = Path(__file__).resolve().parent
 VLLM_RUN = HERE.parent / "evidence/fixtures/vllm-cpu-disagg/20261201T124322Z-disagg-vllm-cpu"
@@ -110,3 +118,22 @@ def test_a_work_directory_without_a_run_is_read_whole(tmp_path: Path) -> None:
     found = diagnose_rung(RungResult("fail", "ucx refused", evidence=f"{tmp_path / 'missing'}, {tmp_path}"))
     assert found is not None and found["first"] == "ucx-transport-not-available"
     assert found["findings"][0]["file"] == "check-node-a.out"
+
+
+def test_the_cross_node_task_prints_the_first_finding_of_a_failed_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "probe-run"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "logs" / "decode.probe.log").write_text(line_of("ucx-no-auxiliary-transport") + "\n")
+    failed = CrossNode(
+        Outcome("probe-run", run_dir, passed=False, failure="job 5 (decode) ended early"),
+        ProbeVerdict(passed=False, checks=[ProbeCheck("bytes_arrived", False, "nothing arrived")]),
+    )
+    monkeypatch.setattr(certify_tasks, "cross_node", lambda *args, **kwargs: failed)
+    monkeypatch.setattr(certify_tasks, "resolve_cluster_config", lambda path: None)
+    with pytest.raises(Exit) as raised:
+        certify_tasks.nixl_cross_node(Context(), engine="mocker")
+    assert raised.value.code == 1
+    out = capsys.readouterr().out
+    assert "diagnosis: ucx-no-auxiliary-transport (logs/decode.probe.log:1): UCX found no transport" in out

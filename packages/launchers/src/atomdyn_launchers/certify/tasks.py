@@ -18,6 +18,7 @@ from invoke.tasks import task
 
 from atomdyn_launchers.certify.nixl import cross_node
 from atomdyn_launchers.config.cluster import CLUSTER_ENV_VAR, load_cluster_config, resolve_cluster_config
+from atomdyn_launchers.diagnose.scan import diagnose_run
 from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.rehearsal.localcluster.cluster import LocalCluster
 from atomdyn_launchers.run.options import Flags, OptionError
@@ -102,6 +103,13 @@ def nixl_cross_node(
             print(f"  {name}: {value}")
     print(f"run directory: {result.run_dir}")
     if not result.passed:
+        if not json:  # the known failure signature first (invoke diagnose RUN_DIR shows every one)
+            failed = [(c.name, c.detail) for c in result.verdict.checks if not c.ok]
+            first = diagnose_run(result.run_dir, failed_gates=failed).first
+            if first is not None:
+                print(
+                    f"diagnosis: {first.entry.id} ({first.location}): {first.entry.cause} Fix: {first.entry.fix}"
+                )
         raise Exit(f"FAIL: {result.failure()}", code=1)
     print("PASS")
 
