@@ -824,6 +824,67 @@ CATALOG: tuple[Entry, ...] = (
         source="packages/launchers/src/atomdyn_launchers/job/rdma.py (gid_problem)",
     ),
     Entry(
+        "rdma-no-device-visible", "node check (RDMA)",
+        _log(r"no RDMA device is visible where the worker runs", "no RDMA device is visible where the worker runs"),
+        "No RDMA device is visible where the worker runs: /dev/infiniband is not passed into the container, or "
+        "the image lacks the NIC's verbs provider.",
+        "Pass /dev/infiniband to the runtime and install the NIC's provider in the image (an /etc/libibverbs.d "
+        "entry and its library) or name it in RDMA_PROVIDER_LIBS.",
+        "validate",
+        source="packages/launchers/src/atomdyn_launchers/job/rdma.py (check_devices)",
+    ),
+    Entry(
+        "rdma-net-device-not-visible", "node check (RDMA)",
+        _log(r"UCX_NET_DEVICES names (?P<entry>\S+), but no RDMA device (?P<device>\S+) is visible here",
+             ", but no RDMA device "),
+        "UCX_NET_DEVICES names an RDMA device the worker cannot see (misnamed, or not passed into the container).",
+        "Name a device `ibv_devinfo` lists where the worker runs (the run's rdma/<role>.json), or pass it in.",
+        "preflight",
+        source="packages/launchers/src/atomdyn_launchers/job/rdma.py (check_devices)",
+    ),
+    Entry(
+        "rdma-port-not-usable", "node check (RDMA)",
+        _log(r"(?P<entry>\S+) is not usable: state (?P<state>\S+), link (?P<link>\S+), (?P<gids>\d+) RoCE v2 GID",
+             " is not usable: state "),
+        "The RDMA port UCX_NET_DEVICES names is not ACTIVE, or has no RoCE v2 GID (no IPv4 address on its netdev).",
+        "Bring the port up (PORT_ACTIVE in `ibv_devinfo`) and give its netdev an IPv4 address, or name an active "
+        "port.",
+        "preflight",
+        source="packages/launchers/src/atomdyn_launchers/job/rdma.py (check_devices)",
+    ),
+    Entry(
+        "rdma-gid-index-not-rocev2", "node check (RDMA)",
+        _log(r"GID\[(?P<index>\d+)\] is \S+ \([^)]*\), not an IPv4 RoCE v2 GID \(UCX_IB_GID_INDEX=\d+\)",
+             ", not an IPv4 RoCE v2 GID"),
+        "UCX_IB_GID_INDEX names a GID that is RoCE v1, IPv6 or link-local: a routed IPv4 fabric needs the port's "
+        "IPv4 RoCE v2 GID (the wrong one fails QP setup or never connects).",
+        "Set UCX_IB_GID_INDEX to an index the line lists as IPv4 RoCE v2 (or auto).",
+        "preflight",
+        source="packages/launchers/src/atomdyn_launchers/job/rdma.py (gid_problem)",
+    ),
+    Entry(
+        "rdma-no-active-port", "node check (RDMA)",
+        _log(r"no (?:ACTIVE port with a RoCE v2 GID|RDMA port is ACTIVE with a RoCE v2 GID or an InfiniBand link)",
+             " RoCE v2 GID"),
+        "No RDMA port of the node is ACTIVE with a RoCE v2 GID (or an InfiniBand link): the link is down, or its "
+        "netdev has no IPv4 address, so no RoCE v2 GID exists.",
+        "Bring the port up (`ibv_devinfo`: PORT_ACTIVE) and give its netdev an IPv4 address; the node's "
+        "rdma/<role>.devinfo.txt shows the ports and GIDs.",
+        "preflight",
+        source="packages/launchers/src/atomdyn_launchers/job/rdma.py (the RDMA check)",
+    ),
+    Entry(
+        "rdma-no-srq", "node check (RDMA)",
+        _log(r"(?P<device>\S+) reports max_srq 0: UCX's rc_verbs transport needs shared receive queues",
+             "reports max_srq 0"),
+        "The NIC offers no shared receive queues (max_srq 0), which UCX's rc_verbs transport needs: KV cannot move "
+        "over it with rc_verbs (a known UCX gap for NICs without SRQ, e.g. ionic).",
+        "Use a transport or UCX build that does without SRQ on this NIC, or a NIC/firmware with SRQ; the NIXL "
+        "probe shows what UCX picks.",
+        "preflight",
+        source="packages/launchers/src/atomdyn_launchers/job/rdma.py (the SRQ check)",
+    ),
+    Entry(
         "image-not-on-node", "container runtime",
         _log(r"(?P<image>\S+) is not present on this node \(run `invoke nodes\.prepare`\)", " is not present on this node"),
         "The engine image is not in the node's image store.",
