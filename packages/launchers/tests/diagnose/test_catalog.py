@@ -31,7 +31,7 @@ def test_the_catalog_covers_what_the_issue_lists() -> None:
     for wanted in ("ucx-no-auxiliary-transport", "ucx-network-device-not-available", "ucx-transport-not-available",
                    "ucx-rocm-dmabuf-not-found", "nixl-vram-detected-as-host", "nixl-backend-not-found",
                    "verbs-wc-local-protection", "verbs-reg-mr-failed", "vllm-kv-cache-too-small",
-                   "vllm-engine-core-failed", "vllm-nixl-handshake-failed", "dynamo-remote-prefill-failed",
+                   "vllm-engine-core-failed", "vllm-engine-core-fatal-error", "vllm-nixl-handshake-failed", "dynamo-remote-prefill-failed",
                    "slurm-time-limit", "slurm-node-fail", "slurm-out-of-memory", "etcd-not-answering",
                    "etcd-lease-expired", "image-not-on-node"):  # fmt: skip
         assert wanted in ids, wanted

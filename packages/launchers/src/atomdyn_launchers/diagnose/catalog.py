@@ -581,12 +581,21 @@ CATALOG: tuple[Entry, ...] = (
     ),
     Entry(
         "vllm-engine-core-failed", "vLLM",
-        _log(r"EngineCore (?:failed to start|encountered a fatal error)\.", "EngineCore "),
-        "vLLM's engine core process stopped; the traceback that follows it holds the cause.",
+        _log(r"EngineCore failed to start\.", "EngineCore failed to start"),
+        "vLLM's engine core process failed while starting; the traceback that follows it holds the cause.",
         "Read the exception at the end of the traceback (another entry may name it).",
         "agg-single",
-        (Upstream(VLLM, "vllm/v1/engine/core.py", 1510, "EngineCore failed to start.", style="python"),
-         Upstream(VLLM, "vllm/v1/engine/core.py", 1512, "EngineCore encountered a fatal error.", style="python")),
+        (Upstream(VLLM, "vllm/v1/engine/core.py", 1510, "EngineCore failed to start.", style="python"),),
+        causal=False,
+    ),
+    Entry(
+        "vllm-engine-core-fatal-error", "vLLM",
+        _log(r"EngineCore encountered a fatal error\.", "EngineCore encountered a fatal error"),
+        "vLLM's engine core process stopped on an error while serving; the traceback that follows it holds the "
+        "cause.",
+        "Read the exception at the end of the traceback (another entry may name it).",
+        "agg-single",
+        (Upstream(VLLM, "vllm/v1/engine/core.py", 1512, "EngineCore encountered a fatal error.", style="python"),),
         causal=False,
     ),
     Entry(
