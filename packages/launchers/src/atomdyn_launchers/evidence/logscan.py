@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # The bounded reader, shared with the diagnosis (diagnose/lines.py).
-from atomdyn_launchers.diagnose.lines import BLOCK
+from atomdyn_launchers.diagnose.lines import BLOCK as BLOCK  # evidence/bench.py reads it here
 from atomdyn_launchers.diagnose.lines import blocks as _blocks
 
 EXCERPT_LINES = 4  # matching lines kept per marker and file, for the excerpts
