@@ -176,3 +176,23 @@ def test_the_task_prints_text_or_json_and_refuses_what_it_cannot_read(
         with pytest.raises(Exit) as raised:
             diagnose(Context(), str(bad), log=log_flag)
         assert raised.value.code == 2
+
+
+def _captured(entry: str) -> str:
+    rows = (
+        row.split("\t", 1) for row in CAPTURED.read_text().splitlines() if row and not row.startswith("#")
+    )
+    return next(line for name, line in rows if name == entry)
+
+
+def test_among_equals_the_earlier_line_comes_first_across_logs(tmp_path: Path) -> None:
+    """Two causes of one weight in two logs, the later one in the log read first: the lines' own times
+    (NIXL's glog prefix, captured from the local cluster's probe) order them; UCX's own comes first anyway."""
+    later, earlier = _captured("nixl-ucx-endpoint-create-failed"), _captured("nixl-ucx-unreachable")
+    run_dir = _run_dir(tmp_path, {"a.log": [later], "b.log": [earlier]})
+    assert [f.entry.id for f in diagnose_run(run_dir).findings] == [
+        "nixl-ucx-unreachable", "nixl-ucx-endpoint-create-failed"]  # fmt: skip
+    (run_dir / "logs" / "c.log").write_text(_captured("ucx-no-transport-to-peer") + "\n")
+    found = diagnose_run(run_dir).findings
+    assert found[0].entry.id == "ucx-no-transport-to-peer" and found[0].at is not None
+    assert found[0].at < found[1].at  # type: ignore[operator]  # UCX's epoch and NIXL's glog time agree

@@ -8,6 +8,8 @@ Nothing is guessed: when no entry matches, the diagnosis says so and shows the f
 
 from __future__ import annotations
 
+import datetime
+import itertools
 import json
 import os
 import re
@@ -29,6 +31,13 @@ RUN_FILES = ("run.json", "timeline.jsonl", "recipe.json")  # a run directory hol
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _LOG_ENTRIES = tuple(e for e in CATALOG if e.signature.kind == "log")
 _NEEDLES = tuple(dict.fromkeys(e.signature.needle.encode() for e in _LOG_ENTRIES))
+# A line's own time, as the logs of a run write it (UTC on the nodes): ISO 8601 (Dynamo, Slurm, NIXL's Python),
+# UCX's "[<epoch>.<us>]", glog's "E1204 18:28:22.536288" (NIXL's C++), vLLM's "12-01 12:46:25". Read as seconds
+# within the year: enough to order the lines of one run.
+_ISO_TIME = re.compile(r"\b\d{4}-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d(?:\.\d+)?)")
+_UCX_TIME = re.compile(r"^\[(\d{9,10}\.\d+)\]")
+_GLOG_TIME = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?)\b")
+_VLLM_TIME = re.compile(r"\b(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
 _KIND_COMMANDS = {"agg-single": "invoke agg.run --nodes 1", "agg-two": "invoke agg.run --nodes 2",
                   "disagg": "invoke disagg.run"}  # fmt: skip
 
@@ -43,9 +52,10 @@ class Finding:
     line: str
     count: int
     order: int  # when it was first seen in the scan (ties among equal weights go to the earlier)
+    at: float | None = None  # the line's own time (seconds within the year), when it carries one
 
-    def rank(self) -> tuple[int, int, int]:
-        return (0 if self.entry.causal else 1, self.entry.weight, self.order)
+    def rank(self) -> tuple[int, int]:
+        return (0 if self.entry.causal else 1, self.entry.weight)
 
     @property
     def location(self) -> str:
@@ -134,7 +144,7 @@ class _Matcher:
             )
             return
         self.order += 1
-        self.found[entry.id] = Finding(entry, file, line_no, line[:MAX_LINE], 1, self.order)
+        self.found[entry.id] = Finding(entry, file, line_no, line[:MAX_LINE], 1, self.order, line_time(line))
 
     def line(self, file: str, line_no: int | None, text: str) -> bool:
         """Match one log line against every log entry; True if one matched."""
@@ -146,7 +156,36 @@ class _Matcher:
         return matched
 
     def ranked(self) -> list[Finding]:
-        return sorted(self.found.values(), key=Finding.rank)
+        """Causes before symptoms, the more specific first; among equals, by the lines' own times when every
+        one of them carries one (logs of different processes), else in the order read."""
+        out: list[Finding] = []
+        by_rank = sorted(self.found.values(), key=lambda f: (f.rank(), f.order))
+        for _, group in itertools.groupby(by_rank, key=Finding.rank):
+            members = list(group)
+            if all(f.at is not None for f in members):
+                members.sort(key=lambda f: (f.at, f.order))
+            out += members
+        return out
+
+
+def line_time(line: str) -> float | None:
+    """Seconds within the year of the time a log line carries (see _ISO_TIME and the others), or None."""
+    if found := _UCX_TIME.match(line):
+        moment = datetime.datetime.fromtimestamp(float(found.group(1)), tz=datetime.timezone.utc)
+        fields = (
+            moment.month,
+            moment.day,
+            moment.hour,
+            moment.minute,
+            moment.second + moment.microsecond / 1e6,
+        )
+    elif found := (_GLOG_TIME.match(line) or _ISO_TIME.search(line) or _VLLM_TIME.search(line)):
+        fields = (int(found.group(1)), int(found.group(2)), int(found.group(3)), int(found.group(4)),
+                  float(found.group(5)))  # fmt: skip
+    else:
+        return None
+    month, day, hour, minute, second = fields
+    return ((((month - 1) * 31 + day - 1) * 24 + hour) * 60 + minute) * 60 + second
 
 
 def _decode(raw: bytes) -> str:
