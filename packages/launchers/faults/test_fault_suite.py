@@ -224,6 +224,8 @@ def test_etcd_stopped(config: ClusterConfig, local_cluster: LocalCluster) -> Non
         assert ok, failure
         run = json.loads((outcome.run_dir / "run.json").read_text())
         assert all(j["state"] in ("COMPLETED", "FAILED") for j in run["jobs"]), run["jobs"]
+        # etcd's silence, as the launcher or a role's helper saw it first (a refused watch is the launcher's)
+        assert run["diagnosis"]["first"] in ("etcd-not-answering", "etcd-watch-lost"), run["diagnosis"]
     finally:
         local_cluster.up()  # etcd is gone: up restarts the cluster (fresh etcd)
 
