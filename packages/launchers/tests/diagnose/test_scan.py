@@ -196,3 +196,23 @@ def test_among_equals_the_earlier_line_comes_first_across_logs(tmp_path: Path) -
     found = diagnose_run(run_dir).findings
     assert found[0].entry.id == "ucx-no-transport-to-peer" and found[0].at is not None
     assert found[0].at < found[1].at  # type: ignore[operator]  # UCX's epoch and NIXL's glog time agree
+
+
+@pytest.mark.parametrize(
+    "log,ranked",
+    [
+        ("ucx-tls-unknown.log", ["ucx-transport-not-available"]),
+        ("ucx-net-device-absent.log", ["ucx-network-device-not-available", "ucx-no-transport-to-peer",
+                                       "nixl-ucx-unreachable", "nixl-ucx-endpoint-create-failed"]),
+        ("ucx-no-usable-transport.log", ["ucx-network-device-not-available", "ucx-transport-not-available",
+                                         "ucx-no-usable-transports", "nixl-ucx-context-failed",
+                                         "nixl-backend-creation-failed"]),
+    ],
+)  # fmt: skip
+def test_a_real_nixl_agent_refused_by_ucx_is_diagnosed_ucx_first(log: str, ranked: list[str]) -> None:
+    """The rehearsal's own NIXL and UCX, started with a misspelt transport, an absent device, or both: UCX's own
+    refusal first, in the order UCX printed it, then NIXL's consequences, the NIXL_ERR status last."""
+    found = diagnose_log(CAPTURED.parent / log)
+    ids = [f.entry.id for f in found.findings]
+    assert ids[: len(ranked)] == ranked, found.text()
+    assert ids[-1] == "nixl-error-status" or len(ids) == 1

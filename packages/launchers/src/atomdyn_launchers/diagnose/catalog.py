@@ -402,6 +402,42 @@ CATALOG: tuple[Entry, ...] = (
                   style="python", args=("UCX", "[]"))),
     ),
     Entry(
+        "nixl-ucx-context-failed", "NIXL (UCX backend)",
+        _log(r"Failed to create UCX context\b[^:]*: (?P<status>.+)", "Failed to create UCX context"),
+        "UCX could not start in this process: of the transports and devices UCX_TLS and UCX_NET_DEVICES allow, "
+        "none is usable (the UCX lines before it name which were refused).",
+        "Read UCX's lines before it (device or transport not available, no usable transports) and fix "
+        "UCX_NET_DEVICES or UCX_TLS.",
+        "nixl",
+        (Upstream(NIXL, "src/plugins/ucx/ucx_utils.cpp", 483, "Failed to create UCX context: %s", style="stream",
+                  args=("No such device",)),),
+        weight=2,
+    ),
+    Entry(
+        "nixl-backend-creation-failed", "NIXL",
+        _log(r"backend creation failed for '(?P<backend>[^']*)'", "backend creation failed for '"),
+        "NIXL could not create the backend (for UCX: its context or worker did not start; the lines before it "
+        "say why).",
+        "Read the UCX and NIXL lines before it.",
+        "nixl",
+        (Upstream(NIXL, "src/core/nixl_agent.cpp", 397, "backend creation failed for '%s'", style="stream",
+                  args=("UCX",)),),
+        weight=2,
+    ),
+    Entry(
+        "nixl-intra-agent-setup-failed", "NIXL",
+        _log(r"backend '(?P<backend>[^']*)' encountered error during intra-agent transfer setup",
+             "encountered error during intra-agent transfer setup"),
+        "The backend could not connect the agent to itself (for UCX: not even a loopback or shared-memory "
+        "transport was usable; the UCX lines before it say which were refused).",
+        "Read UCX's lines before it; keep self and a shared-memory transport (sm) in UCX_TLS.",
+        "nixl",
+        (Upstream(NIXL, "src/core/nixl_agent.cpp", 426,
+                  "backend '%s' encountered error during intra-agent transfer setup with status %s",
+                  style="stream", args=("UCX", "NIXL_ERR_BACKEND")),),
+        weight=2,
+    ),
+    Entry(
         "nixl-ucx-unreachable", "NIXL (UCX backend)",
         _log(r"Unexpected UCX error: Destination is unreachable", "Destination is unreachable"),
         "UCX could not reach the peer's address from any transport it may use (the UCX line before it says "
@@ -907,7 +943,7 @@ CATALOG: tuple[Entry, ...] = (
         "The enroot squashfs of the image is missing from the shared directory or differs from its import.",
         "`invoke nodes.prepare` imports the image again.",
         "images",
-        source="packages/launchers/src/atomdyn_launchers/engines/base.py (the squashfs check)",
+        source="packages/launchers/src/atomdyn_launchers (the pyxis runtime's squashfs check in the job script)",
     ),
     Entry(
         "podman-image-not-known", "container runtime (podman)",
