@@ -90,6 +90,25 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def unit(session: nox.Session) -> None:
+    """The inner loop: every suite without the tests that start real services or engines (no cluster, no
+    Docker daemon, no vLLM); a few minutes. `nox -s tests` runs everything."""
+    failed = []
+    for name, directory in [(p.name, p) for p in PACKAGES if (p / "tests").is_dir()] + [("repository", ROOT)]:
+        session.log(f"== {name}")
+        # Each suite's markers: only the launchers register real_engine (pytest refuses an unknown one).
+        fast = "not integration and not real_engine" if name == "launchers" else "not integration"
+        args = ["-q", "-n", "auto", "-m", fast, *session.posargs]  # every core (pytest-xdist)
+        with session.chdir(directory):
+            try:
+                python(session, "-m", "pytest", *args, *(["tests"] if directory == ROOT else []))
+            except CommandFailed:
+                failed.append(name)
+    if failed:
+        session.error(f"unit suites failed: {', '.join(failed)}")
+
+
+@nox.session
 def real_engine(session: nox.Session) -> None:
     """Only the real-engine rehearsal tests (also part of `tests`): vLLM prefill and decode on CPU with KV over
     NIXL, P/D against aggregated token for token, a forced KV failure caught by the evidence, and the real
@@ -272,7 +291,8 @@ def release(session: nox.Session) -> None:
 
 @nox.session
 def update_lock(session: nox.Session) -> None:
-    """Refresh what can be fetched from here: sizes and sha256 of the lock's pip-sourced wheels (not a default session)."""
+    """Refresh what can be fetched from here: sizes and sha256 of the lock's pip-sourced wheels; with
+    `-- --resolve-base`, the ATOM base tag's digest and labels from its registry (skopeo; not a default session)."""
     python(session, str(ROOT / "scripts" / "update_lock.py"), *session.posargs)
 
 
