@@ -13,10 +13,10 @@ import pytest
 
 from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.engines import get_engine
-from atomdyn_launchers.engines import runtime as runtimes
 from atomdyn_launchers.engines.base import RoleContext, RolePlan
-from atomdyn_launchers.engines.runtime import DockerRuntime, PodmanRuntime, PyxisRuntime, VenvRuntime
 from atomdyn_launchers.profiles.models import get_model
+from atomdyn_launchers.runtimes import DockerRuntime, PodmanRuntime, PyxisRuntime, VenvRuntime
+from atomdyn_launchers.runtimes import devices as runtimes
 from atomdyn_launchers.sbatch import render_arg
 
 DOCKER = DockerRuntime("img:1", "atomdyn-r", ["/shared"])

@@ -23,8 +23,8 @@ from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.engines import EngineError, get_engine
 from atomdyn_launchers.engines import atom as atom_engine
 from atomdyn_launchers.engines.base import RoleContext, RolePlan
-from atomdyn_launchers.engines.runtime import DockerRuntime, VenvRuntime
 from atomdyn_launchers.profiles.models import get_model
+from atomdyn_launchers.runtimes import DockerRuntime, VenvRuntime
 from atomdyn_launchers.sbatch import render_arg
 
 IN_CI = os.environ.get("CI") == "true"

@@ -8,9 +8,9 @@ from pathlib import Path
 from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.engines.base import RoleContext
-from atomdyn_launchers.engines.runtime import VenvRuntime
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.rehearsal.tasks import kv_transfer_figures
+from atomdyn_launchers.runtimes import VenvRuntime
 from atomdyn_launchers.sbatch import render_arg
 
 ENGINE = get_engine("vllm-cpu")

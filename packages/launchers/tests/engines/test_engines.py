@@ -13,8 +13,8 @@ from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.engines import ENGINE_NAMES, EngineError, get_engine
 from atomdyn_launchers.engines.base import RoleContext, RolePlan
 from atomdyn_launchers.engines.dynamo_vllm import KV_TRANSFER_CONFIG
-from atomdyn_launchers.engines.runtime import DockerRuntime, VenvRuntime
 from atomdyn_launchers.profiles.models import ProfileError, get_model
+from atomdyn_launchers.runtimes import DockerRuntime, VenvRuntime
 from atomdyn_launchers.sbatch import Shell, render_arg
 
 
@@ -414,7 +414,7 @@ def test_p_d_containers_use_the_configured_rdma_provider_and_keep_the_images_own
     ionic.driver); a provider library RDMA_PROVIDER_LIBS names is mounted read-only and named to libibverbs by
     absolute path (RDMAV_DRIVERS, loaded before the configuration directory's), so it is the one used, in the
     worker's container and in the checks' alike; the RDMA check records the loaded providers and expects it."""
-    from atomdyn_launchers.engines.runtime import RdmaMounts
+    from atomdyn_launchers.runtimes.devices import RdmaMounts
 
     runtime = DockerRuntime("dynamo-atom-mi355x:1", "atomdyn-r", ["/shared"])
     ionic = "/usr/lib/x86_64-linux-gnu/libionic-rdmav34.so"

@@ -10,9 +10,10 @@ import pytest
 
 from atomdyn_launchers.config.cluster import ClusterConfigError, parse_cluster_env
 from atomdyn_launchers.engines.atom import container_args
-from atomdyn_launchers.engines.runtime import DeviceAccess, DockerRuntime, PodmanRuntime
 from atomdyn_launchers.job import images
 from atomdyn_launchers.nodes.prepare import PrepareError, PrepareSpec, prepare
+from atomdyn_launchers.runtimes import DockerRuntime, PodmanRuntime
+from atomdyn_launchers.runtimes.devices import DeviceAccess
 from atomdyn_launchers.sbatch import render_arg
 from atomdyn_launchers.validate.gpu import job_script
 

@@ -14,8 +14,9 @@ import pytest
 
 from atomdyn_launchers.config.cluster import ClusterConfigError, parse_cluster_env
 from atomdyn_launchers.engines.atom import container_args
-from atomdyn_launchers.engines.runtime import NO_DEVICES, DeviceAccess, PyxisRuntime, RdmaMounts
 from atomdyn_launchers.run.lockinfo import run_lock_digest
+from atomdyn_launchers.runtimes import PyxisRuntime
+from atomdyn_launchers.runtimes.devices import NO_DEVICES, DeviceAccess, RdmaMounts
 from atomdyn_launchers.sbatch import JobSpec, Shell, render, render_arg
 from atomdyn_launchers.validate.gpu import job_script
 

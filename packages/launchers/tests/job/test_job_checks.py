@@ -26,9 +26,10 @@ from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.engines.base import RoleContext, record_preludes
 from atomdyn_launchers.engines.dynamo_vllm import doctor_prelude, rdma_check_prelude
-from atomdyn_launchers.engines.runtime import NO_DEVICES, DeviceAccess, DockerRuntime, RdmaMounts, VenvRuntime
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.rehearsal.localcluster.dockerd import ping
+from atomdyn_launchers.runtimes import DockerRuntime, VenvRuntime
+from atomdyn_launchers.runtimes.devices import NO_DEVICES, DeviceAccess, RdmaMounts
 from atomdyn_launchers.sbatch import Shell
 
 VENV = Path(sys.executable).parent.parent

@@ -21,7 +21,6 @@ import pytest
 from atomdyn_core.dockerd import find_dockerd
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.contract.readiness import ReadinessError
-from atomdyn_launchers.engines.runtime import NO_DEVICES, DockerRuntime, PodmanRuntime
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.job import images
 from atomdyn_launchers.job.node_check import FAIL, NOT_NEEDED, PASS, UNKNOWN
@@ -38,6 +37,8 @@ from atomdyn_launchers.rehearsal.localcluster.dockerd import exec_root as docker
 from atomdyn_launchers.rehearsal.localcluster.procs import Proc, alive
 from atomdyn_launchers.run.launch import Launch, run
 from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.runtimes import DockerRuntime, PodmanRuntime
+from atomdyn_launchers.runtimes.devices import NO_DEVICES
 from atomdyn_launchers.sbatch import JobSpec, render
 from atomdyn_launchers.slurm.client import Slurm
 

@@ -21,8 +21,9 @@ import atomdyn_launchers
 from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.engines.base import RoleContext
-from atomdyn_launchers.engines.runtime import NO_DEVICES, DockerRuntime, VenvRuntime
 from atomdyn_launchers.profiles.models import get_model
+from atomdyn_launchers.runtimes import DockerRuntime, VenvRuntime
+from atomdyn_launchers.runtimes.devices import NO_DEVICES
 from atomdyn_launchers.sbatch import (
     PORTS_TAKEN_EXIT,
     Container,

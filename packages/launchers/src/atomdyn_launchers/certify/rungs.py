@@ -17,12 +17,7 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_json
 from atomdyn_core.lock import find_lock_path, load_lock
 from atomdyn_launchers.certify.nixl import cross_node
-from atomdyn_launchers.config.cluster import (
-    CONTAINER_RUNTIMES,
-    NODE_IMAGE_RUNTIMES,
-    ClusterConfig,
-    PreflightError,
-)
+from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.contract.ladder import RUNG_NAMES
 from atomdyn_launchers.engines import Engine, get_engine
 from atomdyn_launchers.engines.base import ProbeOptions
@@ -35,6 +30,7 @@ from atomdyn_launchers.run.launch import run
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import plan_roles
 from atomdyn_launchers.run.stages.probe import START_ALLOWANCE_S
+from atomdyn_launchers.runtimes import get_runtime
 from atomdyn_launchers.slurm.client import Slurm, held_allocation
 from atomdyn_launchers.validate.gpu import run_gpu_validation
 
@@ -141,13 +137,14 @@ def images(climb: Climb) -> RungResult:
     failed = [(n, c) for n, c in checks if c.status == FAIL]
     if failed:
         return RungResult(FAILED, _lines(failed))
-    if climb.config.runtime == "pyxis":
+    runtime = get_runtime(climb.config.runtime)
+    if runtime.shared_images:
         # One squashfs per image on the shared filesystem, checked against its import record on each node.
         squashfs = sorted({c.detail for _, c in checks if c.name == "image"})
         return RungResult(
             PASS, "the imported squashfs on every node: " + "; ".join(squashfs), facts={"image_ids": {}}
         )
-    if climb.config.runtime not in NODE_IMAGE_RUNTIMES:
+    if not runtime.node_images:
         return RungResult(NOT_NEEDED, f"RUNTIME={climb.config.runtime}: no image; the venv is {climb.config.python_venv}",
                           facts={"image_ids": {}})  # fmt: skip
     ids: dict[str, dict[str, str]] = {}
@@ -169,7 +166,7 @@ def images(climb: Climb) -> RungResult:
 
 def validate(climb: Climb) -> RungResult:
     """atomdyn-validate in the image on each worker node (validate.gpu's job)."""
-    if climb.config.runtime not in CONTAINER_RUNTIMES:
+    if not get_runtime(climb.config.runtime).in_image:
         return RungResult(NOT_NEEDED, f"RUNTIME={climb.config.runtime}: there is no image to validate")
     failed, shown = [], []
     for node in climb.nodes():  # every node a rung runs a worker on
@@ -271,7 +268,7 @@ RUNGS: tuple[Rung, ...] = (
     Rung(3, "validate", "in-image validation on each worker node",
          "inside the image: the GPU stack, vLLM's platform, NIXL and its backend, the Dynamo flags",
          "invoke validate.gpu --node NODE", validate,
-         lambda c: VALIDATE_TIMEOUT_S * 2 if c.config.runtime in CONTAINER_RUNTIMES else 0.0, "one job per worker node"),
+         lambda c: VALIDATE_TIMEOUT_S * 2 if get_runtime(c.config.runtime).in_image else 0.0, "one job per worker node"),
     Rung(4, "nixl", "cross-node NIXL transfer before any model",
          "UCX's own ucx_info accepts the workers' UCX variables on both P/D nodes; then KV blocks move between "
          "them with the workers' environment, every byte checked, UCX's rows judged",

@@ -24,21 +24,16 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal, cast
+from typing import cast
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.config.console import quiet_stdout
 from atomdyn_launchers.engines import ENGINE_NAMES, get_engine
+from atomdyn_launchers.runtimes import RUNTIME_NAMES, Runtime, get_runtime
 
 CLUSTER_ENV_VAR = "ATOMDYN_CLUSTER_ENV"
 REPO_ENV_VAR = "ATOMDYN_REPO"
 
-Runtime = Literal["venv", "docker", "podman", "pyxis"]
-RUNTIMES: tuple[Runtime, ...] = ("venv", "docker", "podman", "pyxis")
-# The runtimes whose processes run in the pinned images (docker or podman run, or a pyxis step of its squashfs).
-CONTAINER_RUNTIMES: tuple[Runtime, ...] = ("docker", "podman", "pyxis")
-# The runtimes whose images live in a node's own image store (a docker daemon's, or podman's storage).
-NODE_IMAGE_RUNTIMES: tuple[Runtime, ...] = ("docker", "podman")
 # podman reads its configuration files from these variables (containers-storage.conf(5), containers.conf(5)).
 PODMAN_CONFIG_FILES = (("CONTAINERS_STORAGE_CONF", "storage.conf"), ("CONTAINERS_CONF", "containers.conf"))
 
@@ -112,7 +107,7 @@ class ClusterConfig:
     shared_dir: Path
     model_path: Path
     engine_profile: str
-    runtime: Runtime
+    runtime: str  # a name of the runtime registry (atomdyn_launchers.runtimes)
     project_dir: Path
     python_venv: Path
     gpus_per_node: int = 8
@@ -178,12 +173,15 @@ class ClusterConfig:
         return {var: f"{directory}/{name}" for var, name in PODMAN_CONFIG_FILES}
 
     def container_env_for(self, node: str) -> dict[str, str]:
-        """What a job on ``node`` needs in its environment to reach its container runtime's image store:
-        DOCKER_HOST (RUNTIME=docker, when configured) or podman's configuration files (RUNTIME=podman)."""
-        if self.runtime == "podman":
-            return self.podman_env_for(node)
-        host = self.docker_host_for(node)
-        return {"DOCKER_HOST": host} if host else {}
+        """What a job on ``node`` needs in its environment to reach its container runtime's image store, as the
+        runtime says: DOCKER_HOST (RUNTIME=docker, when configured) or podman's configuration files
+        (RUNTIME=podman)."""
+        return get_runtime(self.runtime).job_env(self, node, self.docker_host_for(node) or "")
+
+    @property
+    def images_dir(self) -> Path:
+        """Where nodes.prepare keeps the image archives and the squashfs imports (RUNTIME=pyxis)."""
+        return self.shared_dir / "images"
 
     @property
     def etcd_endpoint(self) -> str | None:
@@ -508,8 +506,8 @@ _SPECS: tuple[_Spec, ...] = (
           doc="the venv runtime's environment (default: PROJECT_DIR/.venv)"),
     _Spec("ENGINE_PROFILE", _choice(ENGINE_NAMES), example="atom", shown=True,
           section="Engine and runtime: ENGINE_PROFILE " + " | ".join(ENGINE_NAMES) + "; RUNTIME "
-          + " | ".join(RUNTIMES) + "."),
-    _Spec("RUNTIME", _choice(RUNTIMES), example="docker", shown=True),
+          + " | ".join(RUNTIME_NAMES) + "."),
+    _Spec("RUNTIME", _choice(RUNTIME_NAMES), example="docker", shown=True),
     _Spec("GPUS_PER_NODE", _count, required=False, example="8", shown=True),
     _Spec("DYNAMO_ATOM_IMAGE", _image, required=False, example="dynamo-atom-mi355x:1.3.0-0.1.6rc0", shown=True,
           doc="aggregated runs (the base image; required for RUNTIME=docker and pyxis)",
@@ -771,39 +769,28 @@ def _finish(kwargs: dict[str, object], source: str) -> ClusterConfig:
     kwargs["project_dir"] = project_dir
     kwargs.setdefault("python_venv", project_dir / ".venv")
     problems: list[str] = []
-    if kwargs["runtime"] in CONTAINER_RUNTIMES and "dynamo_atom_image" not in kwargs:
+    runtime = get_runtime(str(kwargs["runtime"]))
+    if runtime.in_image and "dynamo_atom_image" not in kwargs:
         problems.append(f"DYNAMO_ATOM_IMAGE: required when RUNTIME={kwargs['runtime']}")
     if get_engine(str(kwargs["engine_profile"])).needs_gpus() and kwargs.get("gpus_per_node") == 0:
         problems.append(f"GPUS_PER_NODE: must be at least 1 for ENGINE_PROFILE={kwargs['engine_profile']}")
     problems += _etcd_security_problems(kwargs)
-    if kwargs["runtime"] in CONTAINER_RUNTIMES:
-        problems += _mount_problems(kwargs, str(kwargs["runtime"]))
+    if runtime.in_image:
+        problems += _mount_problems(kwargs, runtime)
     if problems:
         raise ClusterConfigError(source, problems)
     return ClusterConfig(source=source, **kwargs)  # type: ignore[arg-type]
 
 
-def _mount_problems(kwargs: Mapping[str, object], runtime: str = "docker") -> list[str]:
-    """RUNTIME=docker mounts these paths into every container with ``-v PATH:PATH``: a ':' in one would be
-    read as the separator (the rest becoming the target or the options). RUNTIME=pyxis lists them in one
-    ``--container-mounts=SRC:DST[:FLAGS][,SRC:DST...]``: a ',' would also split one (pyxis's args.c)."""
+def _mount_problems(kwargs: Mapping[str, object], runtime: type[Runtime]) -> list[str]:
+    """The paths every container mounts, each as the runtime can mount it (a separator in a path would split
+    its mount option)."""
     paths = [(key, kwargs.get(key.lower())) for key in ("SHARED_DIR", "MODEL_PATH", "PROJECT_DIR")]
     paths += [
         ("RDMA_PROVIDER_LIBS", lib) for lib in cast("tuple[Path, ...]", kwargs.get("rdma_provider_libs", ()))
     ]
-    if runtime == "pyxis":
-        return [
-            f"{key}: {str(path)!r} contains ':' or ',', which pyxis --container-mounts=SRC:DST[:FLAGS][,...] "
-            "would split (RUNTIME=pyxis mounts it into every container): use a path without them"
-            for key, path in paths
-            if path is not None and (":" in str(path) or "," in str(path))
-        ]
-    return [
-        f"{key}: {str(path)!r} contains ':', which {runtime} -v SOURCE:TARGET[:OPTIONS] would split "
-        f"(RUNTIME={runtime} mounts it into every container): use a path without ':'"
-        for key, path in paths
-        if path is not None and ":" in str(path)
-    ]
+    found = [runtime.mount_problem(key, str(path)) for key, path in paths if path is not None]
+    return [problem for problem in found if problem is not None]
 
 
 def _etcd_security_problems(kwargs: Mapping[str, object]) -> list[str]:

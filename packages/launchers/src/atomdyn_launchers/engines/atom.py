@@ -12,7 +12,7 @@ from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.contract.node_needs import NodeNeeds
 from atomdyn_launchers.engines.base import Engine, EngineError, RoleContext, RolePlan, Timeouts
 from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, devices, plan_vllm_role
-from atomdyn_launchers.engines.runtime import DeviceAccess, RdmaMounts
+from atomdyn_launchers.runtimes.devices import DeviceAccess, RdmaMounts
 from atomdyn_launchers.sbatch import Arg, Shell
 
 # The KV path on ionic RoCE: reliable-connected verbs (rc_verbs) carry the KV, and never `tcp` as a data

@@ -8,7 +8,6 @@ timeouts and which evidence gates apply. The launchers know roles and stages, no
 
 from __future__ import annotations
 
-import json
 import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -20,18 +19,9 @@ from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.contract.leases import lease_ttl_for
 from atomdyn_launchers.contract.node_needs import NodeNeeds
 from atomdyn_launchers.contract.ports import Ports
-from atomdyn_launchers.engines.runtime import (
-    CONTAINER_RUNTIMES,
-    NO_DEVICES,
-    DeviceAccess,
-    DockerRuntime,
-    PodmanRuntime,
-    PyxisRuntime,
-    RdmaMounts,
-    Runtime,
-)
-from atomdyn_launchers.job import squashfs
 from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ModelProfile, ProfileError
+from atomdyn_launchers.runtimes.base import Runtime, quoted
+from atomdyn_launchers.runtimes.devices import NO_DEVICES, DeviceAccess, RdmaMounts
 from atomdyn_launchers.sbatch import Arg, ProcessSpec, Shell
 
 MODES = ("agg", "prefill", "decode")
@@ -200,10 +190,6 @@ def worker_name(mode: str) -> str:
     return {"agg": "worker", "prefill": "prefill", "decode": "decode"}[mode]
 
 
-def quoted(argv: Sequence[Arg]) -> str:
-    return " ".join(a.text if isinstance(a, Shell) else shlex.quote(a) for a in argv)
-
-
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 
 
@@ -234,7 +220,7 @@ def dynamo_env(ctx: RoleContext) -> dict[str, Arg]:
 def wrap(
     ctx: RoleContext, name: str, argv: list[Arg], env: Mapping[str, Arg], devices: DeviceAccess
 ) -> ProcessSpec:
-    if isinstance(ctx.runtime, CONTAINER_RUNTIMES):
+    if ctx.runtime.in_image:
         env = {**dynamo_env(ctx), **env}  # the job's exports do not reach into a container
     # etcd's key and password: exported by the job script, passed by name, never on a command line.
     return ctx.runtime.wrap(name, argv, env, devices, inherit=sorted(ctx.etcd_env))
@@ -259,7 +245,7 @@ def fingerprint_prelude(ctx: RoleContext) -> list[str]:
     """The node's fingerprint (GPU, ROCm/CUDA, NIC, driver), written from inside the job before the engine
     starts, to <run dir>/fingerprints/<role>.json. A failed probe is recorded, never fatal."""
     target = run_path(ctx, "fingerprints") + ".json"
-    image = ctx.runtime.image if isinstance(ctx.runtime, CONTAINER_RUNTIMES) else ""
+    image = ctx.runtime.image
     env = f"ATOMDYN_IMAGE={shlex.quote(image)} " if image else ""
     return [
         "# This node as the evidence will describe it (written before the engine starts).",
@@ -273,47 +259,15 @@ def fingerprint_prelude(ctx: RoleContext) -> list[str]:
 
 
 def image_prelude(ctx: RoleContext) -> list[str]:
-    """In the docker and podman runtimes: the image the workers run, as the node's image store has it, with the
-    lock digest its label carries, to <run dir>/images/<role>.json (the run records that digest, not the
-    checkout's).
-    In the pyxis runtime: the squashfs's import record (``nodes.prepare``: the image id and lock digest of the
-    docker image it was imported from, its size and sha256), checked for its size on this node."""
-    if isinstance(ctx.runtime, PyxisRuntime):
-        return _squashfs_prelude(ctx, ctx.runtime)
-    if not isinstance(ctx.runtime, DockerRuntime):
+    """What the workers run, as the runtime records it to <run dir>/images/<role>.json before they start: in
+    the docker and podman runtimes the image as the node's image store has it, with the lock digest its label
+    carries (the run records that digest, not the checkout's); in the pyxis runtime the squashfs's import
+    record; in the venv runtime nothing."""
+    if not ctx.runtime.in_image:
         return []
-    target = run_path(ctx, "images") + ".json"
-    image = ctx.runtime.image
-    # podman prints an image's Id without docker's "sha256:" (both are the config's digest).
-    image_id = '"sha256:{{.Id}}"' if isinstance(ctx.runtime, PodmanRuntime) else "{{json .Id}}"
-    template = (
-        '{"image": ' + json.dumps(image) + ', "id": ' + image_id + ", "
-        '"lock_digest": {{if .Config.Labels}}{{json (index .Config.Labels "io.atomdyn.lock.digest")}}'
-        '{{else}}""{{end}}}'
-    )  # an image without any label has no Labels map, and `index` of nothing is an error
-    inspect = [ctx.runtime.docker, "image", "inspect", "--format", template, image]
-    return [
-        "# The image the workers run and the lock its label names (read now, on this node).",
-        f"mkdir -p {shlex.quote(ctx.run_dir + '/images')}",
-        f"if ! {quoted(inspect)} >{shlex.quote(target + '.tmp')}; then",
-        f"  log 'cannot inspect image {image} on this node'",
-        "  exit 2",
-        "fi",
-        f"mv -f {shlex.quote(target + '.tmp')} {shlex.quote(target)}",
-    ]
-
-
-def _squashfs_prelude(ctx: RoleContext, runtime: PyxisRuntime) -> list[str]:
-    target = run_path(ctx, "images") + ".json"
-    record = [*ctx.node_python, "-m", squashfs.MODULE, "record", runtime.image, "--out", target]
-    return [
-        "# The squashfs the workers run and the lock its image carried (recorded when nodes.prepare imported it).",
-        f"mkdir -p {shlex.quote(ctx.run_dir + '/images')}",
-        f"if ! {quoted(record)}; then",
-        f"  log 'squashfs {runtime.image} is missing or not the one imported (run invoke nodes.prepare)'",
-        "  exit 2",
-        "fi",
-    ]
+    return ctx.runtime.image_prelude(
+        ctx.run_dir + "/images", run_path(ctx, "images") + ".json", ctx.node_python
+    )
 
 
 def record_preludes(ctx: RoleContext) -> list[str]:

@@ -17,13 +17,13 @@ from atomdyn_launchers.engines.base import (
     RolePlan,
     dynamo_env,
     frontend,
-    quoted,
     record_preludes,
     run_path,
     worker_name,
     wrap,
 )
-from atomdyn_launchers.engines.runtime import CONTAINER_RUNTIMES, DeviceAccess, RdmaMounts, VenvRuntime
+from atomdyn_launchers.runtimes.base import quoted
+from atomdyn_launchers.runtimes.devices import DeviceAccess, RdmaMounts
 from atomdyn_launchers.sbatch import Arg, Shell
 
 
@@ -126,7 +126,7 @@ def shim_prelude(ctx: RoleContext) -> list[str]:
     """The dma-buf registration helper's LD_PRELOAD path, as `dmabuf-shim env` reports it in the runtime."""
     tool = quoted(ctx.runtime.tool(["dmabuf-shim", "env"]))
     lines = [f"SHIM_TOOL=({tool})"]
-    if isinstance(ctx.runtime, VenvRuntime) and ctx.prepared_shim:
+    if not ctx.runtime.in_image and ctx.prepared_shim:  # the node's Python: the prepared install
         prepared = shlex.quote(ctx.prepared_shim)
         python = shlex.quote(ctx.runtime.python)
         lines += [
@@ -156,7 +156,7 @@ def rdma_check_prelude(ctx: RoleContext, access: DeviceAccess, env: Mapping[str,
     (mounted into the container) is not the first of its name loaded, i.e. not the one used."""
     base = run_path(ctx, "rdma")
     loader_env: dict[str, Arg] = {**env, "LD_DEBUG": "libs"}
-    if isinstance(ctx.runtime, CONTAINER_RUNTIMES):
+    if ctx.runtime.in_image:
         probe = ctx.runtime.tool(
             ["ibv_devinfo", "-v"], env=env, devices=access, name=f"{ctx.role}-rdma-check"
         )
@@ -201,10 +201,7 @@ def doctor_prelude(ctx: RoleContext, access: DeviceAccess, env: Mapping[str, Arg
     for device in (ctx.ucx_net_devices or "").split(","):
         if device:
             argv += ["--expect-net-device", device]
-    if isinstance(ctx.runtime, CONTAINER_RUNTIMES):
-        probe = ctx.runtime.tool(argv, env=env, devices=access, name=f"{ctx.role}-doctor")
-    else:
-        probe = ctx.runtime.tool(argv, env=env)
+    probe = ctx.runtime.tool(argv, env=env, devices=access, name=f"{ctx.role}-doctor")
     return [
         "# NIXL as the worker will load it: backend, UCX transports, a loopback self-test.",
         f"mkdir -p {shlex.quote(ctx.run_dir + '/doctor')}",

@@ -22,7 +22,7 @@ from atomdyn_launchers.engines.base import (
     worker_name,
     wrap,
 )
-from atomdyn_launchers.engines.runtime import NO_DEVICES
+from atomdyn_launchers.runtimes.devices import NO_DEVICES
 from atomdyn_launchers.sbatch import Arg
 
 

@@ -9,7 +9,7 @@ from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.contract.node_needs import NodeNeeds
 from atomdyn_launchers.engines.base import Engine, RoleContext, RolePlan, Timeouts
 from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, devices, plan_vllm_role
-from atomdyn_launchers.engines.runtime import DeviceAccess, RdmaMounts
+from atomdyn_launchers.runtimes.devices import DeviceAccess, RdmaMounts
 
 NVIDIA = VllmPlatform(
     gpu_visibility="CUDA_VISIBLE_DEVICES",

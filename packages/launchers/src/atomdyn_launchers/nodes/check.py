@@ -37,16 +37,18 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json, atomic_write_text
-from atomdyn_launchers.config.cluster import CONTAINER_RUNTIMES, ClusterConfig, PreflightError
+from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.engines import EngineError, get_engine
 from atomdyn_launchers.engines.base import Engine, RoleContext
-from atomdyn_launchers.engines.runtime import RdmaMounts, VenvRuntime
 from atomdyn_launchers.job import images, node_check
 from atomdyn_launchers.job.node_check import FAIL, UNKNOWN, Check
 from atomdyn_launchers.nodes import jobs
 from atomdyn_launchers.nodes.prepare import archive_dir
 from atomdyn_launchers.profiles.models import ProfileError, get_model
+from atomdyn_launchers.runtimes import get_runtime
+from atomdyn_launchers.runtimes.devices import RdmaMounts
+from atomdyn_launchers.runtimes.venv import VenvRuntime
 from atomdyn_launchers.sbatch import Shell
 from atomdyn_launchers.slurm.client import Slurm
 
@@ -105,7 +107,7 @@ class CheckReport:
 
 def run_images(config: ClusterConfig, kind: str | None, engine: str | None = None) -> list[str]:
     """The images a run of ``kind`` uses in the container runtimes (as the engine picks them)."""
-    if config.runtime not in CONTAINER_RUNTIMES:
+    if not get_runtime(config.runtime).in_image:
         return []
     chosen = get_engine(engine or config.engine_profile)
     try:
@@ -196,7 +198,7 @@ def check_nodes(
 
 
 def _shim_image(config: ClusterConfig, kind: str | None, tags: Sequence[str]) -> str | None:
-    if config.runtime not in CONTAINER_RUNTIMES or not tags:
+    if not get_runtime(config.runtime).in_image or not tags:
         return None
     if kind is None and config.nixl_image:
         return config.nixl_image

@@ -39,6 +39,7 @@ from atomdyn_launchers.nodes.prepare import (
 )
 from atomdyn_launchers.profiles.models import ProfileError
 from atomdyn_launchers.progress import Progress
+from atomdyn_launchers.runtimes import get_runtime
 from atomdyn_launchers.slurm.client import (
     ALLOCATION_HELP,
     AllocationFlagError,
@@ -181,17 +182,18 @@ def wipe(config: ClusterConfig, nodes: Sequence[str], tags: Sequence[str]) -> No
     """Empty each node's image cache of ``tags`` and the build cache (the bench starts from nothing); with
     RUNTIME=podman also the node's podman storage (from the submit host: the local cluster's PODMAN_CONFIG_DIR)."""
     for node in nodes:
-        docker = images.DockerCLI(jobs.docker_host(config, node))
+        host = jobs.docker_host(config, node)
+        docker = images.DockerCLI(host)
         for tag in tags:
             if docker.image_id(tag):
                 docker.run("rmi", "-f", tag)
         docker.run("image", "prune", "-af")
         docker.run("builder", "prune", "-af")
-        if config.runtime == "podman":
-            podman = images.PodmanCLI(env_overrides=config.podman_env_for(node))
+        store = get_runtime(config.runtime).store_cli(config, node, host)
+        if store is not None and store.name != docker.name:  # the runtime's own store (podman's storage)
             for tag in tags:
-                if podman.image_id(tag):
-                    podman.run("rmi", "-f", tag)
+                if store.image_id(tag):
+                    store.run("rmi", "-f", tag)
 
 
 @task(

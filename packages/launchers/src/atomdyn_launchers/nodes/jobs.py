@@ -26,6 +26,7 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.runtimes import get_runtime
 from atomdyn_launchers.slurm.client import JobInfo, Slurm
 from atomdyn_launchers.slurm.steps import StepSet, step_name
 
@@ -113,7 +114,8 @@ def submit_and_wait(
     """Submit one job per node (``args_for(node, result_path)``), wait for all, return node -> run.
     ``pending_grace_s``: a job still pending after that long (a busy node) is cancelled and reported as such
     instead of being waited for. ``allocation``: one step of it per node instead of a batch job each. A job
-    gets ``env`` and, for RUNTIME=podman, the variables that point podman at its node's configuration."""
+    gets ``env`` and what the runtime says it needs to reach its node's image store (RUNTIME=podman: the
+    variables that point podman at its node's configuration)."""
     slurm = slurm or Slurm(config)
     steps = StepSet.open(slurm, allocation) if allocation is not None else None
     jobs: dict[str, tuple[int, Path, Path]] = {}
@@ -123,7 +125,7 @@ def submit_and_wait(
             path = work / f"{label}-{node}.sh"
             atomic_write_text(path, script(config, module, args_for(node, result)), mode=0o755)
             out = work / f"{label}-{node}.out"
-            node_env = {**(env or {}), **(config.podman_env_for(node) if config.runtime == "podman" else {})}
+            node_env = {**(env or {}), **get_runtime(config.runtime).job_env(config, node)}
             if steps is not None:
                 args = step_args(slurm, steps.allocation, node, label=label, work=work)
                 name = step_name(f"atomdyn-{label}", work.name)

@@ -40,6 +40,7 @@ from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.job import images, node_prepare, squashfs
 from atomdyn_launchers.job.node_prepare import SHIM_CURRENT
 from atomdyn_launchers.nodes import jobs
+from atomdyn_launchers.runtimes import get_runtime
 from atomdyn_launchers.slurm.client import Slurm
 
 STRATEGIES = ("load", "build")
@@ -100,7 +101,7 @@ def default_nodes(config: ClusterConfig) -> list[str]:
 
 
 def archive_dir(config: ClusterConfig) -> Path:
-    return config.shared_dir / "images"
+    return config.images_dir
 
 
 def shim_current(config: ClusterConfig) -> Path:
@@ -125,12 +126,10 @@ def prepare(
     """Prepare ``nodes`` (default: every node the configuration names); raises PrepareError on any failure."""
     if strategy not in STRATEGIES:
         raise PrepareError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
-    if config.runtime == "podman" and strategy != "load":
-        raise PrepareError(
-            f"RUNTIME=podman prepares with the load strategy only (--strategy {strategy} builds in each node's "
-            "docker daemon, which podman does not use): the archive is built and saved by Docker on the first "
-            "node, then loaded into every node's podman storage"
-        )
+    runtime = get_runtime(config.runtime)
+    problem = runtime.prepare_problem(strategy)
+    if problem is not None:
+        raise PrepareError(problem)
     nodes = list(nodes or default_nodes(config))
     slurm = slurm or Slurm(config)
     start = time.monotonic()
@@ -195,7 +194,7 @@ def prepare(
         return results
 
     saved: dict[str, Any] | None = None
-    if config.runtime == "pyxis":
+    if runtime.shared_images:
         nodes = nodes[:1]  # one import into the shared filesystem serves every node
         strategy_run = "import"
         if stale_squashfs(config, spec.images) and strategy == "load":

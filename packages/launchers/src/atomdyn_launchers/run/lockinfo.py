@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.lock import find_lock_path, load_lock
+from atomdyn_launchers.runtimes import get_runtime
 
 
 def checkout_lock_digest(path: Path | None, project_dir: Path) -> str | None:
@@ -24,8 +25,8 @@ def run_lock_digest(
     every job ran, read on its node at run time (pyxis: as nodes.prepare recorded it when it imported the
     squashfs); none when a label is missing or the roles disagree. Venv: the
     checkout's lock, which is what the venv was built from."""
-    if runtime == "venv":
-        return checkout_digest, "checkout lock (venv runtime)"
+    if not get_runtime(runtime).in_image:  # the venv was built from the checkout's lock
+        return checkout_digest, f"checkout lock ({runtime} runtime)"
     digests = {role: str(info.get("lock_digest") or "") for role, info in images.items()}
     if not digests:
         return None, "unknown: no job recorded its image (images/<role>.json)"

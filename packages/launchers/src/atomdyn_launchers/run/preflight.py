@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from atomdyn_launchers.config.cluster import CONTAINER_RUNTIMES, ClusterConfig, PreflightError
+from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.config.etcd import etcd_access
 from atomdyn_launchers.config.recipes import resource_problems
 from atomdyn_launchers.contract.kinds import KINDS
@@ -22,6 +22,7 @@ from atomdyn_launchers.profiles.models import ModelProfile
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import RoleSpec, model_path
+from atomdyn_launchers.runtimes import get_runtime
 from atomdyn_launchers.slurm.client import Allocation, Slurm, held_allocation
 
 
@@ -104,9 +105,10 @@ def check_run(
         if resources:
             raise PreflightError(f"recipe {options.recipe.source}: " + "; ".join(resources))
     python = config.python_venv / "bin" / "python"
-    if config.runtime == "venv" and not python.exists():
+    runtime = get_runtime(config.runtime)
+    if not runtime.in_image and not python.exists():
         raise PreflightError(f"PYTHON_VENV {config.python_venv} has no bin/python (jobs run with it)")
-    if config.runtime == "venv":
+    if not runtime.in_image:  # the workers run from the engine's venv on the node
         module = engine.dynamo_module
         venv = engine.venv(config.python_venv, config.project_dir)
         if not any(venv.glob(f"lib/python3*/site-packages/dynamo/{module}/__main__.py")):
@@ -119,7 +121,7 @@ def check_run(
             tinymodel.build(model_path(config, model), model.build_digest)
         except (tinymodel.TinyModelError, OSError, RuntimeError) as exc:
             raise PreflightError(f"model {model.name}: {exc}") from None
-    if config.runtime in CONTAINER_RUNTIMES:
+    if runtime.in_image:
         try:
             images = engine.images(options.kind, config.dynamo_atom_image, config.nixl_image)
         except EngineError as exc:

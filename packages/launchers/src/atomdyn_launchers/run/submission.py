@@ -14,22 +14,15 @@ from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.contract.rundir import RunDir
 from atomdyn_launchers.engines import Engine
 from atomdyn_launchers.engines.base import KvProbe, MockTiming, ProbeOptions, RoleContext, RolePlan
-from atomdyn_launchers.engines.runtime import (
-    DockerRuntime,
-    PodmanRuntime,
-    PyxisRuntime,
-    RdmaMounts,
-    Runtime,
-    VenvRuntime,
-)
 from atomdyn_launchers.etcd.keys import launcher_key, probe_prefix, run_prefix
-from atomdyn_launchers.job.squashfs import squashfs_path
 from atomdyn_launchers.nodes import jobs
-from atomdyn_launchers.nodes.prepare import archive_dir, shim_current
+from atomdyn_launchers.nodes.prepare import shim_current
 from atomdyn_launchers.profiles.models import ModelProfile
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.plan import RoleSpec, model_path
 from atomdyn_launchers.run.ports import named_ports
+from atomdyn_launchers.runtimes import Runtime, get_runtime, runtime_for
+from atomdyn_launchers.runtimes.devices import RdmaMounts
 from atomdyn_launchers.sbatch import Arg, JobSpec, Shell, pid_var, render
 from atomdyn_launchers.slurm.client import Slurm
 from atomdyn_launchers.slurm.steps import step_name
@@ -81,25 +74,24 @@ class Submission:
 
     def runtime(self) -> Runtime:
         config = self.config
-        if config.runtime == "venv":
-            return VenvRuntime(self.engine.venv(config.python_venv, config.project_dir))
-        images = self.engine.images(self.options.kind, config.dynamo_atom_image, config.nixl_image)
-        if not images:
-            raise PreflightError(f"RUNTIME={config.runtime} needs DYNAMO_ATOM_IMAGE")
-        mounts = sorted({str(config.shared_dir), str(config.model_path), str(config.project_dir)})
-        if config.runtime == "pyxis":
-            # The squashfs nodes.prepare imported from the image into the shared filesystem (job/squashfs.py).
-            squashfs = str(squashfs_path(archive_dir(config), images[0]))
-            return PyxisRuntime(squashfs, mounts, lock_memory=self.engine.vendor != "none")
-        kind = PodmanRuntime if config.runtime == "podman" else DockerRuntime
-        return kind(
-            images[0], f"atomdyn-{self.rundir.run_id}", mounts, lock_memory=self.engine.vendor != "none"
+        images: list[str] = []
+        if get_runtime(config.runtime).in_image:
+            images = self.engine.images(self.options.kind, config.dynamo_atom_image, config.nixl_image)
+            if not images:
+                raise PreflightError(f"RUNTIME={config.runtime} needs DYNAMO_ATOM_IMAGE")
+        return runtime_for(
+            config,
+            image=images[0] if images else "",
+            venv=self.engine.venv(config.python_venv, config.project_dir),
+            container_prefix=f"atomdyn-{self.rundir.run_id}",
+            mounts=sorted({str(config.shared_dir), str(config.model_path), str(config.project_dir)}),
+            lock_memory=self.engine.vendor != "none",
         )
 
     def node_python(self) -> list[str]:
-        """How a job runs this project's modules on the node, outside any container: in the venv runtime its
-        venv (preflight requires it), else as the node jobs do."""
-        if self.config.runtime == "venv":
+        """How a job runs this project's modules on the node, outside any container: where the runtime runs no
+        image, the venv the jobs run from (preflight requires it), else as the node jobs do."""
+        if not get_runtime(self.config.runtime).in_image:
             return [str(self.config.python_venv / "bin" / "python")]
         return jobs.node_python(self.config)
 

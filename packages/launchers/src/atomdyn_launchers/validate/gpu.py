@@ -26,12 +26,10 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.engines import get_engine
-from atomdyn_launchers.engines.runtime import DockerRuntime, PodmanRuntime, PyxisRuntime
 from atomdyn_launchers.job.images import docker_client
-from atomdyn_launchers.job.squashfs import squashfs_path
-from atomdyn_launchers.nodes.prepare import archive_dir
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.worker_args import planned_worker_args
+from atomdyn_launchers.runtimes import image_runtime, runtime_for
 from atomdyn_launchers.sbatch import JobSpec, render
 from atomdyn_launchers.slurm.client import JobInfo, Slurm, held_allocation
 from atomdyn_launchers.slurm.steps import StepSet, step_name
@@ -75,17 +73,17 @@ def job_script(
     ``validate.check.log`` of ``run_dir``; Slurm ends it when the submit side stops waiting (``timeout_s``)."""
     engine = get_engine(config.engine_profile)
     devices = engine.container_devices()
-    # Without GPUs nothing is pinned for RDMA, and an unprivileged node may refuse to raise the memlock limit.
-    runtime: DockerRuntime | PyxisRuntime = DockerRuntime(
-        image, f"atomdyn-validate-{run_dir.name}", [], docker=docker, lock_memory=engine.vendor != "none"
+    # The configured runtime's (docker's where it runs no image): the node's image store that nodes.prepare
+    # filled, or the squashfs it imported, as a step of this job. Without GPUs nothing is pinned for RDMA, and
+    # an unprivileged node may refuse to raise the memlock limit.
+    runtime = runtime_for(
+        config,
+        image=image,
+        container_prefix=f"atomdyn-validate-{run_dir.name}",
+        docker=docker,
+        lock_memory=engine.vendor != "none",
+        in_image=True,
     )
-    if config.runtime == "podman":  # the node's podman storage, which nodes.prepare loaded
-        runtime = PodmanRuntime(
-            image, f"atomdyn-validate-{run_dir.name}", [], lock_memory=engine.vendor != "none"
-        )
-    if config.runtime == "pyxis":  # the squashfs nodes.prepare imported, as a step of this job
-        sqsh = str(squashfs_path(archive_dir(config), image))
-        runtime = PyxisRuntime(sqsh, [], lock_memory=engine.vendor != "none")
     # The checks ask the GPU stack questions (ROCm torch, the active vLLM platform): the job gets the devices.
     validate = ["atomdyn-validate", "--json"]
     if worker_args is not None:  # one JSON word: the workers' argv, compact, in the script for review
@@ -167,9 +165,7 @@ def run_gpu_validation(
     text = job_script(config, image, run_dir, docker_client(), worker_args, node=node, timeout_s=timeout_s)
     atomic_write_text(script, text, mode=0o755)
     gres = f"gpu:{validation_gpus(config)}" if validation_gpus(config) else None
-    env = {"DOCKER_HOST": docker_host} if docker_host else None
-    if config.runtime == "podman":
-        env = config.podman_env_for(node) or None
+    env = image_runtime(config.runtime).job_env(config, node, docker_host) or None
     if allocation is not None:
         job = _validate_step(slurm, allocation, script, node=node, gres=gres, env=env, timeout_s=timeout_s)
     else:
