@@ -39,6 +39,7 @@ from atomdyn_launchers.run.launch import Launch, run
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.runtimes import DockerRuntime, PodmanRuntime
 from atomdyn_launchers.runtimes.devices import NO_DEVICES
+from atomdyn_launchers.runtimes.podman import podman_env
 from atomdyn_launchers.sbatch import JobSpec, render
 from atomdyn_launchers.slurm.client import Slurm
 
@@ -511,7 +512,7 @@ def podman_config(config: ClusterConfig) -> ClusterConfig:
 
 def _podman(config: ClusterConfig, node: str) -> images.PodmanCLI:
     """A node's podman storage, reached from here with the variables its jobs get."""
-    return images.PodmanCLI(env_overrides=config.podman_env_for(node))
+    return images.PodmanCLI(env_overrides=podman_env(config, node))
 
 
 def test_podman_nodes_load_the_verified_archive_into_their_own_stores(podman_config: ClusterConfig) -> None:
@@ -541,7 +542,7 @@ def test_podman_nodes_load_the_verified_archive_into_their_own_stores(podman_con
     assert ready.ok, ready.table()
     for node in NODES:
         checks = {c.name: c for c in ready.nodes[node]}
-        storage = podman_config.podman_env_for(node)["CONTAINERS_STORAGE_CONF"]
+        storage = podman_env(podman_config, node)["CONTAINERS_STORAGE_CONF"]
         assert checks["podman"].status == PASS and storage in checks["podman"].detail, checks["podman"]
         assert checks["image"].status == PASS and "(matches the archive)" in checks["image"].detail
         assert "docker" not in checks
@@ -579,7 +580,7 @@ def test_a_podman_job_stopped_while_its_engine_loads_leaves_no_container_and_run
     assert f"podman run --rm --init --pull=never --name {name} " in script.read_text()
     try:
         _stop_while_loading_twice(
-            Slurm(podman_config), script, work, podman, name, podman_config.podman_env_for("node1")
+            Slurm(podman_config), script, work, podman, name, podman_env(podman_config, "node1")
         )
     finally:
         subprocess.run([images.podman_client(), "rm", "-f", name], env=podman.env(), capture_output=True,

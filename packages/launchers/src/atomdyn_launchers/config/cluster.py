@@ -34,8 +34,6 @@ from atomdyn_launchers.runtimes import RUNTIME_NAMES, Runtime, get_runtime
 CLUSTER_ENV_VAR = "ATOMDYN_CLUSTER_ENV"
 REPO_ENV_VAR = "ATOMDYN_REPO"
 
-# podman reads its configuration files from these variables (containers-storage.conf(5), containers.conf(5)).
-PODMAN_CONFIG_FILES = (("CONTAINERS_STORAGE_CONF", "storage.conf"), ("CONTAINERS_CONF", "containers.conf"))
 
 # sbatch options that only the dedicated keys may set: every submission passes them explicitly.
 _RESERVED_SBATCH_OPTIONS = {"account": "A", "partition": "p", "qos": "q"}
@@ -164,18 +162,9 @@ class ClusterConfig:
         """DOCKER_HOST for jobs on ``node`` (``%n`` in the template is the node name); None: the node's default."""
         return self.docker_host.replace("%n", node) if self.docker_host else None
 
-    def podman_env_for(self, node: str) -> dict[str, str]:
-        """The variables that point podman at PODMAN_CONFIG_DIR's files for jobs on ``node`` (``%n`` = the node);
-        empty: podman's own configuration on the node."""
-        if not self.podman_config_dir:
-            return {}
-        directory = self.podman_config_dir.replace("%n", node)
-        return {var: f"{directory}/{name}" for var, name in PODMAN_CONFIG_FILES}
-
     def container_env_for(self, node: str) -> dict[str, str]:
         """What a job on ``node`` needs in its environment to reach its container runtime's image store, as the
-        runtime says: DOCKER_HOST (RUNTIME=docker, when configured) or podman's configuration files
-        (RUNTIME=podman)."""
+        runtime says (DOCKER_HOST, when configured; the podman runtime: its configuration files)."""
         return get_runtime(self.runtime).job_env(self, node, self.docker_host_for(node) or "")
 
     @property

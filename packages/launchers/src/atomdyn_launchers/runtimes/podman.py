@@ -13,6 +13,18 @@ from atomdyn_launchers.sbatch import Arg
 if TYPE_CHECKING:
     from atomdyn_launchers.config.cluster import ClusterConfig
 
+# podman reads its configuration files from these variables (containers-storage.conf(5), containers.conf(5)).
+PODMAN_CONFIG_FILES = (("CONTAINERS_STORAGE_CONF", "storage.conf"), ("CONTAINERS_CONF", "containers.conf"))
+
+
+def podman_env(config: ClusterConfig, node: str) -> dict[str, str]:
+    """The variables that point podman at PODMAN_CONFIG_DIR's files for jobs on ``node`` (``%n`` = the node);
+    empty: podman's own configuration on the node."""
+    if not config.podman_config_dir:
+        return {}
+    directory = config.podman_config_dir.replace("%n", node)
+    return {var: f"{directory}/{name}" for var, name in PODMAN_CONFIG_FILES}
+
 
 @dataclass(frozen=True)
 class PodmanRuntime(DockerRuntime):
@@ -43,13 +55,12 @@ class PodmanRuntime(DockerRuntime):
 
     @classmethod
     def job_env(cls, config: ClusterConfig, node: str, docker_host: str = "") -> dict[str, str]:
-        """The variables that point podman at PODMAN_CONFIG_DIR's files on ``node`` (the node's podman storage,
-        which nodes.prepare loaded); empty: podman's own configuration there."""
-        return config.podman_env_for(node)
+        """podman_env: the node's podman storage, which nodes.prepare loaded (DOCKER_HOST plays no part)."""
+        return podman_env(config, node)
 
     @classmethod
     def store_cli(cls, config: ClusterConfig, node: str, docker_host: str) -> DockerCLI | None:
-        return PodmanCLI(env_overrides=config.podman_env_for(node))
+        return PodmanCLI(env_overrides=podman_env(config, node))
 
     @classmethod
     def prepare_problem(cls, strategy: str) -> str | None:
