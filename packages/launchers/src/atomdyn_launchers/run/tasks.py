@@ -104,13 +104,13 @@ def _flags(
     model: str | None,
     requests: int | None,
     concurrency: int | None,
-    ready_timeout: float | None,
+    waits: tuple[float | None, float | None],  # --ready-timeout, --first-response-timeout
     skip_node_check: bool,
     offline: bool,
     dry: bool,
     allocation: str | None = None,
-    first_response_timeout: float | None = None,
 ) -> Flags:
+    ready_timeout, first_response_timeout = waits
     if offline and not dry:
         raise Exit("error: --offline is only for --dry-run", code=2)
     try:
@@ -163,18 +163,8 @@ def agg_run(
     kind = None if count is None else ("agg-single" if count == 1 else "agg-two")
     if kind is None and recipe is None:
         kind = "agg-single"
-    flags = _flags(
-        engine,
-        model,
-        requests,
-        concurrency,
-        ready_timeout,
-        skip_node_check,
-        offline,
-        dry_run,
-        allocation,
-        first_response_timeout,
-    )
+    waits = (ready_timeout, first_response_timeout)
+    flags = _flags(engine, model, requests, concurrency, waits, skip_node_check, offline, dry_run, allocation)
     _run_or_dry("agg", kind, config, recipe, dry_run, run_dir_file, flags)
 
 
@@ -197,16 +187,6 @@ def disagg_run(
 ) -> None:
     """Disaggregated run: prefill jobs and decode jobs (the first with the frontend), one node each; one of
     each on PREFILL_NODE and DECODE_NODE unless a recipe says more (xPyD)."""
-    flags = _flags(
-        engine,
-        model,
-        requests,
-        concurrency,
-        ready_timeout,
-        skip_node_check,
-        offline,
-        dry_run,
-        allocation,
-        first_response_timeout,
-    )
+    waits = (ready_timeout, first_response_timeout)
+    flags = _flags(engine, model, requests, concurrency, waits, skip_node_check, offline, dry_run, allocation)
     _run_or_dry("disagg", "disagg", config, recipe, dry_run, run_dir_file, flags)
