@@ -199,6 +199,17 @@ def test_collect_refuses_links_and_special_files(vllm_cpu_run: Path, tmp_path: P
     assert judged_now.returncode == 1 and f"refused: {vllm_cpu_run}: {named}" in judged_now.stdout
 
 
+def test_a_run_owned_etcd_s_logs_are_collected_and_verify(vllm_cpu_run: Path, tmp_path: Path) -> None:
+    """A run that started its own etcd keeps logs/etcd.log and logs/etcd.slurm.out (docs/run-directory.md):
+    collect copies them and verify accepts them (it refused them as files of a role the run does not have)."""
+    (vllm_cpu_run / "logs" / "etcd.log").write_text("etcd serving\n")
+    (vllm_cpu_run / "logs" / "etcd.slurm.out").write_text("etcd job started\n")
+    out, _ = collect(vllm_cpu_run, tmp_path / "evidence")
+    for name in ("etcd.log", "etcd.slurm.out"):
+        assert (out / "data" / "logs" / name).is_file()
+    assert verify_path(out).ok, verify_path(out).text()
+
+
 # Item 4: verify checks what it does not regenerate.
 
 

@@ -185,6 +185,8 @@ def _not_collected(rel: str, expected_top: set[str], roles: set[str]) -> str | N
     if stem is None or name.startswith("."):
         return f"(not a <role>{suffix or '.*'} file)"
     role = stem if sub in ("fingerprints", "doctor") else stem.split(".", 1)[0]
+    if sub == "logs" and role == "etcd":  # the run-owned etcd's logs/etcd.log and logs/etcd.slurm.out
+        return None
     return None if role in roles else f"(the run has no role {role!r})"
 
 
