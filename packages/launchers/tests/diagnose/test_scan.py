@@ -220,3 +220,11 @@ def test_real_failures_are_diagnosed_cause_first(log: str, ranked: list[str]) ->
     ids = [f.entry.id for f in found.findings]
     assert ids[: len(ranked)] == ranked, found.text()
     assert ids[-1] == "nixl-error-status" or len(ids) == len(ranked)
+
+
+def test_an_evidence_bundle_is_read_through_its_data() -> None:
+    """A committed bundle of a real rehearsal run: its data/ is what is read (the run passed: nothing known)."""
+    bundle = ROOT / "evidence" / "20261201T123510Z-disagg-mocker"
+    found = diagnose_run(bundle)
+    assert found.target.endswith("20261201T123510Z-disagg-mocker/data") and found.files_read >= 1
+    assert found.rerun == "invoke disagg.run --engine mocker"

@@ -279,7 +279,15 @@ def diagnose_run(
     block: int = BLOCK,
 ) -> Diagnosis:
     """Diagnose a run directory. ``run``: the run record when run.json is not written yet (the record stage);
-    ``failed_gates``: (gate id, reason) of the evidence gates that failed, when the caller judged them."""
+    ``failed_gates``: (gate id, reason) of the evidence gates that failed, when the caller judged them. An
+    evidence bundle (``<evidence>/<run-id>/``) is read through its ``data/``: the run's record and the log lines
+    the evidence kept, sanitized (its run.json keeps the diagnosis the run recorded, from every line)."""
+    if (
+        _is_dir(run_dir / "data")
+        and (run_dir / "data" / "run.json").is_file()
+        and not _is_dir(run_dir / "logs")
+    ):
+        run_dir = run_dir / "data"
     if run is None:
         loaded = _read_json(run_dir / "run.json")
         run = loaded if isinstance(loaded, dict) else {}
