@@ -224,6 +224,22 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
 
 
+ATOM_FIXED_PROMPT = "Repeat after me: the decode worker reads its KV blocks from the prefill worker."
+
+
+def write_atom_answers(run: Path) -> None:
+    """The fixed prompt's answers of an atom P/D run and of the aggregated run before it: the tokens and log
+    probabilities of fixtures/answers-logprobs (equal), under the atom run's ids."""
+    (run / "answers").mkdir(exist_ok=True)
+    for name, run_id in (
+        ("fixed-prompt.json", ATOM_RUN_ID),
+        ("reference.json", "20261129T223000Z-agg-single-atom"),
+    ):
+        answer = json.loads((FIXTURES / "answers-logprobs" / name).read_text())
+        answer.update(run_id=run_id, key="atom-qwen3-8b-0123456789abcdef", prompt=ATOM_FIXED_PROMPT)
+        (run / "answers" / name).write_text(json.dumps(answer, indent=2))
+
+
 @pytest.fixture
 def atom_run(tmp_path: Path) -> Path:
     run = tmp_path / "runs" / ATOM_RUN_ID
@@ -260,8 +276,10 @@ def atom_run(tmp_path: Path) -> Path:
         "failure": None,
         "requests_total": 8,
         "requests_ok": 8,
+        "fixed_prompt": ATOM_FIXED_PROMPT,
     }
     (run / "run.json").write_text(json.dumps(run_json, indent=2))
+    write_atom_answers(run)
     t0 = 1795994100.0
     events = [
         (0.0, "submitted", "prefill"), (0.1, "submitted", "decode"), (2.0, "running", "prefill"),

@@ -288,14 +288,10 @@ def test_kv_moved_zero_copy_over_rdma_passes_an_atom_pd_run(atom_run: Path) -> N
     signals = collect_signals(atom_run)
     assert signals.get("kv.transport_rows") == {"rc_verbs/ionic_0:1": 5, "rc_verbs/ionic_1:1": 1}
     results = evaluate(signals, AS_OBSERVED)
-    # This run asked no fixed prompt and recorded no KV-event publishers (run.json predates both): those gates do
-    # not apply to it.
-    assert {r.id for r in results if r.verdict != "pass"} == {
-        "kv_answer_equals_aggregated",
-        "kv_answer_logprob_max_delta",
-        "repeat_router_overlap_max",
-    }
-    assert {r.verdict for r in results if r.verdict != "pass"} == {"n/a"} and overall(results) == "pass"
+    # This run recorded no KV-event publishers (its router mode gave the workers none): that gate does not apply.
+    # Its fixed prompt's answer equals the aggregated run's (the KV-correctness gates, which atom requires).
+    assert {r.id: r.verdict for r in results if r.verdict != "pass"} == {"repeat_router_overlap_max": "n/a"}
+    assert overall(results) == "pass"
     # The copy rows lie below any KV block; an active-message table carries no KV.
     assert signals.get("kv.rows_not_zero_copy") == []
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from atomdyn_launchers.contract.kinds import DISAGG_KINDS, KINDS
+from atomdyn_launchers.contract.metrics import MetricNames
 
 
 @dataclass(frozen=True)
@@ -12,23 +13,29 @@ class GateExpectations:
     """Which evidence gates an engine's runs must pass: each engine object holds one (``engine.expectations``).
 
     The evidence code reads it for the engine a run.json names, so what an engine must prove lives with the
-    engine. Fields about the KV path (everything but ``router_prefix_hits``) concern prefill/decode runs only:
-    :meth:`for_kind` clears them for aggregated runs, where no KV cache moves between workers.
+    engine. Fields about the KV path (everything but ``router_prefix_hits``, ``router_overlap`` and ``metrics``)
+    concern prefill/decode runs only: :meth:`for_kind` clears them for aggregated runs, where no KV cache moves
+    between workers.
     """
+
+    # The metrics the engine's workers publish (MetricNames): the evidence reads the KV transfers and the prefix
+    # cache through these names, so an engine's metric vocabulary stays in engines/.
+    metrics: MetricNames = field(default_factory=MetricNames)
 
     # The P/D handoff is proven by different prefill and decode worker ids in every response (the mock engine,
     # which moves no KV cache).
     pd_worker_split: bool = False
     # A repeated prompt's cache hit is read from the router's kv_hit_rate (the mock engine) rather than from
-    # the engine's own prefix-cache counters (vLLM's vllm:prefix_cache_hits_total).
+    # the engine's own prefix-cache counters (``metrics.prefix_hits``).
     router_prefix_hits: bool = False
     # The workers publish KV events (vLLM's --kv-events-config, relayed by Dynamo): the router's kv_hit_rate for
     # a repeated prompt is above 0 wherever the run recorded publishers (run.json kv_event_roles).
     router_overlap: bool = False
-    # The decode worker's vLLM metrics count NIXL transfers: nixl_xfer_time_seconds_count >= 1,
-    # nixl_num_failed_transfers_total == 0, and the bytes moved (nixl_bytes_transferred_sum).
+    # The decode worker's metrics count NIXL transfers (``metrics.kv_transfers``) >= 1, no failed transfer
+    # (``metrics.kv_failed_transfers``) == 0, and the bytes moved (``metrics.kv_bytes``).
     nixl_transfers: bool = False
-    # The decode worker's external_prefix_cache_hits_total > 0: tokens it did not compute came over NIXL.
+    # The decode worker's external prefix-cache hits (``metrics.external_prefix_hits``) > 0: tokens it did not
+    # compute came over NIXL.
     external_prefix_hits: bool = False
     # The UCX transport family that must carry the KV reads (UCX_PROTO_INFO tables in the workers' logs):
     # "tcp" on the CPU rehearsal, "rc" (rc_verbs, rc_mlx5, ...) on RoCE.
@@ -75,5 +82,7 @@ class GateExpectations:
         if kind in DISAGG_KINDS:
             return self
         return GateExpectations(
-            router_prefix_hits=self.router_prefix_hits, router_overlap=self.router_overlap
+            router_prefix_hits=self.router_prefix_hits,
+            router_overlap=self.router_overlap,
+            metrics=self.metrics,
         )

@@ -11,7 +11,7 @@ from dataclasses import replace
 from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.contract.node_needs import NodeNeeds
 from atomdyn_launchers.engines.base import Engine, EngineError, RoleContext, RolePlan, Timeouts
-from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, devices, plan_vllm_role
+from atomdyn_launchers.engines.dynamo_vllm import VLLM_METRICS, VllmPlatform, devices, plan_vllm_role
 from atomdyn_launchers.runtimes.devices import DeviceAccess, RdmaMounts
 from atomdyn_launchers.sbatch import Arg, Shell
 
@@ -237,6 +237,7 @@ class AtomEngine(Engine):
         answer_prefix_tokens=ANSWER_PREFIX_TOKENS,
         answer_logprob_tolerance=ANSWER_LOGPROB_TOLERANCE,
         router_overlap=True,
+        metrics=VLLM_METRICS,
     )
     platform = MI355X
 

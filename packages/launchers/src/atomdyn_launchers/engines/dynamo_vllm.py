@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from atomdyn_launchers.contract.metrics import MetricNames
 from atomdyn_launchers.engines.base import (
     RoleContext,
     RolePlan,
@@ -37,6 +38,22 @@ def kv_transfer_config(kv_buffer_device: str | None = None, cross_layer_blocks: 
 
 
 KV_TRANSFER_CONFIG = kv_transfer_config()
+# What every dynamo.vllm worker publishes on its system port (vLLM's own metrics, relayed by Dynamo), as the
+# evidence reads them: the NixlConnector's transfer histogram, bytes and failures; the prefix cache's queries
+# and hits, and the external ones (tokens read from another worker). Set once here for the family (vllm,
+# vllm-cpu, atom), named in each engine's GateExpectations.
+VLLM_METRICS = MetricNames(
+    kv_transfers="vllm:nixl_xfer_time_seconds_count",
+    kv_seconds="vllm:nixl_xfer_time_seconds_sum",
+    kv_bytes="vllm:nixl_bytes_transferred_sum",
+    kv_time_histogram="vllm:nixl_xfer_time_seconds",
+    kv_failed_transfers="vllm:nixl_num_failed_transfers",
+    prefix_queries="vllm:prefix_cache_queries_total",
+    prefix_hits="vllm:prefix_cache_hits_total",
+    external_prefix_queries="vllm:external_prefix_cache_queries_total",
+    external_prefix_hits="vllm:external_prefix_cache_hits_total",
+)
+
 # How Dynamo 1.3.0's dynamo.vllm is told a worker's role (its backend_args.py: agg | prefill | decode; the
 # --is-prefill-worker flags of older releases are deprecated there). The pin is known, so the flag is written,
 # not probed with --help in every job; the in-image validator checks that the image's Dynamo accepts it.

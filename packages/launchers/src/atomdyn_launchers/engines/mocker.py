@@ -35,6 +35,8 @@ class MockerEngine(Engine):
     cross_layer_blocks = False
     cross_layer_blocks_why = "the mock engine allocates no KV cache and moves none"
     # The P/D handoff shows as different prefill and decode worker ids; cache hits in the router's kv_hit_rate.
+    # It names no worker metrics (MetricNames()): it moves no KV, and its gates read the requests and Dynamo's
+    # frontend, whatever engine runs behind it.
     expectations = GateExpectations(pd_worker_split=True, router_prefix_hits=True)
     mock_timing = True
     # It moves no KV: the cross-node NIXL probe of its rehearsal runs as the real engine's workers would.

@@ -8,7 +8,7 @@ from __future__ import annotations
 from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.contract.node_needs import NodeNeeds
 from atomdyn_launchers.engines.base import Engine, RoleContext, RolePlan, Timeouts
-from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, devices, plan_vllm_role
+from atomdyn_launchers.engines.dynamo_vllm import VLLM_METRICS, VllmPlatform, devices, plan_vllm_role
 from atomdyn_launchers.runtimes.devices import DeviceAccess, RdmaMounts
 
 NVIDIA = VllmPlatform(
@@ -27,7 +27,11 @@ class VllmEngine(Engine):
     # The fixed prompt at temperature 0: an aggregated run records the reference, a P/D run's answer must equal
     # it token for token (one GPU model, one vLLM build; the H200 runs of issue 39 are its first evidence).
     expectations = GateExpectations(
-        nixl_transfers=True, external_prefix_hits=True, router_overlap=True, aggregated_answer=True
+        nixl_transfers=True,
+        external_prefix_hits=True,
+        router_overlap=True,
+        aggregated_answer=True,
+        metrics=VLLM_METRICS,
     )
     platform = NVIDIA
 

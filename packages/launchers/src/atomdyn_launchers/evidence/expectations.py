@@ -1,7 +1,8 @@
 """What the engine a run names (run.json's ``engine_profile``) says about the run's evidence.
 
 The engine object owns it: ``engine.expectations`` (a :class:`~atomdyn_launchers.contract.expectations.GateExpectations`)
-decides which gates apply, and ``engine.platform_label(fingerprint)`` names the platform from what a node
+decides which gates apply, which of them are required and the metric names the workers publish (``metrics``),
+and ``engine.platform_label(fingerprint)`` names the platform from what a node
 reported. Both are found through the engine registry; an engine it does not know has no expectations, and
 the evidence judges it by the common gates and fails ``engine_known``.
 """
@@ -12,7 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from atomdyn_launchers.contract.expectations import GateExpectations
-from atomdyn_launchers.engines import get_engine
+from atomdyn_launchers.contract.metrics import MetricNames
+from atomdyn_launchers.engines import ENGINE_NAMES, get_engine
 
 
 def _engine(name: object) -> Any | None:
@@ -47,3 +49,17 @@ def platform_label(engine: object, fingerprints: Mapping[str, Any]) -> str | Non
     usable = {role: fp for role, fp in fingerprints.items() if isinstance(fp, Mapping)}
     label = found.platform_of(usable)
     return label if isinstance(label, str) and label else None
+
+
+def metric_names(engine: object, config: object = None) -> MetricNames:
+    """The metrics the engine's workers publish, as it names them (``GateExpectations.metrics``); an engine
+    nobody knows names none."""
+    expected = expectations_for(engine, config)
+    return expected.metrics if expected is not None else MetricNames()
+
+
+def declared_metrics() -> frozenset[str]:
+    """Every sample name a registered engine's metrics name: what the collected data keeps of a scrape."""
+    return frozenset(
+        name for engine in ENGINE_NAMES for name in get_engine(engine).expectations.metrics.wanted()
+    )

@@ -1,11 +1,13 @@
 """The validity gates: one table of data saying what a run must show to pass.
 
-A gate reads one signal (evidence/signals.py) and compares it with an expected value. Which gates apply comes
-from the run's kind and from the engine's :class:`~atomdyn_launchers.contract.expectations.GateExpectations` (what the engine
-object says its runs must prove), never from the engine's name. A gate is named after the quantity it
-checks, so a line reads as the check itself: ``requests_failed 0 == 0``. A signal without data fails its
-gate with the reason it is missing; a gate whose ``when`` signal is false does not apply (n/a). Counts that
-the run recorded in more than one place (requests.jsonl, run.json, the timeline) must agree.
+A gate reads one signal (set by a reader in evidence/readers/, or derived here with the engine's expectations:
+``DERIVED``) and compares it with an expected value. Which gates apply comes from the run's kind and from the
+engine's :class:`~atomdyn_launchers.contract.expectations.GateExpectations` (what the engine object says its runs
+must prove), never from the engine's name. A gate is named after the quantity it checks, so a line reads as the
+check itself: ``requests_failed 0 == 0``. A signal without data fails its gate with the reason it is missing; a
+gate whose ``when`` signal is false does not apply (n/a). Counts that the run recorded in more than one place
+(requests.jsonl, run.json, the timeline) must agree. A title may name the engine's metrics (``{kv_transfers}``: a
+field of its ``MetricNames``), filled in for the run's engine.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from atomdyn_launchers.contract.answers import differing_tokens, logprob_max_delta
 from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.contract.kinds import AGG_KINDS, DISAGG_KINDS, KINDS, TWO_NODE_KINDS
+from atomdyn_launchers.contract.metrics import QUANTITIES
 from atomdyn_launchers.evidence.expectations import expectations_for
 from atomdyn_launchers.evidence.logscan import KV_MESSAGE_MIN
 from atomdyn_launchers.evidence.signals import Signals
@@ -52,6 +55,13 @@ class Gate:
     def common(self) -> bool:
         """A gate every engine's runs must pass."""
         return self.applies is _always
+
+    def title_for(self, expectations: GateExpectations | None) -> str:
+        """The title with the engine's metric names filled in (``{kv_transfers}``: its ``metrics.kv_transfers``)."""
+        if "{" not in self.title:
+            return self.title
+        names = (expectations or GateExpectations()).metrics
+        return self.title.format_map({q: names.named(q) or f"<no {q} metric named>" for q in QUANTITIES})
 
 
 GATES: tuple[Gate, ...] = (
@@ -91,10 +101,10 @@ GATES: tuple[Gate, ...] = (
          DISAGG_KINDS, "requests.pd_not_split", "==", 0, ("requests.pd", "requests.split")),
     Gate("pd_split_responses", "prefill-to-decode handoffs (distinct worker ids)", DISAGG_KINDS,
          "requests.pd_split", ">=", 1, ("requests.split",), applies=lambda e: e.pd_worker_split),
-    Gate("nixl_transfers", "KV transfers through NIXL (decode's vllm:nixl_xfer_time_seconds_count)",
+    Gate("nixl_transfers", "KV transfers through NIXL (decode's {kv_transfers})",
          DISAGG_KINDS, "kv.transfers", ">=", 1, ("metrics.kv", "logs.kv_transfer"),
          applies=lambda e: e.nixl_transfers),
-    Gate("nixl_bytes", "KV bytes moved through NIXL (decode's vllm:nixl_bytes_transferred_sum)",
+    Gate("nixl_bytes", "KV bytes moved through NIXL (decode's {kv_bytes})",
          DISAGG_KINDS, "kv.bytes", ">", 0, ("metrics.kv",), applies=lambda e: e.nixl_transfers),
     Gate("nixl_failed_transfers", "no failed NIXL KV transfer after the first verified response", DISAGG_KINDS,
          "kv.failed_transfers", "==", 0, ("metrics.kv",), applies=lambda e: e.nixl_transfers),
@@ -152,6 +162,14 @@ GATES: tuple[Gate, ...] = (
     Gate("decode_prefix_hits", "a repeated prompt hit the prefix cache on decode", DISAGG_KINDS,
          "prefix.decode_hits", ">", 0, ("metrics.prefix",), applies=lambda e: not e.router_prefix_hits),
 )  # fmt: skip
+
+# The signals derive() sets from the readers' with the engine's expectations (a gate reads one of these or one a
+# reader declares: evidence/readers/).
+DERIVED: frozenset[str] = frozenset({
+    "kv.answer_differing_tokens", "kv.answer_logprob_max_delta", "kv.expected_transport_rows",
+    "kv.forbidden_transport_rows", "kv.message_min_bytes", "kv.message_min_source", "kv.rows_not_zero_copy",
+    "doctor.roles_without_backend", "dmabuf.judged",
+})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -288,8 +306,8 @@ def derive(signals: Signals, expectations: GateExpectations | None) -> None:
 def _judge(gate: Gate, signals: Signals, expectations: GateExpectations | None) -> GateResult:
     result = _compare(gate, signals, expectations)
     group = next((g for g in gate.excerpt if signals.excerpts.get(g)), None)
-    return GateResult(result.id, result.title, result.signal, result.expect, result.value, result.verdict,
-                      result.reason, group)  # fmt: skip
+    return GateResult(result.id, gate.title_for(expectations), result.signal, result.expect, result.value,
+                      result.verdict, result.reason, group)  # fmt: skip
 
 
 def _compare(gate: Gate, signals: Signals, expectations: GateExpectations | None) -> GateResult:

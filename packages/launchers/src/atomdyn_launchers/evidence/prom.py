@@ -70,7 +70,7 @@ def read_samples(path: Path, wanted: frozenset[str]) -> Iterator[Sample]:
 class Histogram:
     """One histogram series: cumulative bucket counts by upper bound, its count and sum, as one object."""
 
-    name: str  # the family: vllm:nixl_xfer_time_seconds
+    name: str  # the family, e.g. a KV transfer-time histogram named by the engine
     labels: Mapping[str, str] = field(default_factory=dict)  # without le
     buckets: tuple[tuple[float, float], ...] = ()  # (upper bound, cumulative count), ascending, +Inf last
     count: float = 0.0

@@ -1,5 +1,5 @@
-"""What ``disagg.bench`` reads from a finished run's directory: the decode workers' NIXL transfers (vLLM's
-metrics), the smoke requests' latencies, what the workers' compile cache did (vLLM's log lines), and the nodes
+"""What ``disagg.bench`` reads from a finished run's directory: the decode workers' NIXL transfers (the metrics
+the run's engine names: ``GateExpectations.metrics``), the smoke requests' latencies, what the workers' compile cache did (vLLM's log lines), and the nodes
 the KV moved between."""
 
 from __future__ import annotations
@@ -10,15 +10,10 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from atomdyn_launchers.contract.metrics import MetricNames
 from atomdyn_launchers.contract.rundir import read_jsonl
 from atomdyn_launchers.evidence import prom
-
-_KV_METRICS = (
-    "vllm:nixl_xfer_time_seconds_sum",
-    "vllm:nixl_xfer_time_seconds_count",
-    "vllm:nixl_bytes_transferred_sum",
-)
-_TIME_HISTOGRAM = "vllm:nixl_xfer_time_seconds"
+from atomdyn_launchers.evidence.expectations import metric_names
 
 
 @dataclass(frozen=True)
@@ -35,7 +30,7 @@ class KvTransfers:
     @property
     def time_histogram(self) -> prom.Histogram:
         """The transfer-time histogram as one object: its median bucket and quantiles come from it."""
-        return prom.Histogram(_TIME_HISTOGRAM, {}, self.time_buckets, self.count, self.seconds_total)
+        return prom.Histogram("kv_transfer_time", {}, self.time_buckets, self.count, self.seconds_total)
 
     @property
     def median_bounds_s(self) -> tuple[float, float] | None:
@@ -112,16 +107,32 @@ class KvTransfers:
         )
 
 
-def kv_transfers(run_dir: Path) -> KvTransfers | None:
-    """The NIXL transfers the run's decode workers counted (``metrics/decode*.prom``); None when none."""
-    sums = dict.fromkeys(_KV_METRICS, 0.0)
-    histogram = prom.Histogram(_TIME_HISTOGRAM)
+def run_metric_names(run_dir: Path) -> MetricNames:
+    """The metric names of the engine the run's ``run.json`` names (none for a run without one)."""
+    try:
+        run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return MetricNames()
+    if not isinstance(run, dict):
+        return MetricNames()
+    return metric_names(run.get("engine_profile"), run.get("config"))
+
+
+def kv_transfers(run_dir: Path, names: MetricNames | None = None) -> KvTransfers | None:
+    """The NIXL transfers the run's decode workers counted (``metrics/decode*.prom``), read through ``names`` (by
+    default the metric names of the engine the run names); None when none."""
+    names = names if names is not None else run_metric_names(run_dir)
+    quantities = ("kv_seconds", "kv_transfers", "kv_bytes")
+    by_sample = {s: q for q in quantities for s in names.samples(q)}
+    family = names.named("kv_time_histogram")
+    sums = dict.fromkeys(quantities, 0.0)
+    histogram = prom.Histogram(family or "kv_transfer_time")
     for path in sorted((run_dir / "metrics").glob("decode*.prom")):
-        for sample in prom.read_samples(path, frozenset(_KV_METRICS)):
-            sums[sample.name] += sample.value
-        for series in prom.read_histograms(path, _TIME_HISTOGRAM):  # summed bound by bound
+        for sample in prom.read_samples(path, frozenset(by_sample)):
+            sums[by_sample[sample.name]] += sample.value
+        for series in prom.read_histograms(path, family) if family else ():  # summed bound by bound
             histogram = histogram.merged(series)
-    time_s, count, moved = (sums[m] for m in _KV_METRICS)
+    time_s, count, moved = (sums[q] for q in quantities)
     if not count:
         return None
     return KvTransfers(round(count), round(moved), time_s, histogram.buckets)
