@@ -164,12 +164,13 @@ class ClusterConfig:
 
     def container_env_for(self, node: str) -> dict[str, str]:
         """What a job on ``node`` needs in its environment to reach its container runtime's image store, as the
-        runtime says (DOCKER_HOST, when configured; the podman runtime: its configuration files)."""
+        runtime says (``Runtime.job_env``: DOCKER_HOST when configured, or the runtime's own)."""
         return get_runtime(self.runtime).job_env(self, node, self.docker_host_for(node) or "")
 
     @property
     def images_dir(self) -> Path:
-        """Where nodes.prepare keeps the image archives and the squashfs imports (RUNTIME=pyxis)."""
+        """Where nodes.prepare keeps the image archives, and the images a runtime runs as files of the shared
+        filesystem."""
         return self.shared_dir / "images"
 
     @property

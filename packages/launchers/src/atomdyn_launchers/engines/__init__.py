@@ -1,8 +1,8 @@
 """The engine registry: one object per engine, looked up by name (``get_engine``).
 
 Each engine lives in its own module (``mocker.py``, ``vllm.py``, ``atom.py``, ``vllm_cpu.py``); ``base.py`` says what an
-engine provides, ``dynamo_vllm.py`` builds every ``dynamo.vllm`` role from per-platform data, and
-``runtime.py`` wraps command lines for the venv, docker and pyxis runtimes.
+engine provides, and ``dynamo_vllm.py`` builds every ``dynamo.vllm`` role from per-platform data. Where a role's
+processes run is the runtime's (``atomdyn_launchers.runtimes``), which wraps the command lines an engine plans.
 """
 
 from __future__ import annotations

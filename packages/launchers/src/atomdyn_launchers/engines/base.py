@@ -259,10 +259,9 @@ def fingerprint_prelude(ctx: RoleContext) -> list[str]:
 
 
 def image_prelude(ctx: RoleContext) -> list[str]:
-    """What the workers run, as the runtime records it to <run dir>/images/<role>.json before they start: in
-    the docker and podman runtimes the image as the node's image store has it, with the lock digest its label
-    carries (the run records that digest, not the checkout's); in the pyxis runtime the squashfs's import
-    record; in the venv runtime nothing."""
+    """What the workers run, as their runtime records it to <run dir>/images/<role>.json before they start
+    (``Runtime.image_prelude``: the image with the lock digest it carries, which the run records rather than
+    the checkout's); nothing where the runtime runs no image."""
     if not ctx.runtime.in_image:
         return []
     return ctx.runtime.image_prelude(

@@ -179,8 +179,9 @@ def check_task(
 
 
 def wipe(config: ClusterConfig, nodes: Sequence[str], tags: Sequence[str]) -> None:
-    """Empty each node's image cache of ``tags`` and the build cache (the bench starts from nothing); with
-    RUNTIME=podman also the node's podman storage (from the submit host: the local cluster's PODMAN_CONFIG_DIR)."""
+    """Empty each node's image cache of ``tags`` and the build cache (the bench starts from nothing); also the
+    runtime's own image store where it has one besides docker's (``Runtime.store_cli``, reached from the submit
+    host)."""
     for node in nodes:
         host = jobs.docker_host(config, node)
         docker = images.DockerCLI(host)
@@ -190,7 +191,7 @@ def wipe(config: ClusterConfig, nodes: Sequence[str], tags: Sequence[str]) -> No
         docker.run("image", "prune", "-af")
         docker.run("builder", "prune", "-af")
         store = get_runtime(config.runtime).store_cli(config, node, host)
-        if store is not None and store.name != docker.name:  # the runtime's own store (podman's storage)
+        if store is not None and store.name != docker.name:  # the runtime's own store, when not docker's
             for tag in tags:
                 if store.image_id(tag):
                     store.run("rmi", "-f", tag)

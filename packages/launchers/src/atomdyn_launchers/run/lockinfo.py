@@ -21,10 +21,10 @@ def checkout_lock_digest(path: Path | None, project_dir: Path) -> str | None:
 def run_lock_digest(
     runtime: str, images: dict[str, dict[str, Any]], checkout_digest: str | None
 ) -> tuple[str | None, str]:
-    """(the lock digest the run used, where it was read). Docker: the io.atomdyn.lock.digest label of the image
-    every job ran, read on its node at run time (pyxis: as nodes.prepare recorded it when it imported the
-    squashfs); none when a label is missing or the roles disagree. Venv: the
-    checkout's lock, which is what the venv was built from."""
+    """(the lock digest the run used, where it was read). A runtime that runs an image: the
+    io.atomdyn.lock.digest label of the image every job ran, as its runtime recorded it on the node
+    (images/<role>.json); none when a label is missing or the roles disagree. Else: the checkout's lock, which
+    is what the venv was built from."""
     if not get_runtime(runtime).in_image:  # the venv was built from the checkout's lock
         return checkout_digest, f"checkout lock ({runtime} runtime)"
     digests = {role: str(info.get("lock_digest") or "") for role, info in images.items()}
