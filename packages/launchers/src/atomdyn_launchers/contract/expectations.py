@@ -13,14 +13,19 @@ class GateExpectations:
     """Which evidence gates an engine's runs must pass: each engine object holds one (``engine.expectations``).
 
     The evidence code reads it for the engine a run.json names, so what an engine must prove lives with the
-    engine. Fields about the KV path (everything but ``router_prefix_hits``, ``router_overlap`` and ``metrics``)
-    concern prefill/decode runs only: :meth:`for_kind` clears them for aggregated runs, where no KV cache moves
-    between workers.
+    engine. Fields about the KV path (everything but ``router_prefix_hits``, ``router_overlap``, ``metrics`` and
+    ``required``) concern prefill/decode runs only: :meth:`for_kind` clears them for aggregated runs, where no KV
+    cache moves between workers.
     """
 
     # The metrics the engine's workers publish (MetricNames): the evidence reads the KV transfers and the prefix
     # cache through these names, so an engine's metric vocabulary stays in engines/.
     metrics: MetricNames = field(default_factory=MetricNames)
+    # Gates (by id, evidence/gates.py) that apply whatever the run recorded: where a gate would be n/a because its
+    # ``when`` signal is false (e.g. run.json names no fixed prompt), a required one is judged, and with no data
+    # it fails "no data". n/a stays only where the engine lets it (a gate it does not require, or one it does
+    # not expect at all).
+    required: frozenset[str] = frozenset()
 
     # The P/D handoff is proven by different prefill and decode worker ids in every response (the mock engine,
     # which moves no KV cache).
@@ -66,6 +71,8 @@ class GateExpectations:
     answer_logprob_tolerance: float | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.required, frozenset) or not all(isinstance(g, str) for g in self.required):
+            raise ValueError("required is a frozenset of gate ids")
         if self.kv_transport is not None and self.kv_transport in self.forbidden_kv_transports:
             raise ValueError(f"KV transport {self.kv_transport!r} is both expected and forbidden")
         if (self.answer_prefix_tokens is not None or self.answer_logprob_tolerance is not None) and not (
@@ -85,4 +92,5 @@ class GateExpectations:
             router_prefix_hits=self.router_prefix_hits,
             router_overlap=self.router_overlap,
             metrics=self.metrics,
+            required=self.required,
         )

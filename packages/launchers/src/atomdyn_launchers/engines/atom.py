@@ -223,7 +223,9 @@ class AtomEngine(Engine):
     # nixl_rocm as the backend, and each worker's doctor report. And the KV bytes themselves: the dma-buf offset
     # bug writes KV to the wrong place with no error, which every count above would miss. The fixed prompt, asked
     # alone at temperature 0, must start as the aggregated run's answer did, and agree in log probabilities
-    # (ANSWER_PREFIX_TOKENS, ANSWER_LOGPROB_TOLERANCE: docs/nixl-path.md says why these).
+    # (ANSWER_PREFIX_TOKENS, ANSWER_LOGPROB_TOLERANCE: docs/nixl-path.md says why these). Both answer gates are
+    # required: a P/D run whose fixed prompt's data is missing fails them ("no data"), never passes them over as
+    # n/a, since they are the one check that catches a misplaced KV block.
     expectations = GateExpectations(
         nixl_transfers=True,
         external_prefix_hits=True,
@@ -238,6 +240,7 @@ class AtomEngine(Engine):
         answer_logprob_tolerance=ANSWER_LOGPROB_TOLERANCE,
         router_overlap=True,
         metrics=VLLM_METRICS,
+        required=frozenset({"kv_answer_equals_aggregated", "kv_answer_logprob_max_delta"}),
     )
     platform = MI355X
 

@@ -25,13 +25,15 @@ class VllmEngine(Engine):
     timeouts = Timeouts(ready_s=3600.0, settle_s=300.0, time_limit="04:00:00", first_response_s=1200.0)
     description = "dynamo.vllm on NVIDIA GPUs"
     # The fixed prompt at temperature 0: an aggregated run records the reference, a P/D run's answer must equal
-    # it token for token (one GPU model, one vLLM build; the H200 runs of issue 39 are its first evidence).
+    # it token for token (one GPU model, one vLLM build; the H200 runs of issue 39 are its first evidence). A P/D
+    # run that recorded no fixed prompt fails that gate for lack of data (required), never n/a.
     expectations = GateExpectations(
         nixl_transfers=True,
         external_prefix_hits=True,
         router_overlap=True,
         aggregated_answer=True,
         metrics=VLLM_METRICS,
+        required=frozenset({"kv_answer_equals_aggregated"}),
     )
     platform = NVIDIA
 

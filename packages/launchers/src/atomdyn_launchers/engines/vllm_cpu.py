@@ -113,7 +113,8 @@ class VllmCpuEngine(Engine):
         external_prefix_hits=True,
         kv_transport="tcp",
         forbidden_kv_transports=SAME_HOST_TRANSPORTS,
-        # The tiny model at temperature 0 on one vLLM build: the P/D answer must equal the aggregated one.
+        # The tiny model at temperature 0 on one vLLM build: the P/D answer must equal the aggregated one. Not
+        # required: its runs committed under evidence/ before the launcher asked the fixed prompt are n/a there.
         aggregated_answer=True,
         metrics=VLLM_METRICS,
         # Not router_overlap: its runs committed under evidence/ predate the KV events; the real-engine test

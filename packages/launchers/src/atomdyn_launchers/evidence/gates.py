@@ -5,9 +5,10 @@ A gate reads one signal (set by a reader in evidence/readers/, or derived here w
 engine's :class:`~atomdyn_launchers.contract.expectations.GateExpectations` (what the engine object says its runs
 must prove), never from the engine's name. A gate is named after the quantity it checks, so a line reads as the
 check itself: ``requests_failed 0 == 0``. A signal without data fails its gate with the reason it is missing; a
-gate whose ``when`` signal is false does not apply (n/a). Counts that the run recorded in more than one place
-(requests.jsonl, run.json, the timeline) must agree. A title may name the engine's metrics (``{kv_transfers}``: a
-field of its ``MetricNames``), filled in for the run's engine.
+gate whose ``when`` signal is false does not apply (n/a), unless the engine requires it
+(``GateExpectations.required``): then it is judged, and fails "no data" where its data is missing. Counts that the
+run recorded in more than one place (requests.jsonl, run.json, the timeline) must agree. A title may name the
+engine's metrics (``{kv_transfers}``: a field of its ``MetricNames``), filled in for the run's engine.
 """
 
 from __future__ import annotations
@@ -312,6 +313,8 @@ def _judge(gate: Gate, signals: Signals, expectations: GateExpectations | None) 
 
 def _compare(gate: Gate, signals: Signals, expectations: GateExpectations | None) -> GateResult:
     value = signals.get(gate.signal)
+    required = expectations is not None and gate.id in expectations.required
+    waived = gate.when is not None and not signals.get(gate.when)  # n/a, unless the engine requires it
     expect, shown = gate.expect, f"{gate.op} {gate.expect}"
     if isinstance(expect, str) and expect.startswith("@") and expect[1:] in _EXPECTATION_FIELDS:
         expect = getattr(expectations or GateExpectations(), expect[1:])
@@ -322,12 +325,14 @@ def _compare(gate: Gate, signals: Signals, expectations: GateExpectations | None
         if expect is None:
             why = signals.missing.get(gate.expect[1:], "no value")
             return GateResult(gate.id, gate.title, gate.signal, shown, value, "fail", f"no data: {why}", None)
-    if gate.when is not None and not signals.get(gate.when):
+    if waived and not required:
         return GateResult(
             gate.id, gate.title, gate.signal, shown, value, "n/a", f"{gate.when} is false", None
         )
     if value is None:
         why = signals.missing.get(gate.signal, f"{gate.signal} was not collected")
+        if waived:
+            why += f" ({gate.when} is false, and the engine requires this gate)"
         return GateResult(gate.id, gate.title, gate.signal, shown, None, "fail", f"no data: {why}", None)
     try:
         passed = _OPS[gate.op](value, expect)
