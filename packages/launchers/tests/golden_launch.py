@@ -36,7 +36,9 @@ PROBE = "nixl-pair"
 PROBE_CASES = (("atom", "docker"), ("atom", "podman"), ("atom", "venv"), ("vllm-cpu", "venv"))
 RUNTIMES = ("venv", "docker")
 # RUNTIME=pyxis (srun --container-image of the enroot squashfs) for the GPU engines, aggregated and P/D.
-PYXIS_CASES = tuple((engine, kind) for engine in ("atom", "vllm") for kind in ("agg-single", "disagg"))
+PYXIS_CASES = tuple(
+    (engine, kind) for engine in ("atom", "vllm", "sglang") for kind in ("agg-single", "disagg")
+)
 # RUNTIME=podman (podman run of the same image) for every engine, aggregated and P/D.
 PODMAN_CASES = tuple((engine, kind) for engine in ENGINE_NAMES for kind in ("agg-single", "disagg"))
 # The atom engine's ROCm-transport path (ATOM_UCX_PATH=rocm), P/D, in each container runtime: the kernel
@@ -67,8 +69,17 @@ SLURM_GPU_GRES=yes
 """
 
 
+# The engines whose image is not the ATOM base's: DYNAMO_ATOM_IMAGE names the image their workers run.
+ENGINE_IMAGES = {"sglang": "dynamo-sglang-mi35x:1.3.0-0.5.14"}
+
+
 def golden_config(engine: str, runtime: str, extra: str = "") -> ClusterConfig:
     text = CLUSTER_ENV + f"ENGINE_PROFILE={engine}\nRUNTIME={runtime}\n" + extra
+    if engine in ENGINE_IMAGES:
+        text = text.replace(
+            "DYNAMO_ATOM_IMAGE=dynamo-atom-mi355x:1.3.0-0.1.6rc0",
+            f"DYNAMO_ATOM_IMAGE={ENGINE_IMAGES[engine]}",
+        )
     return parse_cluster_env(text, "golden.env")
 
 

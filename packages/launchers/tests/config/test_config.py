@@ -150,7 +150,7 @@ def test_unknown_key_names_key_and_line() -> None:
 
 
 def test_every_bad_value_is_reported_with_its_key() -> None:
-    text = MINIMAL.replace("ENGINE_PROFILE=mocker", "ENGINE_PROFILE=sglang").replace(
+    text = MINIMAL.replace("ENGINE_PROFILE=mocker", "ENGINE_PROFILE=trtllm").replace(
         "RUNTIME=venv", "RUNTIME=lxc"
     )
     text = text.replace("SHARED_DIR=/shared", "SHARED_DIR=relative/dir").replace(
@@ -162,7 +162,7 @@ def test_every_bad_value_is_reported_with_its_key() -> None:
     text = text.replace("SLURM_ACCOUNT=acct\n", "")
     problems = problems_of(text)
     expected = {
-        "ENGINE_PROFILE": "'sglang' is not one of mocker, vllm, atom",
+        "ENGINE_PROFILE": "'trtllm' is not one of mocker, vllm, atom",
         "RUNTIME": "'lxc' is not one of venv, docker, podman, pyxis",
         "SHARED_DIR": "is not an absolute path",
         "PRIMARY_NODE": "is not a single node name",

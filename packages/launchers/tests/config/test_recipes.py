@@ -91,7 +91,7 @@ def test_unknown_key_inside_the_layout() -> None:
     ("old", "new", "message"),
     [
         ("schema_version: 1", "schema_version: 2", "schema_version 2 is not supported"),
-        ("engine: mocker", "engine: sglang", "engine: 'sglang' is not one of"),
+        ("engine: mocker", "engine: trtllm", "engine: 'trtllm' is not one of"),
         ("{workers: 2}", "{workers: 0}", "layout.prefill.workers: 0 is below the minimum 1"),
         ("{workers: 2}", "{workers: two}", "layout.prefill.workers: must be an integer, not str"),
         ("kind: disagg", "kind: agg", "layout.agg: required for kind agg"),

@@ -19,7 +19,7 @@ from atomdyn_launchers.sbatch import Shell, render_arg
 
 
 def test_registry_names_every_engine_once() -> None:
-    assert ENGINE_NAMES == ("mocker", "vllm", "atom", "vllm-cpu")
+    assert ENGINE_NAMES == ("mocker", "vllm", "atom", "vllm-cpu", "sglang")
     for name in ENGINE_NAMES:
         assert get_engine(name).name == name
     assert get_engine("atom").vendor == "amd" and get_engine("vllm").vendor == "nvidia"
@@ -166,8 +166,8 @@ def test_docker_runtime_passes_devices_network_and_shared_dir() -> None:
 
 
 def test_unknown_engine_is_refused() -> None:
-    with pytest.raises(EngineError, match="unknown engine profile 'sglang'"):
-        get_engine("sglang")
+    with pytest.raises(EngineError, match="unknown engine profile 'trtllm'"):
+        get_engine("trtllm")
     with pytest.raises(EngineError, match="unknown role mode 'both'"):
         _ctx("both", VENV)
 

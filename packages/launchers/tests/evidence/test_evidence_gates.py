@@ -484,9 +484,9 @@ def test_gate_table_per_kind_and_expectations() -> None:
 
 def test_unknown_engine_fails(mocker_run: Path) -> None:
     run = json.loads((mocker_run / "run.json").read_text())
-    run["engine_profile"] = "sglang"
+    run["engine_profile"] = "trtllm"
     (mocker_run / "run.json").write_text(json.dumps(run))
-    assert _failed(mocker_run)["engine_known"].startswith("no gate expectations for engine 'sglang'")
+    assert _failed(mocker_run)["engine_known"].startswith("no gate expectations for engine 'trtllm'")
 
 
 def test_nixl_err_record_fails(atom_run: Path) -> None:

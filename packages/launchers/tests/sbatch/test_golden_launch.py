@@ -48,6 +48,11 @@ def test_snapshots_cover_the_required_cases() -> None:
         ("mocker", "disagg", "docker"),
         ("atom", "disagg", "pyxis"),
         ("vllm", "disagg", "pyxis"),
+        *(
+            ("sglang", kind, runtime)
+            for kind in ("agg-single", "disagg")
+            for runtime in ("docker", "podman", "pyxis")
+        ),
     ]:
         assert case in covered, case
 
