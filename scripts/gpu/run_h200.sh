@@ -18,7 +18,20 @@ LOG="$OUT/run.log"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 NIXL_LOG_LEVEL=WARN
 
-PYTHONPATH="$PWD/packages/core/src" python3 - "$WHEELS"/*.whl <<'PY'
+# The project's packages read their versions from their metadata (atomdyn_core's __init__): give them what an
+# install would, in the site the wheels go to.
+for pkg in core nixl-compat; do
+  python3 - "packages/$pkg/pyproject.toml" "$SITE" <<'PY'
+import sys, tomllib
+from pathlib import Path
+p = tomllib.loads(Path(sys.argv[1]).read_text())["project"]
+d = Path(sys.argv[2]) / f"{p['name'].replace('-', '_')}-{p['version']}.dist-info"
+d.mkdir(exist_ok=True)
+(d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {p['name']}\nVersion: {p['version']}\n")
+PY
+done
+
+PYTHONPATH="$SITE:$PWD/packages/core/src" python3 - "$WHEELS"/*.whl <<'PY'
 import hashlib, sys
 from pathlib import Path
 from atomdyn_core.lock import load_lock
