@@ -1,0 +1,469 @@
+"""Each stage of a run over the fake Slurm (tests/fakeslurm.py) and a real etcd on loopback: submit, watch,
+smoke, stop and record, and the run's failure paths, in seconds rather than a local cluster's minutes. Each test
+asserts on what the stage left: the timeline, run.json, the job states the fake controller went through and the
+command lines the client sent it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fakeslurm import (
+    TIMED_OUT,
+    FakeCluster,
+    FakeRun,
+    FrontendBehaviour,
+    Script,
+    fake_frontend,
+    fake_run,
+    loopback_etcd,
+)
+
+from atomdyn_launchers.etcd.client import EtcdClient
+from atomdyn_launchers.run.context import LaunchFailure
+from atomdyn_launchers.run.launch import serve
+from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.run.stages import stop as stop_stage
+from atomdyn_launchers.run.stages.etcd import watch_etcd
+from atomdyn_launchers.run.stages.record import record
+from atomdyn_launchers.run.stages.smoke import first_good, requests
+from atomdyn_launchers.run.stages.stop import stop
+from atomdyn_launchers.run.stages.submit import submit
+from atomdyn_launchers.run.stages.watch import watch
+from atomdyn_launchers.slurm.client import SlurmError
+
+PREFILL_NODE, DECODE_NODE = "gpu-node-01", "gpu-node-02"
+
+MakeRun = Callable[..., FakeRun]
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with loopback_etcd(tmp_path_factory.mktemp("etcd")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One runs directory for the module: every run gets its own id, so its own etcd prefix."""
+    return tmp_path_factory.mktemp("shared") / "runs"
+
+
+@pytest.fixture
+def cluster() -> Iterator[FakeCluster]:
+    fake = FakeCluster()
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+@pytest.fixture
+def frontend() -> Iterator[tuple[FrontendBehaviour, int]]:
+    behaviour = FrontendBehaviour()
+    with fake_frontend(behaviour) as port:
+        yield behaviour, port
+
+
+@pytest.fixture
+def make_run(
+    cluster: FakeCluster, etcd: str, runs: Path, frontend: tuple[FrontendBehaviour, int]
+) -> Iterator[MakeRun]:
+    """A disaggregated 1P1D run of the mock engine (or ``kind``) over the fake; its etcd session closed after."""
+    made: list[FakeRun] = []
+
+    def make(kind: str = "disagg", **options: object) -> FakeRun:
+        opts = LaunchOptions(kind=kind, requests=4, concurrency=2, **options)  # type: ignore[arg-type]
+        run = fake_run(cluster, etcd, runs, frontend[1], opts)
+        made.append(run)
+        return run
+
+    yield make
+    for run in made:
+        run.ctx.etcd.watcher.stop()
+        run.ctx.etcd.presence.stop()
+
+
+def _up(run: FakeRun) -> None:
+    """The stages before smoke: the etcd watch, submit, watch."""
+    watch_etcd(run.ctx, run.monitor)
+    submit(run.ctx, run.monitor)
+    watch(run.ctx, run.monitor)
+
+
+def _clean_stop(run: FakeRun) -> None:
+    stop(run.ctx, run.monitor)
+    run.ctx.etcd.watcher.stop()
+    run.ctx.etcd.presence.stop()
+
+
+# -- submit ------------------------------------------------------------------------------------------------
+
+
+def test_submit_pins_each_role_to_its_node_under_the_configured_account(make_run: MakeRun) -> None:
+    run = make_run()
+    submit(run.ctx, run.monitor)
+    sbatch = run.cluster.ran("sbatch")
+    assert len(sbatch) == 2
+    by_role = {run.cluster.by_role(role).job_id: role for role in ("prefill", "decode")}
+    for line in sbatch:
+        assert line[:5] == ["sbatch", "--parsable", "--account=acct", "--partition=gpu", "--qos=normal"]
+    prefill = run.cluster.by_role("prefill")
+    assert f"--nodelist={PREFILL_NODE}" in prefill.argv and prefill.node == PREFILL_NODE
+    assert f"--output={run.path}/logs/prefill.slurm.out" in prefill.argv
+    assert f"--chdir={run.path}" in prefill.argv
+    assert run.cluster.by_role("decode").node == DECODE_NODE
+    assert {role: rec.job_id for role, rec in run.monitor.jobs.items()} == {r: j for j, r in by_role.items()}
+    assert run.events("submitted") == [
+        ("submitted", "prefill", f"node {PREFILL_NODE}"),
+        ("submitted", "decode", f"node {DECODE_NODE}"),
+    ]
+    assert [e["job_id"] for e in run.timeline()] == [prefill.job_id, run.cluster.by_role("decode").job_id]
+    assert run.monitor.job_states == {"prefill": "SUBMITTED", "decode": "SUBMITTED"}
+
+
+def test_a_submission_slurm_refuses_fails_naming_sbatch_and_its_answer(make_run: MakeRun) -> None:
+    run = make_run()
+    run.cluster.refuse(
+        "sbatch",
+        1,
+        "sbatch: error: Batch job submission failed: Invalid account or account/partition combination",
+    )
+    with pytest.raises(SlurmError, match=r"sbatch --parsable .* failed \(exit 1\): .*Invalid account"):
+        submit(run.ctx, run.monitor)
+    assert run.events("submitted") == []
+
+
+# -- watch -------------------------------------------------------------------------------------------------
+
+
+def test_watch_waits_for_every_registration_then_for_the_frontend_to_list_the_workers(
+    make_run: MakeRun,
+) -> None:
+    run = make_run()
+    _up(run)
+    names = [e for e, _, _ in run.events()]
+    assert names.index("healthy") == len(names) - 1
+    assert sorted((e, r) for e, r, _ in run.events() if e in ("running", "registered")) == [
+        ("registered", "decode"),
+        ("registered", "prefill"),
+        ("running", "decode"),
+        ("running", "prefill"),
+    ]
+    for role, node in (("prefill", PREFILL_NODE), ("decode", DECODE_NODE)):
+        reg = run.monitor.registrations[role]
+        assert reg.node == node and reg.job_id == str(run.monitor.jobs[role].job_id)
+        # The key, role and ports are the ones the job script's readiness helper line names.
+        assert reg.ports[role] == run.ctx.ports[role].system
+    assert run.monitor.job_states == {"prefill": "RUNNING", "decode": "RUNNING"}
+    _clean_stop(run)
+
+
+def test_a_role_held_in_the_queue_times_out_naming_its_pending_reason(make_run: MakeRun) -> None:
+    run = make_run(ready_timeout_s=1.0)
+    run.cluster.script("decode", Script(hold=True, pending_reason="Resources"))
+    started = time.monotonic()
+    with pytest.raises(LaunchFailure) as failure:
+        _up(run)
+    assert time.monotonic() - started < 5
+    assert "timed out after 1 s waiting for every role to register" in str(failure.value)
+    assert "decode: PENDING (Resources)" in str(failure.value)
+    assert ("pending", "decode", "reason Resources") in run.events("pending")
+    _clean_stop(run)
+    assert run.cluster.by_role("decode").history == ["PENDING", "CANCELLED"]
+    assert ("cancelled", "decode", "cancelled while pending") in run.events("cancelled")
+
+
+def test_a_frontend_that_never_lists_the_prefill_times_out_naming_what_it_lists(
+    make_run: MakeRun, frontend: tuple[FrontendBehaviour, int]
+) -> None:
+    frontend[0].instances = {"backend": 1}
+    run = make_run(ready_timeout_s=1.0)
+    with pytest.raises(LaunchFailure, match=r"frontend lists \{'backend': 1\} generate instances, needs"):
+        _up(run)
+    assert run.events("healthy") == []
+    _clean_stop(run)
+
+
+# -- a role that fails while the run waits -----------------------------------------------------------------
+
+
+def test_a_job_that_ends_before_registering_fails_the_run_with_its_failure_line(make_run: MakeRun) -> None:
+    run = make_run()
+    line = "process decode exited first, on its own (exit 1): CUDA out of memory"
+    run.cluster.script("decode", Script(register=False, exit_after_s=0.2, exit_code=1, failure=line))
+    with pytest.raises(LaunchFailure) as failure:
+        _up(run)
+    job = run.cluster.by_role("decode")
+    assert str(failure.value) == (
+        f"job {job.job_id} (decode) ended early: FAILED, exit 1:0: {line} (see logs/decode.slurm.out)"
+    )
+    assert job.history == ["PENDING", "RUNNING", "COMPLETING", "FAILED"]
+    _clean_stop(run)
+
+
+def test_a_role_that_leaves_etcd_fails_the_run_before_its_job_has_ended(make_run: MakeRun) -> None:
+    run = make_run()
+    line = "process prefill exited first, on its own (exit 3)"
+    run.cluster.script("prefill", Script(exit_after_s=0.6, exit_code=3, failure=line, exit_grace_s=5.0))
+    run.cluster.script("decode", Script(register_after_s=30.0))  # the run is still waiting for it
+    with pytest.raises(LaunchFailure) as failure:
+        _up(run)
+    assert "prefill" in run.monitor.registrations
+    assert str(failure.value) == (
+        f"role prefill left etcd: {line} (see logs/prefill.slurm.out and logs/prefill.*.log)"
+    )
+    assert run.cluster.by_role("prefill").state == "RUNNING"  # its script still stopping the rest
+    _clean_stop(run)
+
+
+def test_a_job_that_runs_out_of_time_fails_the_run_as_timeout(make_run: MakeRun) -> None:
+    run = make_run()
+    run.cluster.script("prefill", Script(register=False, time_limit_s=0.2))
+    with pytest.raises(LaunchFailure, match=r"\(prefill\) ended early: TIMEOUT, exit 0:0"):
+        _up(run)
+    _clean_stop(run)
+
+
+# -- smoke -------------------------------------------------------------------------------------------------
+
+
+def test_first_good_response_is_recorded_with_its_workers_and_the_metrics_at_ready(make_run: MakeRun) -> None:
+    run = make_run()
+    _up(run)
+    first_good(run.ctx, run.monitor)
+    assert run.events("first_good_response") == [
+        ("first_good_response", None, "after 1 probe(s): prefill 11 decode 12")
+    ]
+    assert sorted(p.name for p in (run.path / "metrics-ready").iterdir()) == [
+        "decode.decode.prom",
+        "decode.frontend.prom",
+        "prefill.prefill.prom",
+    ]
+    _clean_stop(run)
+
+
+def test_a_healthy_pair_that_cannot_serve_fails_within_the_first_response_budget(
+    make_run: MakeRun, frontend: tuple[FrontendBehaviour, int]
+) -> None:
+    run = make_run(first_response_timeout_s=1.0, ready_timeout_s=600.0)
+    _up(run)
+    frontend[0].completion_status = 500
+    started = time.monotonic()
+    with pytest.raises(LaunchFailure) as failure:
+        first_good(run.ctx, run.monitor)
+    assert time.monotonic() - started < 4
+    assert "the first-response budget: --first-response-timeout" in str(failure.value)
+    assert "HTTP 500" in str(failure.value)
+    assert frontend[0].completions >= 2  # probed again until the budget ran out
+    _clean_stop(run)
+
+
+def test_smoke_requests_are_each_recorded_and_a_bad_one_fails_the_stage(
+    make_run: MakeRun, frontend: tuple[FrontendBehaviour, int]
+) -> None:
+    run = make_run()
+    _up(run)
+    requests(run.ctx, run.monitor)
+    assert run.events("requests_done") == [("requests_done", None, "4/4 ok")]
+    assert len((run.path / "requests.jsonl").read_text().splitlines()) == 4
+    frontend[0].disagg = False  # the decode worker answered alone: no P/D
+    with pytest.raises(LaunchFailure, match=r"4 of 4 smoke requests failed; first: #0: .*"):
+        requests(run.ctx, run.monitor)
+    _clean_stop(run)
+
+
+# -- stop --------------------------------------------------------------------------------------------------
+
+
+def test_stop_signals_each_job_script_and_waits_until_slurm_has_them_completed(make_run: MakeRun) -> None:
+    run = make_run()
+    _up(run)
+    stop(run.ctx, run.monitor)
+    jobs = {role: run.cluster.by_role(role) for role in ("prefill", "decode")}
+    assert run.cluster.ran("scancel") == [
+        ["scancel", "--batch", "--signal=TERM", str(jobs["prefill"].job_id)],
+        ["scancel", "--batch", "--signal=TERM", str(jobs["decode"].job_id)],
+    ]
+    for job in jobs.values():
+        assert job.signals == ["TERM (batch)"]
+        assert job.history == ["PENDING", "RUNNING", "COMPLETING", "COMPLETED"]
+    assert run.monitor.job_states == {"prefill": "COMPLETED", "decode": "COMPLETED"}
+    assert [d for _, _, d in run.events("cancelled")] == ["SIGTERM to the job script"] * 2
+    assert run.monitor.hard_cancelled == {}
+
+
+def test_a_refused_sigterm_is_retried_and_then_delivered(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stop_stage, "SIGNAL_RETRY_INTERVAL_S", 0.05)
+    run = make_run()
+    _up(run)
+    refusal = f"scancel: error: Kill job error on job id X: {TIMED_OUT}"
+    run.cluster.refuse("scancel", 2, refusal, match=lambda argv: "--batch" in argv)
+    stop(run.ctx, run.monitor)
+    assert run.printed().count("SIGTERM not delivered") == 2
+    assert len(run.cluster.ran("scancel")) == 4  # two refused, then one per job
+    assert run.monitor.hard_cancelled == {}
+    assert run.monitor.job_states == {"prefill": "COMPLETED", "decode": "COMPLETED"}
+    assert run.cluster.by_role("prefill").signals == ["TERM (batch)"]
+
+
+def test_a_sigterm_never_delivered_cancels_the_job_hard_and_the_record_says_so(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stop_stage, "SIGNAL_RETRY_INTERVAL_S", 0.05)
+    monkeypatch.setattr(stop_stage, "SIGNAL_RETRY_S", 0.3)
+    run = make_run()
+    _up(run)
+    refusal = f"scancel: error: Kill job error on job id X: {TIMED_OUT}"
+    run.cluster.refuse("scancel", 1000, refusal, match=lambda argv: "--batch" in argv)
+    stop(run.ctx, run.monitor)
+    for role in ("prefill", "decode"):
+        job = run.cluster.by_role(role)
+        assert job.signals == ["KILL"] and job.state == "CANCELLED"
+        assert TIMED_OUT in run.monitor.hard_cancelled[role]
+    outcome = record(run.ctx, run.monitor)
+    assert not outcome.passed
+    assert outcome.failure is not None and outcome.failure.startswith(
+        "jobs did not stop cleanly: prefill (CANCELLED"
+    )
+    assert "cancelled: SIGTERM not delivered" in outcome.failure
+    assert run.run_json()["result"] == "fail"
+
+
+def test_a_job_that_ignores_sigterm_is_cancelled_hard_after_the_settle_timeout(make_run: MakeRun) -> None:
+    run = make_run(settle_timeout_s=0.5)
+    run.cluster.script("decode", Script(on_term="ignore"))
+    _up(run)
+    started = time.monotonic()
+    stop(run.ctx, run.monitor)
+    assert time.monotonic() - started < 4
+    decode = run.cluster.by_role("decode")
+    assert decode.signals == ["TERM (batch)", "KILL"]
+    assert decode.history[-2:] == ["COMPLETING", "CANCELLED"]
+    assert run.cluster.by_role("prefill").state == "COMPLETED"
+    assert "did not stop within the settle timeout: cancelling them" in run.printed()
+    assert run.monitor.job_states["decode"] == "CANCELLED"
+
+
+def test_a_controller_silent_while_the_jobs_stop_is_asked_again(make_run: MakeRun) -> None:
+    run = make_run()
+    _up(run)
+    run.cluster.refuse("squeue", 3, f"slurm_load_jobs error: {TIMED_OUT}")
+    stop(run.ctx, run.monitor)
+    assert "Slurm did not answer while the jobs stop" in run.printed()
+    assert run.monitor.job_states == {"prefill": "COMPLETED", "decode": "COMPLETED"}
+
+
+# -- record ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("accounting", [False, True], ids=["scontrol", "sacct"])
+def test_record_writes_each_jobs_final_state_and_placement(
+    make_run: MakeRun, cluster: FakeCluster, etcd: str, accounting: bool
+) -> None:
+    cluster.accounting = accounting
+    cluster.min_job_age_s = 1.0  # the controller forgets a job soon after it ended: the last answer stands
+    run = make_run()
+    _up(run)
+    _clean_stop(run)
+    cluster.wait(lambda: all(cluster.by_role(r).purged for r in ("prefill", "decode")))
+    outcome = record(run.ctx, run.monitor)
+    assert outcome.passed, outcome.failure
+    data = run.run_json()
+    assert data["result"] == "pass" and data["placement_verified"] is True
+    jobs = {j["role"]: j for j in data["jobs"]}
+    for role, node in (("prefill", PREFILL_NODE), ("decode", DECODE_NODE)):
+        assert (jobs[role]["state"], jobs[role]["exit_code"]) == ("COMPLETED", "0:0")
+        assert jobs[role]["node_requested"] == jobs[role]["node_ran"] == node
+    calls = data["slurm_calls"]["calls"]
+    assert calls["sbatch"] == 2 and calls["scancel"] == 2
+    assert ("sacct" in calls) == accounting
+    assert run.events()[-1] == ("done", None, "pass")
+    keys, _ = EtcdClient(etcd).get_prefix(run.ctx.etcd.prefix)
+    assert keys == {}  # the run's keys deleted
+
+
+def test_record_of_a_job_placed_elsewhere_fails_the_placement_check(make_run: MakeRun) -> None:
+    run = make_run()
+    _up(run)
+    run.cluster.by_role("decode").node = PREFILL_NODE  # Slurm ran it where it was not asked to
+    _clean_stop(run)
+    outcome = record(run.ctx, run.monitor)
+    assert outcome.failure is not None and outcome.failure.startswith("placement not verified:")
+    assert f"decode asked {DECODE_NODE} ran {PREFILL_NODE}" in outcome.failure
+    assert run.run_json()["placement_verified"] is False
+
+
+# -- the whole run: serve ----------------------------------------------------------------------------------
+
+
+def test_a_run_over_the_fake_passes_and_stops_every_job_cleanly(make_run: MakeRun) -> None:
+    run = make_run()
+    outcome = serve(run.ctx, run.monitor)
+    assert outcome.passed, outcome.failure
+    names = [e for e, _, _ in run.events()]
+    for first, then in [("submitted", "running"), ("registered", "healthy"), ("healthy", "first_good_response"),
+                        ("requests_done", "cancelled"), ("cancelled", "done")]:  # fmt: skip
+        assert names.index(first) < names.index(then), names
+    assert {role: run.cluster.by_role(role).state for role in ("prefill", "decode")} == {
+        "prefill": "COMPLETED",
+        "decode": "COMPLETED",
+    }
+    assert run.run_json()["requests_ok"] == 4
+
+
+def test_a_role_failing_while_the_run_waits_fails_the_run_and_still_stops_and_records(
+    make_run: MakeRun,
+) -> None:
+    run = make_run()
+    line = "process decode exited first, on its own (exit 1)"
+    run.cluster.script("decode", Script(register=False, exit_after_s=0.2, failure=line))
+    outcome = serve(run.ctx, run.monitor)
+    assert not outcome.passed
+    assert outcome.failure is not None and "(decode) ended early: FAILED, exit 1:0" in outcome.failure
+    assert ("failed", None, outcome.failure) in run.events("failed")
+    prefill = run.cluster.by_role("prefill")
+    assert prefill.signals == ["TERM (batch)"] and prefill.state == "COMPLETED"
+    data = run.run_json()
+    assert data["result"] == "fail" and data["failure"] == outcome.failure
+    assert "diagnosis" in data
+    assert {j["role"]: j["state"] for j in data["jobs"]} == {"prefill": "COMPLETED", "decode": "FAILED"}
+
+
+def test_a_run_past_its_readiness_deadline_fails_and_cancels_what_is_still_queued(make_run: MakeRun) -> None:
+    run = make_run(ready_timeout_s=1.0)
+    run.cluster.script("prefill", Script(hold=True, pending_reason="Resources"))
+    outcome = serve(run.ctx, run.monitor)
+    assert outcome.failure is not None and outcome.failure.startswith(
+        "timed out after 1 s waiting for every role"
+    )
+    assert run.cluster.by_role("prefill").state == "CANCELLED"
+    assert run.cluster.by_role("decode").state == "COMPLETED"
+    assert run.events()[-1] == ("done", None, f"fail: {outcome.failure}")
+
+
+# -- inside an allocation: the roles as job steps -----------------------------------------------------------
+
+
+def test_inside_an_allocation_each_role_is_a_step_signalled_alone_and_the_allocation_left_running(
+    make_run: MakeRun, cluster: FakeCluster
+) -> None:
+    allocation = cluster.allocate([PREFILL_NODE, DECODE_NODE])
+    run = make_run(allocation=allocation)
+    outcome = serve(run.ctx, run.monitor)
+    assert outcome.passed, outcome.failure
+    srun = cluster.ran("srun")
+    assert len(srun) == 2 and all(line[1] == f"--jobid={allocation}" for line in srun)
+    steps = {role: cluster.by_role(role) for role in ("prefill", "decode")}
+    for step in steps.values():
+        assert step.step_id is not None and step.signals == ["TERM"] and step.state == "COMPLETED"
+        assert ["scancel", "--signal=TERM", f"{allocation}.{step.step_id}"] in cluster.ran("scancel")
+    assert cluster.job(allocation).state == "RUNNING"
+    assert not [c for c in cluster.ran("scancel") if str(allocation) in c]
+    jobs = {j["role"]: j for j in run.run_json()["jobs"]}
+    assert jobs["decode"]["step_id"] == steps["decode"].step_id
+    assert run.run_json()["allocation"]["job_id"] == allocation
