@@ -50,6 +50,16 @@ DYNAMO_VLLM = {
         "dynamo/vllm/handlers.py": "from vllm.renderers.embed_utils import safe_load_prompt_embeds\n",
         "dynamo/vllm/args.py": ARGS,
     },
+    # The chain the H200 run met (evidence/h200-vllm-dynamo-stack): vLLM imports nixl_ep whenever it is
+    # installed, and nixl_ep loads its extension for the running torch by name, which nixl 1.5.1 does not ship
+    # for torch 2.11: nixl_ep/__init__.py imports nixl_ep_cu13.nixl_ep_cpp_torch<N>, a module that is not there.
+    "nixl-ep-torch": {
+        "dynamo/vllm/main.py": "from dynamo.vllm.args import parse_args\nimport nixl_ep\n",
+        "dynamo/vllm/handlers.py": "import vllm\n",
+        "dynamo/vllm/args.py": ARGS,
+        "nixl_ep/__init__.py": "import importlib\nimportlib.import_module('nixl_ep_cu13.nixl_ep_cpp_torch211')\n",
+        "nixl_ep_cu13/__init__.py": "",
+    },
 }
 # Worker argv of the kind the launchers write, for the fakes' parser.
 WORKER_ARGS = {

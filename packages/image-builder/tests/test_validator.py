@@ -377,6 +377,18 @@ def test_a_dynamo_whose_main_does_not_import_fails_naming_the_missing_module(tmp
     assert found["dynamo-worker-args"][1].startswith("dynamo.vllm.main does not import: ModuleNotFoundError")
 
 
+def test_a_nixl_ep_without_a_build_for_the_torch_is_named_with_its_fix(tmp_path: Path) -> None:
+    result = run(make_env(tmp_path, dynamo_vllm="nixl-ep-torch"), tmp_path, "--json")
+    assert result.returncode == 1
+    ok, reason = checks(result)["dynamo-imports"]
+    assert not ok
+    assert reason.startswith(
+        "dynamo.vllm.main does not import: ModuleNotFoundError: No module named "
+        "'nixl_ep_cu13.nixl_ep_cpp_torch211' (missing: nixl_ep_cu13.nixl_ep_cpp_torch211)"
+    ), reason
+    assert "nixl_ep has no build for this image's torch" in reason and "without nixl_ep" in reason, reason
+
+
 def test_each_role_s_argv_goes_through_dynamo_s_parser(tmp_path: Path) -> None:
     ok, reason = checks(run(make_env(tmp_path), tmp_path, "--json"))["dynamo-worker-args"]
     assert ok, reason

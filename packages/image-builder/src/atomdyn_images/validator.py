@@ -332,7 +332,17 @@ def _import_failure(module: str, exc: BaseException) -> str:
     """Why ``module`` does not import, naming the module that is missing where Python says which."""
     missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
     named = f" (missing: {missing})" if missing and missing != module else ""
-    return f"{module} does not import: {type(exc).__name__}: {exc}{named}"
+    return f"{module} does not import: {type(exc).__name__}: {exc}{named}{_import_hint(missing)}"
+
+
+def _import_hint(missing: str | None) -> str:
+    """What a known missing module means (the H200 run of Dynamo 1.3 on vLLM 0.22 met the first)."""
+    if missing and missing.startswith("nixl_ep_") and "_torch" in missing:
+        return (
+            ": NIXL's nixl_ep has no build for this image's torch, and vLLM imports nixl_ep whenever it is "
+            "installed; install NIXL without nixl_ep (the backend wheel alone) or a NIXL built for this torch"
+        )
+    return ""
 
 
 def check_dynamo_imports() -> Check:
