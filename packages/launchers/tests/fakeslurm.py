@@ -52,10 +52,11 @@ from atomdyn_launchers.contract.ports import Ports
 from atomdyn_launchers.contract.readiness import ReadinessError, Registration
 from atomdyn_launchers.contract.rundir import TERMINAL_STATES, read_jsonl
 from atomdyn_launchers.engines import get_engine
+from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.progress import Progress
-from atomdyn_launchers.run.context import RunContext
+from atomdyn_launchers.run.context import Hook, RunContext
 from atomdyn_launchers.run.etcd_session import open_session
 from atomdyn_launchers.run.monitor import Monitor
 from atomdyn_launchers.run.options import LaunchOptions
@@ -69,6 +70,9 @@ TIMED_OUT = "Socket timed out on send/recv operation"
 # scancel's exit status is the Slurm error number, truncated to a byte (2017 and 2021).
 EXIT_INVALID_JOB = 2017 & 0xFF
 EXIT_ALREADY_DONE = 2021 & 0xFF
+
+
+SQUEUE_FIELDS = ("i", "j", "T", "r", "N", "P")  # the ``squeue -o`` fields the fake fills in
 
 
 class Unmodelled(AssertionError):
@@ -136,6 +140,7 @@ class Refusal:
     stderr: str
     returncode: int
     match: Callable[[Sequence[str]], bool] | None
+    then: Callable[[], None] | None  # what happened meanwhile (e.g. the job ended), once refused
 
 
 def expand_hostlist(text: str) -> list[str]:
@@ -236,9 +241,16 @@ class FakeCluster:
         *,
         returncode: int = 1,
         match: Callable[[Sequence[str]], bool] | None = None,
+        then: Callable[[], None] | None = None,
     ) -> None:
-        """The next ``times`` runs of ``command`` (matching ``match``) fail with ``stderr``, changing nothing."""
-        self._refusals.append(Refusal(command, times, stderr, returncode, match))
+        """The next ``times`` runs of ``command`` (matching ``match``) fail with ``stderr``, changing nothing but
+        what ``then`` does after each."""
+        self._refusals.append(Refusal(command, times, stderr, returncode, match, then))
+
+    def finish(self, job_id: int, state: str = "COMPLETED", code: tuple[int, int] = (0, 0)) -> None:
+        """The job ends now as ``state`` (through COMPLETING), whatever its script does."""
+        with self._lock:
+            self._end(self.jobs[job_id], state, code, time.monotonic())
 
     def release(self, job_id: int) -> None:
         with self._lock:
@@ -297,6 +309,8 @@ class FakeCluster:
                     and (refusal.match is None or refusal.match(argv))
                 ):
                     refusal.times -= 1
+                    if refusal.then is not None:
+                        refusal.then()
                     return refusal.returncode, "", refusal.stderr
             self._advance(time.monotonic())
             handler = {
@@ -342,6 +356,8 @@ class FakeCluster:
         opts, rest = _options([*args[:at], *args[at + 2 :]])
         if rest or set(opts) - {"h", "jobs", "s"} or "h" not in opts:
             raise Unmodelled(f"squeue {args}")
+        if set(re.findall(r"%([A-Za-z])", fmt)) - set(SQUEUE_FIELDS):
+            raise Unmodelled(f"squeue format {fmt!r}: the fake answers only %{', %'.join(SQUEUE_FIELDS)}")
         if "s" in opts:  # the steps of the listed jobs
             wanted = {int(j) for j in opts["jobs"].split(",")} if opts.get("jobs") else None
             alive = [j for j in self.jobs.values() if not j.purged and (wanted is None or j.job_id in wanted)]
@@ -889,11 +905,18 @@ class FakeRun:
 
 
 def fake_run(
-    cluster: FakeCluster, etcd_url: str, runs: Path, frontend_port: int, options: LaunchOptions
+    cluster: FakeCluster,
+    etcd_url: str,
+    runs: Path,
+    frontend_port: int,
+    options: LaunchOptions,
+    *,
+    hook: Hook | None = None,
+    probe: ProbeOptions | None = None,
 ) -> FakeRun:
     """What Launch.run builds after its preflight (run directory, etcd session, ports), over ``cluster``; every
     role's ports are the fake frontend's, so that its registration leads the launcher there."""
-    config = fake_config(etcd_url, runs.parent)
+    config = fake_config(etcd_url, runs.parent, options.engine or "mocker")
     engine = get_engine(options.engine or config.engine_profile)
     model = get_model(options.model or engine.default_model)
     roles = plan_roles(options.kind, config, options.prefill_workers, options.decode_workers, options.nodes)
@@ -918,7 +941,8 @@ def fake_run(
         roles=roles,
         slurm=slurm,
         progress=progress,
-        hook=None,
+        hook=hook,
+        probe=probe,
         rundir=rundir,
         etcd=etcd,
         ports=ports,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fakeslurm import (
+    EXIT_ALREADY_DONE,
     TIMED_OUT,
     FakeCluster,
     FakeRun,
@@ -21,8 +22,9 @@ from fakeslurm import (
     loopback_etcd,
 )
 
+from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.etcd.client import EtcdClient
-from atomdyn_launchers.run.context import LaunchFailure
+from atomdyn_launchers.run.context import Hook, LaunchFailure
 from atomdyn_launchers.run.launch import serve
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.stages import stop as stop_stage
@@ -74,9 +76,15 @@ def make_run(
     """A disaggregated 1P1D run of the mock engine (or ``kind``) over the fake; its etcd session closed after."""
     made: list[FakeRun] = []
 
-    def make(kind: str = "disagg", **options: object) -> FakeRun:
+    def make(
+        kind: str = "disagg",
+        *,
+        hook: Hook | None = None,
+        probe: ProbeOptions | None = None,
+        **options: object,
+    ) -> FakeRun:
         opts = LaunchOptions(kind=kind, requests=4, concurrency=2, **options)  # type: ignore[arg-type]
-        run = fake_run(cluster, etcd, runs, frontend[1], opts)
+        run = fake_run(cluster, etcd, runs, frontend[1], opts, hook=hook, probe=probe)
         made.append(run)
         return run
 
@@ -349,6 +357,26 @@ def test_a_job_that_ignores_sigterm_is_cancelled_hard_after_the_settle_timeout(m
     assert run.monitor.job_states["decode"] == "CANCELLED"
 
 
+def test_a_job_that_ended_as_its_sigterm_was_sent_is_recorded_as_already_ending(make_run: MakeRun) -> None:
+    run = make_run()
+    _up(run)
+    decode = run.cluster.by_role("decode")
+    run.cluster.refuse(
+        "scancel",
+        1,
+        "",  # scancel says nothing of a job already done; its status does (ESLURM_ALREADY_DONE)
+        returncode=EXIT_ALREADY_DONE,
+        match=lambda argv: str(decode.job_id) in argv,
+        then=lambda: run.cluster.finish(decode.job_id),
+    )
+    stop(run.ctx, run.monitor)
+    detail = dict((r, d) for _, r, d in run.events("cancelled"))["decode"]
+    assert detail is not None and detail.startswith("scancel failed (scancel --batch --signal=TERM")
+    assert detail.endswith(f"(exit {EXIT_ALREADY_DONE}): ); the job was already COMPLETING")
+    assert decode.signals == [] and decode.state == "COMPLETED"
+    assert run.monitor.hard_cancelled == {}
+
+
 def test_a_controller_silent_while_the_jobs_stop_is_asked_again(make_run: MakeRun) -> None:
     run = make_run()
     _up(run)
@@ -467,3 +495,88 @@ def test_inside_an_allocation_each_role_is_a_step_signalled_alone_and_the_alloca
     jobs = {j["role"]: j for j in run.run_json()["jobs"]}
     assert jobs["decode"]["step_id"] == steps["decode"].step_id
     assert run.run_json()["allocation"]["job_id"] == allocation
+
+
+# -- interrupts ----------------------------------------------------------------------------------------------
+
+
+def _interrupt_at(event: str, times: int = 1) -> tuple[Hook, list[str]]:
+    """A hook that raises KeyboardInterrupt (Ctrl-C) at the first ``times`` timeline events named ``event``."""
+    seen: list[str] = []
+
+    def hook(name: str, details: dict[str, object]) -> None:
+        seen.append(name)
+        if name == event and seen.count(event) <= times:
+            raise KeyboardInterrupt
+
+    return hook, seen
+
+
+def test_ctrl_c_while_waiting_stops_every_job_gracefully_and_records_the_interrupt(make_run: MakeRun) -> None:
+    hook, _ = _interrupt_at("registered")
+    run = make_run(hook=hook)
+    outcome = serve(run.ctx, run.monitor)
+    assert outcome.failure == "interrupted (Ctrl-C or SIGTERM): jobs stopped"
+    for role in ("prefill", "decode"):
+        job = run.cluster.by_role(role)
+        assert job.signals == ["TERM (batch)"] and job.state == "COMPLETED"
+    assert run.run_json()["result"] == "fail"
+
+
+def test_a_second_ctrl_c_during_the_stop_cancels_the_jobs_hard(make_run: MakeRun) -> None:
+    hook, _ = _interrupt_at("registered")
+    second, _ = _interrupt_at("cancelled")
+
+    def both(name: str, details: dict[str, object]) -> None:
+        hook(name, details)
+        second(name, details)
+
+    run = make_run(hook=both)
+    outcome = serve(run.ctx, run.monitor)
+    assert outcome.failure == "interrupted (Ctrl-C or SIGTERM): jobs stopped"  # the first failure stands
+    for role in ("prefill", "decode"):
+        job = run.cluster.by_role(role)
+        assert job.signals[-1] == "KILL" and job.state == "CANCELLED", (role, job.signals)
+    assert (
+        run.cluster.ran("scancel")[-1][:1] == ["scancel"]
+        and "--signal=TERM" not in run.cluster.ran("scancel")[-1]
+    )
+
+
+# -- other runs: aggregated, the NIXL probe -----------------------------------------------------------------
+
+
+def test_an_aggregated_run_over_the_fake_passes_with_one_job(
+    make_run: MakeRun, frontend: tuple[FrontendBehaviour, int]
+) -> None:
+    frontend[0].instances, frontend[0].disagg = {"backend": 1}, False
+    run = make_run("agg-single")
+    outcome = serve(run.ctx, run.monitor)
+    assert outcome.passed, outcome.failure
+    assert len(run.cluster.ran("sbatch")) == 1 and run.cluster.by_role("agg").node == PREFILL_NODE
+    assert run.run_json()["requests_ok"] == 4
+
+
+def test_the_probe_passes_when_both_one_shot_jobs_exit_0(make_run: MakeRun, cluster: FakeCluster) -> None:
+    for role in ("prefill", "decode"):
+        cluster.script(role, Script(register=False, exit_after_s=0.2, exit_code=0))
+    run = make_run(engine="vllm-cpu", probe=ProbeOptions(timeout_s=1.0))
+    outcome = serve(run.ctx, run.monitor)
+    assert outcome.passed, outcome.failure
+    assert sorted(str(r) for _, r, _ in run.events("finished")) == ["decode", "prefill"]
+    assert run.events("registered") == [] and run.cluster.ran("scancel") == []  # nothing left to stop
+    assert run.run_json()["probe"]["kind"] == "nixl-pair"
+
+
+def test_the_probe_fails_at_once_when_one_side_exits_non_zero(
+    make_run: MakeRun, cluster: FakeCluster
+) -> None:
+    cluster.script("prefill", Script(register=False, exit_after_s=0.2, exit_code=2, failure="READ timed out"))
+    cluster.script("decode", Script(register=False))  # still waiting for its peer
+    run = make_run(engine="vllm-cpu", probe=ProbeOptions(timeout_s=30.0))
+    started = time.monotonic()
+    outcome = serve(run.ctx, run.monitor)
+    assert time.monotonic() - started < 10  # not the probe's 2 x 30 s budget
+    assert outcome.failure is not None
+    assert "(prefill) ended early: FAILED, exit 2:0: READ timed out" in outcome.failure
+    assert run.cluster.by_role("decode").signals == ["TERM (batch)"]
