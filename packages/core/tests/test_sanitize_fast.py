@@ -544,11 +544,16 @@ _ONE_SCANNER_LINES = [
     "*** JOB 42 ON node07 CANCELLED",
     "#SBATCH -A projx",
     "push with ghp_" + "a1B2" * 9,
-    "proxy sent Bearer abcdefgh12345678",
-    "proxy sent Basic YWxpY2U6aHVudGVyMlNlY3JldA== too",
+    # no run of 16 letters and digits with a digit and a letter past f: the high-entropy scanner passes them by
+    "hub hf_" + "abcdefghijklmnopqrstuvwxyzabcd",
+    "proxy sent Bearer abcdefgh1234",
+    "proxy sent Basic abcdefABCDEF12 too",
     "key AKIAABCDEFGHIJKLMNOP here",
-    "google AIza" + "x1Y2z" * 7,
-    "jwt eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.abcdefghijk",
+    "google AIza" + "abcdefghij_" * 3 + "ab",
+    "jwt eyJhbGciOiJI.eyJzdWIiOiIx.abcdefghijk",
+    "default login anonymous",  # .netrc
+    "nats SUABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFGHIJKLMNOPQRSTUVWXYZABCD",  # an nkey seed
+    "upload with Zq8vN2xT4pL9wR7mK3bY6cH1dF5gJ0sA done",  # high entropy
 ]
 
 

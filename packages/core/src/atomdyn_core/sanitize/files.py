@@ -140,8 +140,9 @@ def read_blocks(path: Path, block_bytes: int = BLOCK_BYTES, start: int = 0) -> I
     """The file's text (from byte ``start``, a line's start) in blocks of whole lines, colour codes removed,
     no private key block cut in two.
 
-    A key block without its END line runs to the end of the file (as the pattern says); its body is dropped
-    as it is read (it is redacted whole), so that memory stays bounded."""
+    A key block whose body (base64 lines) runs to a block's end is joined with what follows, as the pattern
+    takes it (its body lines, up to its END line or the first line of anything else); the body is dropped as it
+    is read (it is redacted whole), so that memory stays bounded."""
     with open(path, "rb") as handle:
         handle.seek(start)
         reader = _LineReader(handle, block_bytes, path)
@@ -151,7 +152,10 @@ def read_blocks(path: Path, block_bytes: int = BLOCK_BYTES, start: int = 0) -> I
                 if not more:
                     break
                 if len(block) - header_end > _KEY_TAIL:
-                    block = block[:header_end] + block[-_KEY_TAIL:]
+                    # the body's last lines, from a line's start: the block's lines are the pattern's
+                    tail = block[-_KEY_TAIL:]
+                    line_start = tail.find("\n")
+                    block = block[:header_end] + (tail[line_start:] if line_start >= 0 else "\n" + tail)
                 block += more
             yield block
 

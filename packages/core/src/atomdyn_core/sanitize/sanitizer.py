@@ -11,6 +11,8 @@ Placeholders are never re-mapped, so sanitizing sanitized text changes nothing.
 from __future__ import annotations
 
 import ipaddress
+import itertools
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -108,12 +110,21 @@ _DISTINCT_LABEL = re.compile(r"[\d-]")  # a host label with a digit or hyphen is
 _MAX_NODE_NAMES = 65536
 
 # --- secrets: (kind, pattern); the whole match (or group "v" where present) becomes <redacted:kind> ---
+# A block's body is base64 lines (and the Proc-Type/DEK-Info headers of an encrypted key), its lines apart by line
+# ends or, inside a JSON string, by "\n": a header without its END line takes those lines and stops at the first
+# line of anything else (a lone BEGIN line blanks nothing after it). A body that runs to the end of the text may
+# go on in the next block read (lines.open_key_block).
+_KEY_LINE = (
+    r"(?:\r?\n|\\n)[ \t]*(?:[A-Za-z0-9+/=]+|(?:Proc-Type|DEK-Info|Comment):[^\r\n\\\"]*)?[ \t]*"
+    r"(?=\r?\n|\\n|\"|\Z)"
+)
 _PRIVATE_KEY = re.compile(
-    r"-----BEGIN (?P<kind>[A-Z0-9 ]*)PRIVATE KEY(?P<block>(?: BLOCK)?)-----.*?"
-    r"(?:-----END (?P=kind)PRIVATE KEY(?P=block)-----|\Z)",
-    re.DOTALL,
+    r"-----BEGIN (?P<kind>[A-Z0-9 ]*)PRIVATE KEY(?P<block>(?: BLOCK)?)-----[ \t]*"
+    rf"(?:(?:{_KEY_LINE})*?(?:\r?\n|\\n)?[ \t]*-----END (?P=kind)PRIVATE KEY(?P=block)-----|(?:{_KEY_LINE})*)"
 )
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][\w+.-]*://)(?P<user>[^:/@\s<>]*):(?P<pw>[^@/\s]+)@")
+# A user alone before a URL's host (a Sentry DSN's key, git's https://TOKEN@host): a user's placeholder.
+_URL_USER = re.compile(r"(?P<scheme>\b[a-zA-Z][\w+.-]*://)(?P<user>[^:/@\s<>\"']+)@")
 # Network schemes only: Dynamo's dyn://namespace.component.endpoint names no host.
 _URL_HOST = re.compile(
     r"(?P<k>\b(?:https?|wss?|tcp|udp|grpc|etcd|redis|rediss|nats|amqp|postgres(?:ql)?|mysql|mongodb|ftp|sftp|ssh)"
@@ -166,6 +177,39 @@ _TOKENS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
             r"(?<![\w$])\$(?:1|2[abxy]?|5|6|7|y|gy|apr1|sha1|md5|argon2(?:id|i|d))\$(?:[\w./=,+-]*\$){1,4}[\w./+=-]{16,}"
         ),
     ),
+    # Cookie and Set-Cookie headers: the whole value (every name=value pair, the attributes with them); inside
+    # a JSON string it ends at the string's quote.
+    (
+        "cookie",
+        ("cookie",),
+        re.compile(
+            r"(?i)(?P<k>(?<![\w-])(?:set-)?cookie[ \t]*:[ \t]*)(?P<v>[^\s\"][^\r\n\"]*?)(?=[ \t]*(?:[\r\n\"]|$))"
+        ),
+    ),
+    # Webhooks whose path is the credential: Slack's /services/T.../B.../..., Discord's /api/webhooks/ID/TOKEN.
+    (
+        "webhook",
+        ("/services/", "webhooks/"),
+        re.compile(
+            r"(?P<k>/services/|/webhooks/)(?P<v>T[A-Z0-9]{6,}/B[A-Z0-9]{6,}/[A-Za-z0-9]{12,}|\d{6,}/[\w-]{20,})"
+        ),
+    ),
+    # Vendor formats: package indexes (PyPI, npm), Vault, GitLab, Stripe, Groq, Databricks.
+    (
+        "token",
+        ("pypi-", "hvs.", "hvb.", "hvr.", "glpat-", "npm_", "whsec_", "k_live_", "k_test_", "gsk_", "dapi"),
+        re.compile(
+            r"(?<![\w.-])(?:pypi-AgE[A-Za-z0-9_-]{16,}|hv[sbr]\.[A-Za-z0-9_-]{20,}|glpat-[A-Za-z0-9_-]{20,}|"
+            r"npm_[A-Za-z0-9]{36,}|whsec_[A-Za-z0-9+/=]{24,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|"
+            r"gsk_[A-Za-z0-9]{20,}|dapi[0-9a-f]{32})(?![\w-])"
+        ),
+    ),
+    # NATS nkey seeds (user, account, operator, server, cluster, curve): S, the type, 56 base32 characters.
+    (
+        "nkey-seed",
+        ("su", "sa", "so", "sn", "sc", "sx", "sp"),
+        re.compile(r"(?<![\w-])S[UAONCXP][A-Z2-7]{56}(?![\w-])"),
+    ),
     (
         "cloud-key",
         ("key=", "sig=", "signature="),
@@ -174,8 +218,45 @@ _TOKENS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
         ),
     ),
 )
+# High-entropy tokens no key names: a word of base64 or URL-safe characters holding a run of 16 or more letters,
+# digits and "+" with a digit, both cases, a letter past f (hex is left alone: digests, commits and request ids are
+# hex), and the character entropy of random text. Known-safe values (the run's id, digests it recorded) are
+# given to the sanitizer (``safe``): an allow-list of values, not of shapes.
+_ENTROPY_RUN = re.compile(r"[A-Za-z0-9+]{16,}")
+_ENTROPY_TOKEN = re.compile(r"(?<![\w+/=.%-])(?=[\w+/%-]*?[A-Za-z0-9+]{16})[\w+/%-]+={0,2}")
+_ENTROPY_MIN_BITS = 3.5  # per character, of the run (random base62 of 16 characters: about 3.9)
+_ENTROPY_MIN_CHANGES = 0.4  # of the places where the kind of character may change, where it does
+_SAFE_FIELD = re.compile(
+    r"(?i)(?:sha256|sha512|digest|lock_digest|freeze_sha256|run_id|revision|commit)[\"']?\s*[:=]\s*[\"']?(?:sha256:)?\Z"
+)
+
+
+def _random_run(run: str) -> bool:
+    """Whether a run of letters, digits and "+" reads as random: both cases, a digit, a letter past f, and
+    the entropy of random text."""
+    if not (
+        any(c.isdigit() for c in run)
+        and any(c.isupper() for c in run)
+        and any(c.islower() for c in run)
+        and any(c.isalpha() and c.lower() > "f" for c in run)
+    ):
+        return False
+    size = len(run)
+    # Identifiers are words (AsyncLLMEngine2DeadError, Qwen2TokenizerFast): the kind of character (upper, lower,
+    # digit) changes at a few places; in random text at most.
+    kinds = [0 if c.isdigit() else 1 if c.isupper() else 2 for c in run]
+    changes = sum(a != b for a, b in itertools.pairwise(kinds))
+    if changes < _ENTROPY_MIN_CHANGES * (size - 1):
+        return False
+    counts: dict[str, int] = {}
+    for c in run:
+        counts[c] = counts.get(c, 0) + 1
+    bits = -sum(n / size * math.log2(n / size) for n in counts.values())
+    return bits >= _ENTROPY_MIN_BITS
+
+
 _TOKEN_HINTS = tuple(sorted({g.lower() for _, guards, _ in _TOKENS for g in guards}))
-_SECRET_WORDS = ("pass", "secret", "token", "key", "credential", "pwd", "auth")
+_SECRET_WORDS = ("pass", "secret", "token", "key", "credential", "pwd", "auth", "cookie", "seed", "sig")
 # Cheap pre-checks: each starts with a literal, which the regex engine scans for quickly.
 _TLD_HINT = re.compile(rf"\.(?i:{_TLDS})(?![\w-])")
 _IPV4_HINT = re.compile(r"\.\d{1,3}\.\d{1,3}(?!\d)")
@@ -221,15 +302,18 @@ _SECRET_WORD = _any_of(_SECRET_WORDS)
 _SLURM_WORD = {kind: _any_of(words) for kind, words in _SLURM_WORDS.items()}
 _ANY_SLURM_WORD = _any_of(w for words in _SLURM_WORDS.values() for w in words)
 _HOST_WORD = _any_of(_HOST_WORDS)
+# Key names that mean a secret (issue 36): their last word, or a word they end in (PGPASSWORD, authToken). The
+# short words (pass, pwd, auth, cookie, seed, key, sig) count only as a key's own last word (_secret_word).
 _SECRET_KEY = (
-    r"[A-Za-z0-9_.-]*?(?:password|passwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key(?:[_-]?id)?|"
-    r"credentials?|sshpass|mysql_pwd|rediscli_auth)"
+    r"[A-Za-z0-9_.-]*?(?:password|passwd|passphrase|pass|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|"
+    r"private[_-]?key(?:[_-]?id)?|credentials?|sshpass|auth|cookie|seed|signature|sig|key(?:[_-]?data)?)"
 )
 # A double-quoted value ends at a quote no backslash escapes (JSON writes a password's quote as \"), or else at
 # the next quote ("C:\dir\" on a command line).
 _SECRET_ASSIGNMENT = re.compile(
-    rf"(?i)(?P<k>(?<![\w-])(?P<q>[\"']?)(?P<name>{_SECRET_KEY})(?P=q)\s*[=:]\s*)"
-    r"(?P<v>\"(?:[^\"\\\n]|\\.)*\"|\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;&]+)"
+    rf"(?i)(?P<k>(?<![\w/-])(?P<q>\\?[\"']?)(?P<name>{_SECRET_KEY})(?P=q)\s*[=:]\s*)"
+    r"(?P<v>\\\"(?:[^\"\\\n]|\\[^\"\n])*\\\"|\"(?:[^\"\\\n]|\\.)*\"|\"[^\"\n]*\"|'[^'\n]*'|"
+    r"(?:[^\s\"',;&\\]|\\(?![\"']))+)"
 )
 _SECRET_FLAG = re.compile(rf"(?i)(?P<k>--(?P<name>{_SECRET_KEY})\s+)(?P<v>[^\s-][^\s]*)")
 # A key ending in "token" names a credential (token, api_token, HF_TOKEN, x-auth-token, VAULT_TOKEN, CI_JOB_TOKEN)
@@ -242,9 +326,51 @@ _MEASURED_TOKEN = re.compile(
     r"generated|decode|prefill)[_-])?|per[_-]|inter[_-]|(?:bos|eos|pad|unk|sep|cls|mask)[_-])token$"
 )
 _CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_KEY_WORDS = re.compile(r"[a-z0-9]+")
+# A key's last word that is, or ends in, a word meaning a secret (dbpassword, authtoken, secretkey).
+_STRONG_SECRET_WORD = re.compile(
+    r"(?:password|passwd|passphrase|secret|token|credentials?|apikey|accesskey|secretkey|privatekey|sshpass)\Z"
+)
+_SHORT_SECRET_WORDS = frozenset({"pass", "pwd", "auth", "cookie", "seed", "key", "sig", "signature"})
+# Keys ending in "key" that name no secret: a sort, cache or routing key, a public key.
+_NOT_SECRET_KEYS = frozenset(
+    {
+        "sort",
+        "cache",
+        "partition",
+        "routing",
+        "primary",
+        "foreign",
+        "lookup",
+        "hash",
+        "group",
+        "shard",
+        "metric",
+    }
+    | {
+        "label",
+        "prefix",
+        "kv",
+        "dict",
+        "map",
+        "index",
+        "public",
+        "pub",
+        "hot",
+        "unique",
+        "composite",
+        "foreign",
+    }
+)
+# Values that the short words hold without being secrets: a path (PWD=/tmp/x, key=/etc/munge/munge.key), an
+# etcd key (key=v1/instances/...), a plain word (auth: required).
+_PATH_VALUE = re.compile(r"[/~]|[a-z0-9_.-]+(?:/[a-z0-9_.-]*)+\Z")
+_PLAIN_VALUE = re.compile(r"[a-z]+(?:[_-][a-z]+)*\Z")
 
 # --- credentials on command lines ---
-_WORD = r"\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'|;&]+"  # a value: one word, or a quoted one
+# A value: one word, or a quoted one; inside a JSON string its quotes are escaped (\"...\"), and a backslash
+# before a quote ends it (the JSON string's own quote): the document stays JSON.
+_WORD = r"\\\"(?:[^\"\\\n]|\\[^\"\n])*\\\"|\"[^\"\n]*\"|'[^'\n]*'|(?:[^\s\"'|;&\\]|\\(?![\"']))+"
 _NAME = r"[A-Za-z_][\w.-]*"  # a user name
 _SAME_COMMAND = r"(?:[ \t]+[^\s|;&]+)*?[ \t]+"  # the command's words before the option (none past | ; &)
 _LOGINS = r"\b(?:docker|podman|nerdctl|buildah|skopeo|oras|helm registry) login"
@@ -293,6 +419,19 @@ _COMMAND_CREDENTIALS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] =
         re.compile(rf"(?P<k>(?<![\w-])(?:--user(?:name)?=|--username[ \t]+))(?P<v>{_NAME})(?![\w.@:-])"),
     ),
 )
+_NETRC_HEAD = r"(?<![\w-])(?:machine[ \t]+[^\s\"']+[ \t]+|default[ \t]+)"
+_NETRC: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
+    (
+        "password",
+        ("password",),
+        re.compile(
+            rf"(?P<k>(?:{_NETRC_HEAD}(?:(?:login|account)[ \t]+[^\s\"']+[ \t]+)*|^[ \t]*)password[ \t]+)"
+            r"(?P<v>[^\s\"']+)(?=[ \t]*(?:$|[\s\"']))"
+        ),
+    ),
+    ("user", ("login",), re.compile(rf"(?P<k>{_NETRC_HEAD}login[ \t]+)(?P<v>{_NAME})(?![^\s\"'])")),
+)
+_COMMAND_CREDENTIALS += _NETRC
 # USER:PASSWORD as one word: etcdctl --user, curl -u, ETCDCTL_USER= (quoted, the password may hold spaces).
 _USER_PASSWORD = re.compile(
     r"(?P<k>(?:-(?<![\w-]-)(?:-user[= ]|u)|ETCDCTL_USER=)[ \t]*(?P<q>[\"']?))(?P<u>[A-Za-z0-9_][\w.@+-]*):"
@@ -300,9 +439,16 @@ _USER_PASSWORD = re.compile(
 )
 
 # --- users ---
-_HOME = re.compile(r"(?P<k>(?<![\w.-])/(?:home|Users)/)(?P<v>[A-Za-z_][\w.-]*)")
+# A user's directory, also below a shared file system's mount (/gpfs/fs1/home/U, /lustre/orgs/x/users/U,
+# /scratch/U): the name after home, homes, Users, users, people or scratch.
+_HOME = re.compile(
+    r"(?P<k>(?<![\w.-])(?:/(?:lustre|gpfs|scratch|nfs|fsx|mnt|shared|projects?|proj|data|datasets|beegfs|cephfs|"
+    r"work|vast|weka)(?:/[\w.-]+){0,2})?/(?:home|homes|Users|users|people|scratch)/)(?P<v>[A-Za-z_][\w.-]*)"
+)
+_HOME_HINT = re.compile(r"/(?:home|homes|users|people|scratch)/")
 _USER_KEY = re.compile(
-    r"(?P<k>(?<![\w-])(?P<q>[\"']?)(?:user|username|user_name|USER|LOGNAME|SLURM_JOB_USER|UserId|UserName|owner)(?P=q)"
+    r"(?P<k>(?<![\w-])(?P<q>[\"']?)(?:user|username|user_name|USER|LOGNAME|SLURM_JOB_USER|UserId|UserName|owner|"
+    r"[Uu]id|UID|User ID)(?P=q)"
     r"\s*[=:]\s*(?P<q2>[\"']?))(?P<v>[A-Za-z_][\w.-]*)"
 )
 # user@host and e-mail addresses (jane.doe+ci@acme.com: the local part is the user).
@@ -448,6 +594,76 @@ _VERSION_BEFORE = re.compile(
 )  # also pip's ==
 _VERSION_AFTER = re.compile(r"-(?:py|cp)\d")  # a wheel's name: nvidia_cufft_cu12-11.2.1.3-py3-none-...
 _V4_POOLS = ("192.0.2.", "198.51.100.", "203.0.113.")
+# A four-part version (hipBLASLt 0.12.1.6, libibverbs 1.14.50.0, 2.21.5.1): a public-range dotted quad right after
+# a name and a space, with no port or prefix length after it, unless the word before says address.
+_VERSION_NAME_BEFORE = re.compile(r"(?<![\w.:/@=-])(?P<w>[A-Za-z][\w+.-]*)[ \t]+v?\Z")
+_ADDRESS_WORDS = frozenset(
+    {
+        "from",
+        "to",
+        "at",
+        "on",
+        "via",
+        "peer",
+        "peers",
+        "addr",
+        "address",
+        "ip",
+        "ipv4",
+        "inet",
+        "host",
+        "server",
+    }
+    | {
+        "remote",
+        "local",
+        "client",
+        "src",
+        "dst",
+        "source",
+        "destination",
+        "gateway",
+        "gw",
+        "dns",
+        "nameserver",
+    }
+    | {
+        "listen",
+        "listening",
+        "bind",
+        "bound",
+        "connect",
+        "connecting",
+        "connected",
+        "endpoint",
+        "node",
+        "master",
+    }
+    | {
+        "public",
+        "private",
+        "external",
+        "internal",
+        "route",
+        "ping",
+        "nslookup",
+        "dig",
+        "curl",
+        "ssh",
+        "telnet",
+    }
+    | {"accepted", "rejected", "by", "for", "with", "and", "or", "is", "was", "of", "unreachable", "reach"}
+)
+_NOT_PUBLIC_V4 = tuple(
+    ipaddress.IPv4Network(n)
+    for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16")
+)
+_ADDRESS_AFTER = re.compile(r"(?::\d|/\d)")
+# An all-decimal MAC is a MAC only after words that say so (ip link's link/ether, ifconfig's HWaddr, "MAC"):
+# 00:01:02:03:04:05 elsewhere is a duration or a timer.
+_MAC_CONTEXT = re.compile(
+    r"(?i)(?:ether|hwaddr|mac|lladdr|link/\w+|addr|address|bssid|permaddr|chaddr|brd)[\"']?[ \t]*[:=]?[ \t]*[\"']?\Z"
+)
 
 # --- cluster paths and Slurm identities ---
 _CLUSTER_PATH = re.compile(
@@ -629,8 +845,49 @@ def _not_a_secret(value: str) -> bool:
 
 
 def _names_a_credential(key: str) -> bool:
-    """Whether a key that _SECRET_KEY matched names a secret: every one but a token of a text (_MEASURED_TOKEN)."""
-    return not _MEASURED_TOKEN.search(_CAMEL_HUMP.sub("_", key).lower())
+    """Whether a key that _SECRET_KEY matched names a secret: its last word means one (_secret_word), and it is
+    no token of a text (_MEASURED_TOKEN)."""
+    snake = _CAMEL_HUMP.sub("_", key).lower()
+    return _secret_word(snake) is not None and not _MEASURED_TOKEN.search(snake)
+
+
+def _secret_word(snake: str) -> str | None:
+    """The word of a key (snake case, lower) that makes it a secret's: "strong" for one that ends in password,
+    token, secret, ... (PGPASSWORD, authToken), else its last word where that is a short one (DB_PASS, PWD,
+    REDIS_AUTH, SESSION_COOKIE, ENCRYPTION_SEED, SIGNING_KEY, munge.key); None for another (key_count,
+    sort_key, compass)."""
+    words: list[str] = _KEY_WORDS.findall(snake)
+    if not words:
+        return None
+    if words[-2:] == ["key", "data"] or words[-3:] == ["private", "key", "id"]:  # kubeconfig, a GCP key file
+        return "strong"
+    last = words[-1]
+    if _STRONG_SECRET_WORD.search(last) or (
+        last == "key" and len(words) > 1 and words[-2] in _KEY_QUALIFIERS
+    ):
+        return "strong"
+    if last not in _SHORT_SECRET_WORDS:
+        return None
+    if last == "key" and (len(words) == 1 or words[-2] in _NOT_SECRET_KEYS):
+        return None  # a key alone names anything (etcd's, a cache's, the answers'): the value's shape decides
+    return last
+
+
+_KEY_QUALIFIERS = frozenset(
+    {"api", "access", "secret", "private", "signing", "master", "encryption", "client"}
+)
+
+
+def _kept_for_its_name(name: str, value: str) -> bool:
+    """Whether a value a short secret word names is none: a path or etcd key, a plain word, a short signal."""
+    word = _secret_word(_CAMEL_HUMP.sub("_", name).lower())
+    if word in (None, "strong", "pass", "cookie"):
+        return False
+    if _PATH_VALUE.match(value):
+        return True
+    if word != "pwd" and _PLAIN_VALUE.match(value):
+        return True
+    return word == "sig" and len(value) < 10  # sig=SIGTERM
 
 
 def _container_end(text: str, start: int, quote: str) -> int | None:
@@ -669,7 +926,13 @@ def _assignment(m: re.Match[str], text: str) -> tuple[str, int]:
     if not _names_a_credential(m["name"]):
         return kept
     rest = ""
-    if raw[0] in "\"'":  # a quoted value: its own quotes stay
+    if raw.startswith('\\"') and raw.endswith('\\"') and len(raw) >= 4:  # JSON inside a JSON string
+        value, quote = raw[2:-2], '\\"'
+    elif len(quote) > 1:  # an escaped key before no escaped string: a scalar (it ends where its object does)
+        quote = ""
+        cut = min((raw.index(c) for c in "}]" if c in raw), default=len(raw))
+        value, rest = raw[:cut], raw[cut:]
+    elif raw[0] in "\"'":  # a quoted value: its own quotes stay
         value, quote = raw[1:-1], raw[0]
     elif raw[0] in "{[":
         end = _container_end(text, m.start("v"), quote or '"')
@@ -685,7 +948,12 @@ def _assignment(m: re.Match[str], text: str) -> tuple[str, int]:
         value, rest = raw[:cut], raw[cut:]
     else:
         value = raw
-    if not value or value.startswith("<redacted:") or _not_a_secret(value):
+    if (
+        not value
+        or value.startswith("<redacted:")
+        or _not_a_secret(value)
+        or _kept_for_its_name(m["name"], value)
+    ):
         return kept
     return f"{key}{quote}{_redact('secret')}{quote}{rest}", m.end()
 
@@ -712,8 +980,8 @@ def _after_key(replacement: str) -> Callable[[re.Match[str]], str]:
     return replace
 
 
-# Hosts and bare words with their placeholders, and the known paths (Sanitizer.names_state).
-NamesState = tuple[dict[str, str], dict[str, str], tuple[str, ...]]
+# Hosts and bare words with their placeholders, the known paths and the safe values (Sanitizer.names_state).
+NamesState = tuple[dict[str, str], dict[str, str], tuple[str, ...], frozenset[str]]
 # Values numbered per kind, and the known paths with their placeholders (Sanitizer.numbering_state).
 NumberingState = tuple[dict[str, dict[str, str]], dict[str, str]]
 
@@ -723,7 +991,8 @@ class Sanitizer:
 
     ``hosts``, ``users``, ``paths`` and ``accounts`` are values known to identify the cluster (node names from the
     run, the submitting user, the shared directory, the Slurm account); they are replaced wherever they appear,
-    even where no pattern would recognise them (accounts named by a plain word only in Slurm contexts).
+    even where no pattern would recognise them (accounts named by a plain word only in Slurm contexts). ``safe``:
+    values known to be no secret (the run id, digests the project recorded), which the high-entropy rule keeps.
     """
 
     def __init__(
@@ -732,7 +1001,11 @@ class Sanitizer:
         users: Iterable[str] = (),
         paths: Iterable[str | Path] = (),
         accounts: Iterable[str] = (),
+        safe: Iterable[str] = (),
     ) -> None:
+        self._safe = frozenset(
+            safe
+        )  # values the high-entropy rule keeps (the run's id, its recorded digests)
         self._maps: dict[str, dict[str, str]] = {}
         self._bare: dict[str, str] = {}  # words replaced wherever they stand alone (users, accounts)
         # Host names (lower case) replaced wherever they stand alone, in any case, with any domain after them.
@@ -902,7 +1175,7 @@ class Sanitizer:
     def names_state(self) -> NamesState:
         """The names replaced wherever they stand alone, with their placeholders, and the known paths, as they
         stand now: what a worker process needs to replace the known names as this sanitizer would (:meth:`naming`)."""
-        return dict(self._hosts), dict(self._bare), tuple(self._paths)
+        return dict(self._hosts), dict(self._bare), tuple(self._paths), self._safe
 
     @classmethod
     def naming(cls, state: NamesState) -> Sanitizer:
@@ -910,6 +1183,7 @@ class Sanitizer:
         did; the paths stay the caller's to look for."""
         namer = cls()
         namer._hosts, namer._bare = dict(state[0]), dict(state[1])
+        namer._safe = state[3]
         namer._bare_dirty = True
         return namer
 
@@ -975,20 +1249,41 @@ class Sanitizer:
                 text = pattern.sub(_after_key(_redact(kind)), text)
             else:
                 text = pattern.sub(_redact(kind), text)
+        if "://" in text and "@" in text:  # after the tokens: a token before the host is redacted as one
+            text = _URL_USER.sub(lambda m: f"{m['scheme']}{self._user(m['user'])}@", text)
         if ("-u" in text or "ETCDCTL_USER=" in text) and ":" in text:
             text = _USER_PASSWORD.sub(self._user_and_password, text)
         for what, guards, pattern in _COMMAND_CREDENTIALS if self._rules_hinted(low) else ():
             if any(g in low for g in guards):
                 text = pattern.sub(self._credential(what), text)
-        if not _SECRET_WORD.search(low):
-            return text
+        if _SECRET_WORD.search(low):
+            text = _SECRET_FLAG.sub(self._secret_flag, _secret_assignments(text))
+        if _ENTROPY_RUN.search(text):  # last: what a key or a format names is redacted as that
+            text = _ENTROPY_TOKEN.sub(self._entropy_token, text)
+        return text
 
-        def flag(m: re.Match[str]) -> str:
-            if m["v"].startswith("<redacted:") or not _names_a_credential(m["name"]):
-                return m[0]
-            return m["k"] + _redact("secret")
+    @staticmethod
+    def _secret_flag(m: re.Match[str]) -> str:
+        value = m["v"]
+        if value.startswith("<redacted:") or not _names_a_credential(m["name"]):
+            return m[0]
+        short = _secret_word(_CAMEL_HUMP.sub("_", m["name"]).lower()) != "strong"
+        if short and _not_a_secret(value):
+            return m[0]  # --seed 42
+        if _kept_for_its_name(m["name"], value.strip("\"'")):
+            return m[0]
+        return m["k"] + _redact("secret")
 
-        return _SECRET_FLAG.sub(flag, _secret_assignments(text))
+    def _entropy_token(self, m: re.Match[str]) -> str:
+        """A token of _ENTROPY_TOKEN redacted where a run of it reads as random (_random_run); the pieces of a
+        path that do not are kept. A value the sanitizer was told is safe, or that a field of the project's own
+        records holds (a digest, the run id), is kept."""
+        token = m[0]
+        if token in self._safe or _SAFE_FIELD.search(m.string, max(0, m.start() - 40), m.start()):
+            return token
+        pieces = token.split("/")
+        redacted = [_redact("token") if any(map(_random_run, _ENTROPY_RUN.findall(p))) else p for p in pieces]
+        return "/".join(redacted) if redacted != pieces else token
 
     def _rules_hinted(self, low: str) -> bool:
         """Whether the lower case of a line holds a literal of _COMMAND_CREDENTIALS, _CLOUD_IDS or _HARDWARE_IDS:
@@ -1022,9 +1317,9 @@ class Sanitizer:
         for original, pattern in self._path_patterns():
             if original in text:
                 text = pattern.sub(self._paths[original], text)
-        if "/home/" in text or "/Users/" in text:
+        if _HOME_HINT.search(low):
             text = _HOME.sub(lambda m: m["k"] + self._user(m["v"]), text)
-        if "user" in low or "logname" in low or "owner" in low:
+        if "user" in low or "logname" in low or "owner" in low or "uid" in low:
             text = _USER_KEY.sub(lambda m: m["k"] + self._user(m["v"]), text)
 
         def user_at_host(m: re.Match[str]) -> str:
@@ -1175,6 +1470,8 @@ class Sanitizer:
                 return m[0]
             if _VERSION_AFTER.match(m.string, m.end()):
                 return m[0]
+            if self._four_part_version(m):
+                return m[0]
             return self._ipv4_placeholder(m[0])
 
         def dashed(m: re.Match[str]) -> str:
@@ -1185,6 +1482,25 @@ class Sanitizer:
         if ("ip-" in _low or "ip_" in _low) and _IPV4_DASHED_HINT.search(text):
             text = _IPV4_DASHED.sub(dashed, text)
         return text
+
+    @staticmethod
+    def _four_part_version(m: re.Match[str]) -> bool:
+        """Whether a dotted quad is a four-part version (_VERSION_NAME_BEFORE), not an address."""
+        text = m.string
+        if m[0].startswith("0.") and m[0] != "0.0.0.0":
+            return True  # 0.0.0.0/8 addresses no host: 0.12.1.6 is a version
+        before = _VERSION_NAME_BEFORE.search(text, max(0, m.start() - 40), m.start())
+        if (
+            before is None
+            or before["w"].lower().rstrip(":") in _ADDRESS_WORDS
+            or _ADDRESS_AFTER.match(text, m.end())
+        ):
+            return False
+        try:
+            address = ipaddress.IPv4Address(m[0])
+        except ValueError:
+            return True  # no address at all (6.3.42131.1): nothing to hide
+        return not any(address in net for net in _NOT_PUBLIC_V4)
 
     def _ipv4_placeholder(self, value: str) -> str:
         """The placeholder of an IPv4 address; itself where it is none or identifies nothing."""
@@ -1222,10 +1538,7 @@ class Sanitizer:
         if colons >= 19 and _MAC_HINT.search(text):
             text = _IB_LINK.sub(self._ib_link, text)
         if colons >= 5 and _MAC_HINT.search(text):
-            text = _MAC.sub(
-                lambda m: m[0] if m[0].startswith("02:00:00:00:") else self._placeholder("mac", m[0].lower()),
-                text,
-            )
+            text = _MAC.sub(self._colon_mac, text)
         # Before IPv4: an IPv4-mapped address is one IPv6 address. An address is compressed (::) or has all
         # its groups (at least six colons, the last two groups may be an IPv4 address).
         if "::" in text or (colons >= 6 and _IPV6_FULL_HINT.search(text)):
@@ -1242,6 +1555,17 @@ class Sanitizer:
             if any(g in low for g in guards):
                 text = pattern.sub(self._identifier(kind), text)
         return text
+
+    def _colon_mac(self, m: re.Match[str]) -> str:
+        """A MAC's placeholder; itself where it is one, or all decimal with no MAC word before (a duration)."""
+        value = m[0]
+        if value.startswith("02:00:00:00:"):
+            return value
+        if value.replace(":", "").isdigit() and not _MAC_CONTEXT.search(
+            m.string, max(0, m.start() - 24), m.start()
+        ):
+            return value
+        return self._placeholder("mac", value.lower())
 
     def _mac(self, value: str, separator: str) -> str:
         """The placeholder of a MAC written with dashes or dots, written so; itself where it is one."""
@@ -1310,21 +1634,30 @@ class Sanitizer:
         return self._path_res
 
     def _bare_replacement(self, m: re.Match[str]) -> str:
-        host = m["h"] if "h" in m.re.groupindex else None
+        groups = m.re.groupindex
+        host = (m["h"] if "h" in groups else None) or (m["p"] if "p" in groups else None)
         return self._hosts[host.lower()] if host is not None else self._bare[m[0]]
 
     def _bare_pattern(self) -> re.Pattern[str] | None:
         """Known names as whole words: hosts in any case and with any domain after them (not a file extension)."""
         if self._bare_dirty:
             branches = []
-            if self._hosts:
-                names = "|".join(re.escape(w) for w in sorted(self._hosts, key=len, reverse=True))
-                domain = rf"(?:\.(?!(?i:{_FILE_EXTENSIONS})(?![\w-]))[A-Za-z][A-Za-z0-9-]*)*"
-                branches.append(rf"(?P<h>(?i:{names})){domain}")
+            domain = rf"(?:\.(?!(?i:{_FILE_EXTENSIONS})(?![\w-]))[A-Za-z][A-Za-z0-9-]*)*"
+            # A host whose name holds a digit or a hyphen is replaced inside a longer name too, between "-", "_"
+            # or "." (a log file's name: decode-gpu-a17.log, rank0_gpu-a17_stderr.txt), never inside a word or
+            # number (gpu-a1 in gpu-a17); a plain word only alone.
+            distinct = sorted((h for h in self._hosts if _DISTINCT_LABEL.search(h)), key=len, reverse=True)
+            plain = sorted((h for h in self._hosts if not _DISTINCT_LABEL.search(h)), key=len, reverse=True)
+            if distinct:
+                names = "|".join(map(re.escape, distinct))
+                branches.append(rf"(?<![A-Za-z0-9])(?P<h>(?i:{names})){domain}(?![A-Za-z0-9])")
+            if plain:
+                names = "|".join(map(re.escape, plain))
+                branches.append(rf"(?<![\w-])(?P<p>(?i:{names})){domain}(?![\w-])")
             if self._bare:
-                branches.append("|".join(re.escape(w) for w in sorted(self._bare, key=len, reverse=True)))
-            alternation = "|".join(branches)
-            self._bare_re = re.compile(rf"(?<![\w-])(?:{alternation})(?![\w-])") if branches else None
+                words = "|".join(re.escape(w) for w in sorted(self._bare, key=len, reverse=True))
+                branches.append(rf"(?<![\w-])(?:{words})(?![\w-])")
+            self._bare_re = re.compile("|".join(branches)) if branches else None
             self._bare_dirty = False
         return self._bare_re
 

@@ -54,6 +54,9 @@ _KEY_SUFFIXES = (
     *("sshpass", "pwd", "auth", "key_id"),
     *("account_id", "accountid"),  # the AWS account of _CLOUD_IDS
     *("signature", "sig"),  # cloud-key (AccountKey=, SharedAccessKey= end in key)
+    # the secret words of issue 36 (DB_PASS, GPG_PASSPHRASE, SESSION_COOKIE, ENCRYPTION_SEED, client-key-data),
+    # ODBC's User ID
+    *("pass", "passphrase", "cookie", "seed", "key-data", "key_data", "keydata", "user id"),
 )
 _CLUSTER_DIRS = (
     *("lustre", "gpfs", "scratch", "nfs", "fsx", "mnt", "shared", "projects", "project", "proj", "data"),
@@ -72,6 +75,9 @@ _WORDS = (
     *("virtualmachines/", "ocid1."),
     *("guid", "unique id", "unique_id", "uniqueid", "uuid", "serial"),  # _HARDWARE_IDS
     *("machine-id", "machine_id", "machine id", "machineid", "boot-id", "boot_id", "boot id", "bootid"),
+    # _TOKENS of issue 36: cookie headers, webhooks, vendor formats; .netrc (_NETRC: machine, password)
+    *("cookie", "/services/", "webhooks/", "pypi-", "hvs.", "hvb.", "hvr.", "glpat-", "npm_", "whsec_"),
+    *("k_live_", "k_test_", "gsk_", "dapi", "machine", "password"),
 )
 
 
@@ -163,7 +169,7 @@ class _Builder:
             # keys before an equals sign: _HOST_KEY, _USER_KEY, _SECRET_ASSIGNMENT, _SLURM_KEYS, cloud-key
             rf"=(?:{self.key_before()})",
             "@",  # _USER_AT_HOST
-            rf"/(?:{self.words(['home/', 'users/', *(f'{w}/' for w in _CLUSTER_DIRS)])})",  # _HOME, _CLUSTER_PATH
+            rf"/(?:{self.words(['home/', 'homes/', 'users/', 'people/', *(f'{w}/' for w in _CLUSTER_DIRS)])})",  # _HOME, _CLUSTER_PATH
             # _SECRET_FLAG, host flags of _HOST_KEY, Slurm flags of _SLURM_KEYS, _SLURM_ON_HOST's slurmstepd-,
             # tokens ending in a hyphen (sk-, nvapi-, xox?-); _USER_PASSWORD (-u, --user), --project and
             # --subscription of _CLOUD_IDS; EC2's i-, _GPU_UUID's GPU- and MIG-, ibnetdiscover's "H-,
@@ -175,6 +181,8 @@ class _Builder:
             rf"|(?<=[\"']{self.cls('hsr')}-){h}{{16}}|(?<={self.lit('ip-')}){d}|(?<={h}{{2}}-){h}{{2}}-{h}{{2}}-{h}{{2}}-{h}{{2}}"
             rf"|-[{self.letter[1:-1]}0-9_.-]*?(?:"
             + self.words(["password", "passwd", "secret", "token", "apikey", "credential", "credentials"])
+            + "|"
+            + self.words(["pass", "passphrase", "pwd", "auth", "cookie", "seed", "sig", "signature", "key"])
             + "|"
             + "|".join(f"{self.lit(a)}[_-]?{self.lit('key')}" for a in ("api", "access", "private"))
             + rf"){nl}"
@@ -196,8 +204,18 @@ class _Builder:
             rf"\[(?<=[{self.letter[1:-1]}0-9_.-]\[){d}+[,-]",
             # ibv_devices' GUIDs (_HARDWARE_IDS), after a tab
             rf"\t{h}{{16}}(?!{alnum})",
-            # words of the patterns that need no key (_WORDS)
+            # words of the patterns that need no key (_WORDS); .netrc's "default login"
             self.words(_WORDS),
+            rf"{self.lit('default')}[ \t]+{self.lit('login')}",
+            # NATS nkey seeds (_TOKENS): S, the type, 56 base32 characters
+            rf"{self.lit('s')}{self.cls('uaoncxp')}{'[0g-z]' if self.shapes else '[a-z2-7]'}{{56}}",
+            # high-entropy tokens (_ENTROPY_RUN, _random_run): a run of 16 letters, digits and "+" or more with a
+            # letter past f (and, on plain text, a digit)
+            (
+                r"(?<![0g-z+])(?=[0g-z+]{16})(?=[0+]*[g-z])"
+                if self.shapes
+                else r"(?<![a-z0-9+])(?=[a-z0-9+]{16})(?=[a-z+]*\d)(?=[0-9a-f+]*[g-z])"
+            ),
             # _SLURM_ROWS: squeue's and sacct's rows begin with a job id and hold four more words at least,
             # sinfo's name a partition and its availability
             rf"(?m)^[ \t]*(?:{d}+(?:[_.+]\S*)?(?:[ \t]+\S+){{4}}"

@@ -94,6 +94,7 @@ def sanitize_ahead(
     learned a name."""
     copy = _Recorder()
     copy._hosts, copy._bare = dict(names[0]), dict(names[1])
+    copy._safe = names[3]
     copy._maps = {kind: dict(table) for kind, table in numbering[0].items()}
     copy._paths = dict(numbering[1])
     copy._bare_dirty = True
