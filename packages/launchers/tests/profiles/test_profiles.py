@@ -74,7 +74,12 @@ def test_bad_model_profiles_name_the_field(changes: dict[str, object], message: 
 
 
 def test_models_json_parses_and_rejects_garbage() -> None:
-    assert set(load_models()) == {"qwen3-8b-bf16", "qwen3.5-397b-mxfp4", "tiny-qwen3-bf16"}
+    assert set(load_models()) == {
+        "qwen3-8b-bf16",
+        "qwen3.5-397b-mxfp4",
+        "smollm2-135m-instruct",
+        "tiny-qwen3-bf16",
+    }
     with pytest.raises(ProfileError, match="not valid JSON"):
         parse_models("{")
     with pytest.raises(ProfileError, match="schema_version 1"):

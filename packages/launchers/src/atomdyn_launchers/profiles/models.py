@@ -27,7 +27,9 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 # Optional: a model the project builds itself (no hub download), e.g. the CPU rehearsal's tiny Qwen3; the
 # shape of one worker's KV cache (what the cross-node NIXL probe moves before any model is loaded).
-_OPTIONAL: dict[str, type] = {"build_digest": str, "kv_shape": dict}
+_OPTIONAL: dict[str, type] = {"build_digest": str, "kv_shape": dict, "builder": str}
+# Who builds a model with a build digest: the tiny Qwen3 (tinymodel.py) or the real SmolLM2 (smollm2.py).
+BUILDERS = ("tinymodel", "smollm2")
 _KV_FIELDS = ("layers", "kv_heads", "head_dim", "block_tokens", "dtype_bytes")
 
 
@@ -69,6 +71,7 @@ class ModelProfile:
     # Set for a model built locally (atomdyn_launchers.profiles.tinymodel): the digest its directory must have.
     build_digest: str | None = None
     kv_shape: KvShape | None = None
+    builder: str = "tinymodel"
 
     def vllm_args(self) -> list[str]:
         """Engine flags shared by the vllm and atom profiles (vLLM's own CLI)."""
@@ -97,6 +100,9 @@ def _parse(name: str, raw: Any) -> ModelProfile:
     digest = raw.get("build_digest")
     if digest is not None and not (isinstance(digest, str) and _DIGEST.fullmatch(digest)):
         raise ProfileError(f"model profile {name!r}: 'build_digest' must be 'sha256:' and 64 hex digits")
+    builder = raw.get("builder", "tinymodel")
+    if builder not in BUILDERS:
+        raise ProfileError(f"model profile {name!r}: 'builder' must be one of {', '.join(BUILDERS)}")
     shape = raw.get("kv_shape")
     if shape is not None and (
         sorted(shape) != sorted(_KV_FIELDS)
@@ -129,6 +135,7 @@ def _parse(name: str, raw: Any) -> ModelProfile:
         atom_args=tuple(raw["atom_args"]),
         build_digest=digest,
         kv_shape=KvShape(**shape) if shape is not None else None,
+        builder=builder,
     )
 
 

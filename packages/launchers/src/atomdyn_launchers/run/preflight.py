@@ -17,7 +17,7 @@ from atomdyn_launchers.engines import Engine, EngineError
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.nodes.check import CheckReport, check_nodes
 from atomdyn_launchers.nodes.jobs import NodeJobError
-from atomdyn_launchers.profiles import tinymodel
+from atomdyn_launchers.profiles import smollm2, tinymodel
 from atomdyn_launchers.profiles.models import ModelProfile
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.options import LaunchOptions
@@ -118,7 +118,8 @@ def check_run(
             )
     if model.build_digest is not None:
         try:  # built on the shared filesystem before anything is submitted; its digest checked
-            tinymodel.build(model_path(config, model), model.build_digest)
+            builder = smollm2.build if model.builder == "smollm2" else tinymodel.build
+            builder(model_path(config, model), model.build_digest)
         except (tinymodel.TinyModelError, OSError, RuntimeError) as exc:
             raise PreflightError(f"model {model.name}: {exc}") from None
     if runtime.in_image:
