@@ -24,6 +24,7 @@ from atomdyn_launchers.contract.kinds import AGG_KINDS, DISAGG_KINDS, KINDS, TWO
 from atomdyn_launchers.contract.metrics import QUANTITIES
 from atomdyn_launchers.evidence.expectations import expectations_for
 from atomdyn_launchers.evidence.logscan import KV_MESSAGE_MIN
+from atomdyn_launchers.evidence.reference_signal import read_reference_answers
 from atomdyn_launchers.evidence.signals import Signals
 from atomdyn_launchers.profiles.models import ProfileError, get_model
 
@@ -51,6 +52,9 @@ class Gate:
     excerpt: tuple[str, ...]  # excerpt groups whose lines show it: the first that has lines is linked
     applies: Callable[[GateExpectations], bool] = _always  # by what the engine expects
     when: str | None = None  # a boolean signal that must be true for the gate to apply
+    # Left out of the results, rather than n/a, where ``when`` is false: a gate of runs that carry data no run
+    # before it had (the independent reference), so that committed evidence of other runs verifies unchanged.
+    unlisted_when_waived: bool = False
 
     @property
     def common(self) -> bool:
@@ -117,6 +121,10 @@ GATES: tuple[Gate, ...] = (
          "where the P/D and aggregated answers chose the same token, their log probabilities agree",
          DISAGG_KINDS, "kv.answer_logprob_max_delta", "<=", "@answer_logprob_tolerance", ("answers",),
          applies=lambda e: e.answer_logprob_tolerance is not None, when="run.fixed_prompt"),
+    Gate("reference_differing_tokens",
+         "at temperature 0 the reference prompts' answers equal transformers' greedy decode of them, token for token",
+         KINDS, "reference.differing_tokens", "==", 0, ("answers",),
+         applies=lambda e: e.aggregated_answer, when="reference.recorded", unlisted_when_waived=True),
     Gate("nixl_err_records", "no NIXL_ERR record in the logs", DISAGG_KINDS,
          "logs.nixl_err", "==", 0, ("logs.nixl_err",), applies=lambda e: e.nixl_transfers),
     Gate("decode_external_prefix_hits", "decode reused tokens it did not compute (they came over NIXL)",
@@ -170,6 +178,7 @@ DERIVED: frozenset[str] = frozenset({
     "kv.answer_differing_tokens", "kv.answer_logprob_max_delta", "kv.expected_transport_rows",
     "kv.forbidden_transport_rows", "kv.message_min_bytes", "kv.message_min_source", "kv.rows_not_zero_copy",
     "doctor.roles_without_backend", "dmabuf.judged",
+    "reference.recorded", "reference.differing_tokens",  # evidence/reference_signal.py, called by derive
 })  # fmt: skip
 
 
@@ -263,6 +272,7 @@ def derive(signals: Signals, expectations: GateExpectations | None) -> None:
     does not report the expected backend, whether dma-buf is judged."""
     expected = expectations or GateExpectations()
     _derive_answer(signals, expected)
+    read_reference_answers(signals)  # the independent reference: a file of the run directory, read here
     rows = signals.get("kv.transport_rows")
     signals.excerpts.pop("kv.rows_not_zero_copy", None)  # drawn again for these expectations
     if isinstance(rows, dict):
@@ -350,7 +360,11 @@ def evaluate(signals: Signals, expectations: GateExpectations | None = None) -> 
     kind, engine = signals.get("run.kind"), signals.get("run.engine")
     expectations = expectations or expectations_for(engine, signals.run.get("config"))
     derive(signals, expectations)
-    results = [_judge(g, signals, expectations) for g in gates_for(kind, expectations)]
+    results = [
+        _judge(g, signals, expectations)
+        for g in gates_for(kind, expectations)
+        if not (g.unlisted_when_waived and g.when is not None and not signals.get(g.when))
+    ]
     if expectations is None:
         why = f"no gate expectations for engine {engine!r}: the engine registry does not know it"
         results.insert(

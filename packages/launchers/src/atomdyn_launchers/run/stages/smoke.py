@@ -22,6 +22,9 @@ from atomdyn_launchers.run.answers import AnswerError, ask, reference_for
 from atomdyn_launchers.run.context import LaunchFailure, RunContext
 from atomdyn_launchers.run.metrics import scrape_metrics
 from atomdyn_launchers.run.monitor import Monitor
+from atomdyn_launchers.run.plan import model_path
+from atomdyn_launchers.run.reference_prompts import ask_reference_prompts, model_reference
+from atomdyn_launchers.run.reference_prompts import record as record_reference
 from atomdyn_launchers.run.smoke import (
     ABORTED,
     SmokeClient,
@@ -101,6 +104,26 @@ def fixed_answer(ctx: RunContext, monitor: Monitor) -> None:
             f"fixed prompt answered; no aggregated reference for {key} yet "
             f"(an aggregated run of engine {ctx.engine.name} records it)"
         )
+    independent_reference(ctx, monitor)
+
+
+def independent_reference(ctx: RunContext, monitor: Monitor) -> None:
+    """For a model whose build recorded transformers' answers (reference_prompts.py): ask the same prompts and
+    keep both in ``answers/``, aggregated and P/D alike; the evidence compares them token for token."""
+    try:
+        reference = model_reference(model_path(ctx.config, ctx.model))
+        if reference is None:
+            return
+        answers = ask_reference_prompts(
+            monitor.frontend_url(), monitor.served_model_name(), reference, ctx.rundir.run_id,
+            ctx.options.request_timeout_s,
+        )  # fmt: skip
+    except AnswerError as exc:
+        raise LaunchFailure(str(exc)) from None
+    record_reference(ctx.rundir.path / ANSWERS_DIR, reference, ctx.model.build_digest or "", answers)
+    ctx.progress.line(
+        f"reference prompts answered ({len(answers.answers)}): kept beside transformers' answers"
+    )
 
 
 def requests(ctx: RunContext, monitor: Monitor) -> None:
