@@ -95,6 +95,7 @@ class Script:
     on_term: Literal["stop", "ignore"] = "stop"  # SIGTERM: stop the processes and exit 0, or nothing
     stop_s: float = 0.05  # from SIGTERM to the script's exit
     time_limit_s: float | None = None  # --time: the job ends TIMEOUT
+    runs_on: str | None = None  # Slurm starts it on this node, not the one asked for (a misplacement)
 
 
 @dataclass
@@ -198,7 +199,7 @@ class FakeCluster:
 
     def __init__(
         self,
-        nodes: Sequence[str] = ("gpu-node-01", "gpu-node-02"),
+        nodes: Sequence[str] = ("gpu-node-01", "gpu-node-02", "gpu-node-03"),
         *,
         partition: str = "gpu",
         accounting: bool = False,
@@ -522,7 +523,9 @@ class FakeCluster:
         job.set_state("RUNNING")
         job.reason = None
         job.started = now
-        if job.node is None:
+        if job.script.runs_on is not None:
+            job.node = job.script.runs_on
+        elif job.node is None:
             job.node = self.nodes[0]
 
     def _tick(self) -> None:
