@@ -9,9 +9,9 @@ nothing of the project, so that it runs where the launchers are not installed.
 
 PROMPTS_JSON: ``{"max_tokens": N, "prompts": [{"name": ..., "messages": [...]}, ...]}``. OUT_DIR receives the
 checkpoint (config.json, model.safetensors, tokenizer files, chat template) and ``reference.json``: per prompt
-its token ids through the model's chat template, and the reference's N token ids, token strings, text, log
-probabilities and the margin (log probability of the chosen token over the runner-up) at each step. Greedy, with
-no stop at the end-of-sequence token, as the rehearsal asks with ``ignore_eos``.
+its token ids through the model's chat template, and the reference's token ids, token strings, text, log
+probabilities and the margin (log probability of the chosen token over the runner-up) at each step, greedy, up
+to N tokens and before the first special token (the prompt's ``max_tokens``, what the rehearsal asks for).
 """
 
 from __future__ import annotations
@@ -68,10 +68,16 @@ def reference(out: Path, prompts: dict[str, Any]) -> dict[str, Any]:
                 logprobs.append(round(float(top.values[0]), 6))
                 margins.append(round(float(top.values[0] - top.values[1]), 6))
                 out_ = model(torch.tensor([[token]]), past_key_values=out_.past_key_values, use_cache=True)
+        # Up to the first special token (the end of the turn): how a frontend renders one in its logprobs is its
+        # own choice, and what follows it is no answer. Each prompt's max_tokens is what the run asks for.
+        special = set(tokenizer.all_special_ids)
+        end = next((i for i, t in enumerate(tokens) if t in special), len(tokens))
+        tokens, logprobs, margins = tokens[:end], logprobs[:end], margins[:end]
         answers.append({
             "name": prompt["name"],
             "messages": prompt["messages"],
             "prompt_token_ids": ids,
+            "max_tokens": len(tokens),
             "token_ids": tokens,
             "tokens": [tokenizer.decode([t]) for t in tokens],
             "text": tokenizer.decode(tokens),

@@ -67,9 +67,9 @@ def test_the_real_model_builds_from_the_pinned_wheel_with_the_recorded_digest(
     assert smollm2.build(path, PROFILE.build_digest) == digest
     reference = smollm2.load_reference(path)
     capital = next(a for a in reference["answers"] if a["name"] == "capital")
-    assert capital["text"].startswith("The capital of France is Paris.")
+    assert capital["text"] == "The capital of France is Paris."
     assert len(capital["prompt_token_ids"]) == 37
-    assert all(len(a["token_ids"]) == smollm2.MAX_TOKENS for a in reference["answers"])
+    assert all(0 < len(a["token_ids"]) == a["max_tokens"] <= smollm2.MAX_TOKENS for a in reference["answers"])
 
 
 def test_a_directory_with_other_bytes_is_refused(built: tuple[Path, str], tmp_path: Path) -> None:
@@ -88,7 +88,7 @@ from vllm.inputs import TokensPrompt
 model, dtype = sys.argv[1], sys.argv[2]
 reference = json.load(open(os.path.join(model, "reference.json")))
 llm = LLM(model=model, dtype=dtype, max_model_len=512, distributed_executor_backend="uni", seed=0)
-params = SamplingParams(temperature=0, max_tokens=reference["max_tokens"], ignore_eos=True)
+params = [SamplingParams(temperature=0, max_tokens=a["max_tokens"], ignore_eos=True) for a in reference["answers"]]
 outs = llm.generate([TokensPrompt(prompt_token_ids=a["prompt_token_ids"]) for a in reference["answers"]], params)
 print("ANSWERS " + json.dumps([list(o.outputs[0].token_ids) for o in outs]))
 """

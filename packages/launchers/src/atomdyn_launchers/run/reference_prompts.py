@@ -37,7 +37,8 @@ def model_reference(model_dir: Path) -> dict[str, Any] | None:
 def ask_prompt(
     base_url: str, served_model: str, messages: list[dict[str, str]], max_tokens: int, timeout_s: float
 ) -> PromptAnswer:
-    """One reference prompt at temperature 0, exactly ``max_tokens`` tokens (no stop at the end of sequence)."""
+    """One reference prompt at temperature 0, exactly ``max_tokens`` tokens (the reference's count, which ends
+    before any special token; ``ignore_eos`` so that an early stop shows as a difference)."""
     body = {
         "model": served_model,
         "messages": messages,
@@ -63,9 +64,9 @@ def ask_prompt(
 def ask_reference_prompts(
     base_url: str, served_model: str, reference: dict[str, Any], run_id: str, timeout_s: float
 ) -> PromptAnswers:
-    max_tokens = int(reference["max_tokens"])
     answers = []
     for item in reference["answers"]:
+        max_tokens = int(item.get("max_tokens", reference["max_tokens"]))
         got = ask_prompt(base_url, served_model, list(item["messages"]), max_tokens, timeout_s)
         answers.append(PromptAnswer(str(item["name"]), got.tokens, got.text))
     return PromptAnswers(run_id, answers)
