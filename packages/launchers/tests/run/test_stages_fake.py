@@ -236,6 +236,19 @@ def test_a_role_that_leaves_etcd_fails_the_run_before_its_job_has_ended(make_run
     _clean_stop(run)
 
 
+def test_a_registration_the_launcher_cannot_read_fails_the_run_as_a_lost_watch(
+    make_run: MakeRun, etcd: str
+) -> None:
+    run = make_run()
+    run.cluster.script("decode", Script(register=False))
+    watch_etcd(run.ctx, run.monitor)
+    submit(run.ctx, run.monitor)
+    EtcdClient(etcd).put(f"{run.ctx.etcd.prefix}decode", "not a registration")
+    with pytest.raises(LaunchFailure, match=r"^lost the etcd watch: bad registration 'not a registration'"):
+        watch(run.ctx, run.monitor)
+    _clean_stop(run)
+
+
 def test_a_job_that_runs_out_of_time_fails_the_run_as_timeout(make_run: MakeRun) -> None:
     run = make_run()
     run.cluster.script("prefill", Script(register=False, time_limit_s=0.2))
@@ -590,3 +603,18 @@ def test_the_probe_fails_at_once_when_one_side_exits_non_zero(
     assert outcome.failure is not None
     assert "(prefill) ended early: FAILED, exit 2:0: READ timed out" in outcome.failure
     assert run.cluster.by_role("decode").signals == ["TERM (batch)"]
+
+
+def test_a_step_not_listed_yet_when_the_run_stops_has_its_srun_stopped(
+    make_run: MakeRun, cluster: FakeCluster
+) -> None:
+    allocation = cluster.allocate([PREFILL_NODE, DECODE_NODE])
+    cluster.script("decode", Script(pending_s=60.0))  # srun still waiting for the step to start
+    run = make_run(allocation=allocation, ready_timeout_s=1.0)
+    outcome = serve(run.ctx, run.monitor)
+    assert outcome.failure is not None and "decode: PENDING (StepNotListed)" in outcome.failure
+    decode = cluster.by_role("decode")
+    assert decode.state == "CANCELLED" and decode.step_id is not None
+    assert ("cancelled", "decode", "srun stopped before its step was listed") in run.events("cancelled")
+    assert [c for c in cluster.ran("scancel") if f"{allocation}.{decode.step_id}" in c] == []
+    assert cluster.job(allocation).state == "RUNNING"
