@@ -248,6 +248,11 @@ class FakeCluster:
         what ``then`` does after each."""
         self._refusals.append(Refusal(command, times, stderr, returncode, match, then))
 
+    def cancel(self, job_id: int) -> None:
+        """Someone else's ``scancel JOB`` (an operator, a preemption): the job ends CANCELLED."""
+        with self._lock:
+            self._cancel(self.jobs[job_id])
+
     def finish(self, job_id: int, state: str = "COMPLETED", code: tuple[int, int] = (0, 0)) -> None:
         """The job ends now as ``state`` (through COMPLETING), whatever its script does."""
         with self._lock:

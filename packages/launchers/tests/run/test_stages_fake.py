@@ -5,6 +5,7 @@ command lines the client sent it."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -207,7 +208,11 @@ def test_a_frontend_that_never_lists_the_prefill_times_out_naming_what_it_lists(
 # -- a role that fails while the run waits -----------------------------------------------------------------
 
 
-def test_a_job_that_ends_before_registering_fails_the_run_with_its_failure_line(make_run: MakeRun) -> None:
+@pytest.mark.parametrize("accounting", [False, True], ids=["scontrol", "sacct"])
+def test_a_job_that_ends_before_registering_fails_the_run_with_its_failure_line(
+    make_run: MakeRun, cluster: FakeCluster, accounting: bool
+) -> None:
+    cluster.accounting = accounting
     run = make_run()
     line = "process decode exited first, on its own (exit 1): CUDA out of memory"
     run.cluster.script("decode", Script(register=False, exit_after_s=0.2, exit_code=1, failure=line))
@@ -219,6 +224,24 @@ def test_a_job_that_ends_before_registering_fails_the_run_with_its_failure_line(
     )
     assert job.history == ["PENDING", "RUNNING", "COMPLETING", "FAILED"]
     _clean_stop(run)
+
+
+def test_a_job_cancelled_by_someone_else_fails_the_run_naming_the_cancel(make_run: MakeRun) -> None:
+    run = make_run()
+    run.cluster.script("decode", Script(register_after_s=30.0))
+    watch_etcd(run.ctx, run.monitor)
+    submit(run.ctx, run.monitor)
+    decode = run.cluster.by_role("decode")
+    timer = threading.Timer(0.3, run.cluster.cancel, (decode.job_id,))
+    timer.start()
+    try:
+        with pytest.raises(LaunchFailure) as failure:
+            watch(run.ctx, run.monitor)
+    finally:
+        timer.cancel()
+    assert str(failure.value).startswith(f"job {decode.job_id} (decode) ended early: CANCELLED, exit 0:15")
+    _clean_stop(run)
+    assert decode.signals == ["KILL"]  # nothing left to signal at the stop
 
 
 def test_a_role_that_leaves_etcd_fails_the_run_before_its_job_has_ended(make_run: MakeRun) -> None:
