@@ -204,12 +204,6 @@ _TOKENS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
             r"gsk_[A-Za-z0-9]{20,}|dapi[0-9a-f]{32})(?![\w-])"
         ),
     ),
-    # NATS nkey seeds (user, account, operator, server, cluster, curve): S, the type, 56 base32 characters.
-    (
-        "nkey-seed",
-        ("su", "sa", "so", "sn", "sc", "sx", "sp"),
-        re.compile(r"(?<![\w-])S[UAONCXP][A-Z2-7]{56}(?![\w-])"),
-    ),
     (
         "cloud-key",
         ("key=", "sig=", "signature="),
@@ -223,7 +217,11 @@ _TOKENS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
 # hex), and the character entropy of random text. Known-safe values (the run's id, digests it recorded) are
 # given to the sanitizer (``safe``): an allow-list of values, not of shapes.
 _ENTROPY_RUN = re.compile(r"[A-Za-z0-9+]{16,}")
-_ENTROPY_TOKEN = re.compile(r"(?<![\w+/=.%-])(?=[\w+/%-]*?[A-Za-z0-9+]{16})[\w+/%-]+={0,2}")
+# NATS nkey seeds (user, account, operator, server, cluster, curve): S, the type, 56 base32 characters (no lower
+# case: the entropy rule passes them by). Looked for where _ENTROPY_RUN finds a run, as it does in a seed.
+_NKEY_SEED = re.compile(r"(?<![\w-])S[UAONCXP][A-Z2-7]{56}(?![\w-])")
+_PAST_F = re.compile(r"[g-zG-Z]")
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_+/%-")
 _ENTROPY_MIN_BITS = 3.5  # per character, of the run (random base62 of 16 characters: about 3.9)
 _ENTROPY_MIN_CHANGES = 0.4  # of the places where the kind of character may change, where it does
 _SAFE_FIELD = re.compile(
@@ -1259,7 +1257,7 @@ class Sanitizer:
         if _SECRET_WORD.search(low):
             text = _SECRET_FLAG.sub(self._secret_flag, _secret_assignments(text))
         if _ENTROPY_RUN.search(text):  # last: what a key or a format names is redacted as that
-            text = _ENTROPY_TOKEN.sub(self._entropy_token, text)
+            text = self._high_entropy(_NKEY_SEED.sub(_redact("nkey-seed"), text))
         return text
 
     @staticmethod
@@ -1274,16 +1272,35 @@ class Sanitizer:
             return m[0]
         return m["k"] + _redact("secret")
 
-    def _entropy_token(self, m: re.Match[str]) -> str:
-        """A token of _ENTROPY_TOKEN redacted where a run of it reads as random (_random_run); the pieces of a
-        path that do not are kept. A value the sanitizer was told is safe, or that a field of the project's own
-        records holds (a digest, the run id), is kept."""
-        token = m[0]
-        if token in self._safe or _SAFE_FIELD.search(m.string, max(0, m.start() - 40), m.start()):
-            return token
-        pieces = token.split("/")
-        redacted = [_redact("token") if any(map(_random_run, _ENTROPY_RUN.findall(p))) else p for p in pieces]
-        return "/".join(redacted) if redacted != pieces else token
+    def _high_entropy(self, text: str) -> str:
+        """``text`` with each token (a word of letters, digits and ``_+/%-``, "=" padding after it) that holds a
+        run reading as random (_random_run) redacted; of a path, only the pieces that hold one. A value the
+        sanitizer was told is safe, or that a field of the project's own records holds (a digest, the run id),
+        is kept."""
+        out: list[str] = []
+        at = judged = 0  # where the text not yet written starts; where the last token judged ends
+        for run in _ENTROPY_RUN.finditer(text):
+            if run.start() < judged or not _PAST_F.search(run[0]) or not _random_run(run[0]):
+                continue
+            start, end = run.start(), run.end()
+            while start > judged and text[start - 1] in _TOKEN_CHARS:
+                start -= 1
+            while end < len(text) and text[end] in _TOKEN_CHARS:
+                end += 1
+            padding = end
+            while end < len(text) and text[end] == "=" and end - padding < 2:
+                end += 1
+            judged = end
+            token = text[start:end]
+            if token in self._safe or _SAFE_FIELD.search(text, max(0, start - 40), start):
+                continue
+            pieces = token.split("/")
+            kept = [
+                p if not any(map(_random_run, _ENTROPY_RUN.findall(p))) else _redact("token") for p in pieces
+            ]
+            out += (text[at:start], "/".join(kept))
+            at = end
+        return "".join(out) + text[at:] if out else text
 
     def _rules_hinted(self, low: str) -> bool:
         """Whether the lower case of a line holds a literal of _COMMAND_CREDENTIALS, _CLOUD_IDS or _HARDWARE_IDS:
@@ -1470,6 +1487,9 @@ class Sanitizer:
                 return m[0]
             if _VERSION_AFTER.match(m.string, m.end()):
                 return m[0]
+            known = self._known("ipv4", m[0])
+            if known is not None:
+                return known
             if self._four_part_version(m):
                 return m[0]
             return self._ipv4_placeholder(m[0])

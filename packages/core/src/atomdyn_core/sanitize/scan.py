@@ -207,7 +207,7 @@ class _Builder:
             # words of the patterns that need no key (_WORDS); .netrc's "default login"
             self.words(_WORDS),
             rf"{self.lit('default')}[ \t]+{self.lit('login')}",
-            # NATS nkey seeds (_TOKENS): S, the type, 56 base32 characters
+            # NATS nkey seeds (_NKEY_SEED): S, the type, 56 base32 characters
             rf"{self.lit('s')}{self.cls('uaoncxp')}{'[0g-z]' if self.shapes else '[a-z2-7]'}{{56}}",
             # high-entropy tokens (_ENTROPY_RUN, _random_run): a run of 16 letters, digits and "+" or more with a
             # letter past f (and, on plain text, a digit)
