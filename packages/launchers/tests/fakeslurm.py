@@ -72,7 +72,7 @@ EXIT_INVALID_JOB = 2017 & 0xFF
 EXIT_ALREADY_DONE = 2021 & 0xFF
 
 
-SQUEUE_FIELDS = ("i", "j", "T", "r", "N", "P")  # the ``squeue -o`` fields the fake fills in
+SQUEUE_FIELDS = ("i", "j", "T", "r", "N", "P", "Z")  # the ``squeue -o`` fields the fake fills in
 
 
 class Unmodelled(AssertionError):
@@ -110,6 +110,7 @@ class FakeJob:
     role: str | None = None
     register_args: dict[str, Any] | None = None
     log_dir: Path | None = None
+    workdir: str = ""  # sbatch --chdir (squeue's %Z)
     step_id: int | None = None
     state: str = "PENDING"
     reason: str | None = "Priority"
@@ -352,6 +353,7 @@ class FakeCluster:
         job = self._new_job(name, node, None, ["sbatch", *args], text=text)
         if "output" in opts:
             job.log_dir = Path(opts["output"]).parent
+        job.workdir = opts.get("chdir", "")
         return 0, f"{job.job_id}\n", ""
 
     def _squeue(self, args: list[str]) -> tuple[int, str, str]:
@@ -360,11 +362,11 @@ class FakeCluster:
         at = args.index("-o")
         fmt = args[at + 1]
         opts, rest = _options([*args[:at], *args[at + 2 :]])
-        if rest or set(opts) - {"h", "jobs", "s"} or "h" not in opts:
+        if rest or set(opts) - {"h", "jobs", "s", "steps", "me"} or "h" not in opts:
             raise Unmodelled(f"squeue {args}")
         if set(re.findall(r"%([A-Za-z])", fmt)) - set(SQUEUE_FIELDS):
             raise Unmodelled(f"squeue format {fmt!r}: the fake answers only %{', %'.join(SQUEUE_FIELDS)}")
-        if "s" in opts:  # the steps of the listed jobs
+        if "s" in opts or "steps" in opts:  # the steps of the listed jobs (every job is the user's: --me)
             wanted = {int(j) for j in opts["jobs"].split(",")} if opts.get("jobs") else None
             alive = [j for j in self.jobs.values() if not j.purged and (wanted is None or j.job_id in wanted)]
             if wanted and not alive:
@@ -397,6 +399,7 @@ class FakeCluster:
             "r": job.reason or "None",
             "N": (job.node or "") if running else "",
             "P": self.partition,
+            "Z": job.workdir,
         }
 
         def field_of(match: re.Match[str]) -> str:

@@ -5,6 +5,7 @@ command lines the client sent it."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,9 +26,11 @@ from fakeslurm import (
 
 from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.etcd.client import EtcdClient
+from atomdyn_launchers.run import ports
 from atomdyn_launchers.run.context import Hook, LaunchFailure
 from atomdyn_launchers.run.launch import serve
 from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.run.orphans import clean_before_run
 from atomdyn_launchers.run.stages import stop as stop_stage
 from atomdyn_launchers.run.stages.etcd import watch_etcd
 from atomdyn_launchers.run.stages.record import record
@@ -641,3 +644,36 @@ def test_a_step_not_listed_yet_when_the_run_stops_has_its_srun_stopped(
     assert ("cancelled", "decode", "srun stopped before its step was listed") in run.events("cancelled")
     assert [c for c in cluster.ran("scancel") if f"{allocation}.{decode.step_id}" in c] == []
     assert cluster.job(allocation).state == "RUNNING"
+
+
+# -- orphans: a run whose launcher died ---------------------------------------------------------------------
+
+
+def test_a_dead_launchers_run_has_its_jobs_stopped_keys_deleted_and_lease_released(
+    make_run: MakeRun, cluster: FakeCluster, etcd: str
+) -> None:
+    old = make_run()
+    watch_etcd(old.ctx, old.monitor)
+    submit(old.ctx, old.monitor)
+    cluster.wait(lambda: all(cluster.by_role(r).lease is not None for r in ("prefill", "decode")))
+    shared, run_id = old.ctx.config.shared_dir, old.ctx.rundir.run_id
+    ports.allocate(shared, run_id, old.path, [("prefill", 1), ("decode", 0)])
+    lease_file = ports.lease_dir(shared) / f"{run_id}.json"
+    lease = json.loads(lease_file.read_text())
+    lease["launcher"]["start_time"] = 1  # the process that held it is gone (its pid runs something else now)
+    lease_file.write_text(json.dumps(lease))
+    old.ctx.etcd.watcher.stop()  # the launcher died: nothing of it watches or stops anything
+    old.ctx.etcd.presence.stop()
+
+    new = make_run()
+    clean_before_run(new.ctx.config, new.ctx.slurm, new.ctx.progress)
+    jobs = {role: cluster.by_role(role) for role in ("prefill", "decode")}
+    for job in jobs.values():
+        assert job.signals == ["TERM (batch)"] and job.state == "COMPLETED"
+    note = json.loads((old.path / "orphan-cleanup.json").read_text())
+    assert note["jobs_stopped"] == sorted(j.job_id for j in jobs.values())
+    assert (note["jobs_cancelled_hard"], note["etcd_keys"]) == ([], "deleted")
+    assert EtcdClient(etcd).get_prefix(f"atomdyn/runs/{run_id}/")[0] == {}
+    assert all(lease.run_id != run_id for lease in ports.leases(shared))
+    assert f"orphaned run {run_id}: stopped jobs" in new.printed()
+    assert ["squeue", "--me", "-h", "-o", "%i|%T|%Z"] in cluster.ran("squeue")
