@@ -5,6 +5,8 @@ command lines the client sent it."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import threading
 import time
@@ -17,18 +19,22 @@ from fakeslurm import (
     TIMED_OUT,
     FakeCluster,
     FakeRun,
+    FakeSlurm,
     FrontendBehaviour,
     Script,
+    fake_config,
     fake_frontend,
     fake_run,
     loopback_etcd,
 )
 
+from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.etcd.client import EtcdClient
+from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run import ports
 from atomdyn_launchers.run.context import Hook, LaunchFailure
-from atomdyn_launchers.run.launch import serve
+from atomdyn_launchers.run.launch import Launch, serve
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.orphans import clean_before_run
 from atomdyn_launchers.run.stages import stop as stop_stage
@@ -677,3 +683,61 @@ def test_a_dead_launchers_run_has_its_jobs_stopped_keys_deleted_and_lease_releas
     assert all(lease.run_id != run_id for lease in ports.leases(shared))
     assert f"orphaned run {run_id}: stopped jobs" in new.printed()
     assert ["squeue", "--me", "-h", "-o", "%i|%T|%Z"] in cluster.ran("squeue")
+
+
+# -- Launch.run: orphans, preflight, run directory, port lease, etcd session, the stages --------------------
+
+
+def _launch_config(etcd: str, runs: Path, tmp_path: Path) -> ClusterConfig:
+    """The fake cluster's configuration with a venv and a model directory the preflight finds."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    mocker = venv / "lib" / "python3.12" / "site-packages" / "dynamo" / "mocker"
+    mocker.mkdir(parents=True)
+    (mocker / "__main__.py").write_text("")
+    (tmp_path / "model").mkdir()
+    return dataclasses.replace(
+        fake_config(etcd, runs.parent), python_venv=venv, model_path=tmp_path / "model"
+    )
+
+
+def test_launch_refuses_a_partition_slurm_does_not_have_before_anything_is_created(
+    cluster: FakeCluster, etcd: str, runs: Path, tmp_path: Path
+) -> None:
+    cluster.partition = "cpu"
+    config = _launch_config(etcd, runs, tmp_path)
+    options = LaunchOptions(kind="disagg", node_check=False, runs_root=tmp_path / "runs")
+    launch = Launch(
+        config, options, slurm=FakeSlurm(config, cluster), progress=Progress(stream=io.StringIO())
+    )
+    with pytest.raises(PreflightError, match=r"SLURM_PARTITION 'gpu' does not exist \(partitions: cpu\)"):
+        launch.run()
+    assert cluster.ran("sbatch") == [] and not (tmp_path / "runs").exists()
+
+
+def test_launch_of_a_failing_role_records_the_run_and_releases_its_port_lease(
+    cluster: FakeCluster, etcd: str, runs: Path, tmp_path: Path
+) -> None:
+    cluster.script("decode", Script(register=False, exit_after_s=0.2, failure="process decode exited first"))
+    config = _launch_config(etcd, runs, tmp_path)
+    options = LaunchOptions(kind="disagg", node_check=False, runs_root=tmp_path / "runs", requests=2)
+    output = io.StringIO()
+    outcome = Launch(
+        config, options, slurm=FakeSlurm(config, cluster), progress=Progress(stream=output)
+    ).run()
+    assert (
+        outcome.failure is not None
+        and "(decode) ended early: FAILED, exit 1:0: process decode" in outcome.failure
+    )
+    data = json.loads((outcome.run_dir / "run.json").read_text())
+    assert (
+        data["result"] == "fail"
+        and data["ports"]["decode"]
+        == json.loads((outcome.run_dir / "ports.json").read_text())["roles"]["decode"]
+    )
+    assert all(lease.run_id != outcome.run_id for lease in ports.leases(config.shared_dir))
+    assert cluster.by_role("prefill").state == "COMPLETED"
+    # What the preflight asked of Slurm, through the real client: the partition and the nodes.
+    assert ["sinfo", "-h", "-o", "%P"] in cluster.ran("sinfo")
+    assert ["sinfo", "-h", "-N", "-o", "%N %T", "--partition=gpu"] in cluster.ran("sinfo")
