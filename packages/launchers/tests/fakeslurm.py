@@ -22,6 +22,11 @@ next commands of a kind fail as a loaded controller does.
 Job steps of an allocation (``--allocation``): :meth:`FakeCluster.allocate` makes a RUNNING allocation;
 :meth:`FakeSlurm.start_step` stands for srun (a :class:`FakeSrun` in place of the child process), the step is
 listed by ``squeue --steps`` and ends as a batch job does, its end read from the fake srun's exit status.
+
+Around it, what the stages talk to besides Slurm: a real etcd on loopback (:func:`loopback_etcd`; the launcher's
+watch, presence and the registrations are etcd's own), Dynamo's frontend as an HTTP server (:func:`fake_frontend`:
+/health, chat completions with P/D evidence, /metrics), and :func:`fake_run`, the context ``Launch.run`` builds
+after its preflight, over the fake.
 """
 
 from __future__ import annotations

@@ -123,6 +123,16 @@ def test_scancel_answers_as_slurm_for_jobs_done_pending_or_unknown(
         slurm.signal_batch([99])
 
 
+def test_a_held_job_stays_pending_with_its_reason_until_released(cluster: FakeCluster, script: Path) -> None:
+    cluster.script("decode", Script(hold=True, pending_reason="Resources"))
+    slurm = FakeSlurm(CONFIG, cluster)
+    job_id = _submit(slurm, script)
+    assert slurm.queue([job_id]) == {job_id: "PENDING"}
+    assert (slurm.job(job_id).state, slurm.job(job_id).reason) == ("PENDING", "Resources")
+    cluster.release(job_id)
+    assert slurm.wait_for(job_id, lambda i: i.state == "RUNNING", timeout=5, what="running").reason is None
+
+
 def test_a_refusal_fails_the_next_commands_and_then_passes(cluster: FakeCluster, script: Path) -> None:
     slurm = FakeSlurm(CONFIG, cluster)
     cluster.refuse("sbatch", 2, "sbatch: error: Batch job submission failed: Socket timed out")
