@@ -42,6 +42,20 @@ _HEX_COMMIT = re.compile(rf"[0-9a-f]{{{MIN_COMMIT_CHARS},40}}")
 _VERSION_FILE_COMMIT = re.compile(
     rf"^\s*(?:__commit_id__|commit_id)\s*=[^\n#]*?['\"]g?([0-9a-f]{{{MIN_COMMIT_CHARS},40}})['\"]", re.M
 )
+# The SGLang engine's image (SGLang's ROCm image for MI35x with Dynamo's wheels) names its platform "sglang" in
+# the file, with the MORI commit it must carry: one that contains ROCm/mori#509's fix of the sub-allocated dma-buf
+# offset (commit 0d05a4d2, docs/mori-path.md), which the lock's writer checks in MORI's history (the image has
+# none). MORI's version is setuptools-scm's (its pyproject.toml): amd_mori's "<version>+g<short sha>", also in
+# mori/_version.py ("__version__ = '<version>'").
+SGLANG_PLATFORM = "sglang"
+SGLANG_EXPECTED_KEYS = ("ai-dynamo", "ai-dynamo-runtime", "sglang")
+MORI_COMMIT_KEY = "mori_commit"
+MORI_FIX_COMMIT = "0d05a4d244e803e8366cc693685a266314cc0f2a"  # ROCm/mori#509
+MORI_DISTRIBUTION = "amd_mori"
+_MORI_VERSION_FILE = re.compile(r"^\s*__version__\s*=\s*['\"]([^'\"]+)['\"]", re.M)
+# What a dynamo.sglang worker imports (dynamo/sglang/main.py imports args, which imports SGLang's server_args),
+# and MORI's transfer engine, which SGLang's mori backend imports (srt/disaggregation/mori/conn.py).
+SGLANG_MODULES = ("dynamo.frontend", "dynamo.sglang.args", "dynamo.sglang.main", "mori.io")
 
 
 @dataclass(frozen=True)
@@ -68,15 +82,27 @@ def load_expected(path: Path) -> dict[str, str]:
     if not isinstance(versions, dict):
         raise ExpectedError(f"{path}: missing object 'versions'")
     platform = raw.get("platform", "rocm")
-    if platform not in ("rocm", CPU_PLATFORM):
-        raise ExpectedError(f"{path}: 'platform' is {platform!r}, expected 'rocm' or '{CPU_PLATFORM}'")
-    keys = CPU_EXPECTED_KEYS if platform == CPU_PLATFORM else EXPECTED_KEYS
+    if platform not in ("rocm", CPU_PLATFORM, SGLANG_PLATFORM):
+        raise ExpectedError(
+            f"{path}: 'platform' is {platform!r}, expected 'rocm', '{CPU_PLATFORM}' or '{SGLANG_PLATFORM}'"
+        )
+    keys = {CPU_PLATFORM: CPU_EXPECTED_KEYS, SGLANG_PLATFORM: SGLANG_EXPECTED_KEYS}.get(
+        platform, EXPECTED_KEYS
+    )
     missing = [key for key in keys if not isinstance(versions.get(key), str) or not versions.get(key)]
     if missing:
         raise ExpectedError(f"{path}: 'versions' lacks {', '.join(missing)}")
     expected = {key: str(versions[key]) for key in keys}
-    if platform == CPU_PLATFORM:
-        expected["platform"] = CPU_PLATFORM
+    if platform in (CPU_PLATFORM, SGLANG_PLATFORM):
+        expected["platform"] = platform
+    if platform == SGLANG_PLATFORM:
+        mori = raw.get(MORI_COMMIT_KEY)
+        if not isinstance(mori, str) or not _HEX_COMMIT.fullmatch(mori):
+            raise ExpectedError(
+                f"{path}: '{MORI_COMMIT_KEY}' is {mori!r}, expected {MIN_COMMIT_CHARS} to 40 lowercase hex digits "
+                f"(a MORI commit that contains ROCm/mori#509's fix {MORI_FIX_COMMIT[:8]})"
+            )
+        expected[MORI_COMMIT_KEY] = mori
     commit = raw.get(VLLM_COMMIT_KEY)
     if commit is not None:
         if not isinstance(commit, str) or not _HEX_COMMIT.fullmatch(commit):
@@ -321,6 +347,66 @@ def check_vllm_commit(expected: dict[str, str]) -> Check:
     return Check(name, True, f"vLLM {commit} ({origin}) is the lock's {want[:12]}")
 
 
+def _mori_package_dir() -> Path | None:
+    spec = util.find_spec("mori")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def check_mori_commit(expected: dict[str, str]) -> Check:
+    """The installed MORI is the lock's commit, one that contains ROCm/mori#509's dma-buf offset fix: from
+    amd_mori's installed version, then mori/_version.py."""
+    name = "mori-commit"
+    version = _dist_version(MORI_DISTRIBUTION)
+    package = _mori_package_dir()
+    if version is None and package is None:
+        return Check(name, False, "MORI is not installed (no amd_mori distribution, no mori package)")
+    looked: list[str] = []
+    found: tuple[str, str] | None = None
+    if version is not None:
+        looked.append(f"{MORI_DISTRIBUTION} version {version}")
+        commit = _commit_from_version(version)
+        found = (commit, f"{MORI_DISTRIBUTION} {version}") if commit else None
+    if found is None and package is not None:
+        looked.append(f"{package / '_version.py'}")
+        match = _MORI_VERSION_FILE.search(_read_text(package / "_version.py") or "")
+        commit = _commit_from_version(match.group(1)) if match else None
+        found = (commit, f"mori/_version.py {match.group(1)}") if commit and match else None
+    if found is None:
+        return Check(
+            name,
+            False,
+            f"cannot tell which MORI commit is installed (looked at: {', '.join(looked)}): a MORI built outside "
+            "git carries no commit, so it cannot be shown to contain ROCm/mori#509's fix",
+        )
+    commit, origin = found
+    want = expected[MORI_COMMIT_KEY]
+    if not same_commit(commit, want):
+        return Check(
+            name,
+            False,
+            f"MORI is {commit} ({origin}), the lock says {want[:12]}: an image's MORI must be the lock's commit, "
+            f"one that contains ROCm/mori#509's dma-buf offset fix ({MORI_FIX_COMMIT[:8]})",
+        )
+    return Check(
+        name,
+        True,
+        f"MORI {commit} ({origin}) is the lock's {want[:12]}, which contains {MORI_FIX_COMMIT[:8]}",
+    )
+
+
+def check_sglang_imports() -> Check:
+    imported = []
+    for module in SGLANG_MODULES:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            return Check("sglang-imports", False, _import_failure(module, exc))
+        imported.append(module)
+    return Check("sglang-imports", True, "imported " + ", ".join(imported))
+
+
 # What a worker imports: ``python -m dynamo.vllm`` runs dynamo/vllm/__main__.py, which imports ``main``; ``main``
 # imports ``args`` and ``handlers``, and those import vLLM (vllm.config, vllm.v1.metrics.prometheus,
 # vllm.renderers.embed_utils, vllm.distributed.kv_events in ai-dynamo 1.3.0.post1). The package's own __init__ holds
@@ -506,6 +592,15 @@ def run_checks(expected: dict[str, str], worker_args: dict[str, list[str]] | Non
             lambda: check_dynamo_worker_args(worker_args),
         ]
         return [step() for step in cpu_steps]
+    if expected.get("platform") == SGLANG_PLATFORM:
+        sglang_steps: list[Callable[[], Check]] = [
+            lambda: check_versions("dynamo-version", ["ai-dynamo", "ai-dynamo-runtime"], expected),
+            lambda: check_versions("sglang-version", ["sglang"], expected),
+            lambda: check_mori_commit(expected),
+            check_torch_rocm,
+            check_sglang_imports,
+        ]
+        return [step() for step in sglang_steps]
     steps: list[Callable[[], Check]] = [
         lambda: check_versions("dynamo-version", ["ai-dynamo", "ai-dynamo-runtime"], expected),
         lambda: check_versions("atom-version", ["atom"], expected),
