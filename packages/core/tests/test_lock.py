@@ -95,6 +95,7 @@ BAD_INPUTS = [
     pytest.param(["sources", "ucx", "surprise"], 1, "$.sources.ucx.surprise", id="unknown-key"),
     pytest.param(["wheels", "nixl", "filename"], _DELETE, "$.wheels.nixl.filename", id="missing-field"),
     pytest.param(["wheels", "nixl", "size"], -1, "$.wheels.nixl.size", id="negative-size"),
+    pytest.param(["wheels", "nixl", "size"], 10**30, "$.wheels.nixl.size", id="implausible-size"),
     pytest.param(["wheels", "nixl", "roles"], ["nonsense"], "$.wheels.nixl.roles[0]", id="unknown-role"),
     pytest.param(["schema_version"], 99, "$.schema_version", id="future-schema"),
     pytest.param(

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from atomdyn_core.bounded import MIB, FileReadError, read_bytes
 from atomdyn_core.jsonload import JSONNestingError, loads_bounded
 
 SCHEMA_VERSION = 1
@@ -29,6 +30,9 @@ _WHEEL_SOURCES = ("pypi", "url")
 WHEEL_ROLES = frozenset({"image-base", "image-overlay", "rehearsal", "gpu-evidence", "etcd"})
 # The schema nests four levels ($.sources.<name>.archive.url); anything far deeper is not a lock.
 MAX_DEPTH = 16
+LOCK_MAX_BYTES = 16 * MIB  # the lock is a few hundred KiB; a device or a runaway file is refused
+# The largest artifact a lock may pin: a ROCm base image is tens of GiB; 10**30 bytes is no download.
+MAX_ARTIFACT_BYTES = 1 << 40
 # Names that become file names (a source's archive, a wheel, a .deb in a cache or a mirror) are plain base
 # names: no '/', NUL, newline or other control character, never '.' or '..'.
 _ENTRY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -197,12 +201,14 @@ def find_lock_path(start: Path | None = None) -> Path:
 def load_lock(path: Path | None = None) -> Lock:
     lock_path = Path(path) if path is not None else find_lock_path()
     try:
-        text = lock_path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise LockError("$", f"cannot read {lock_path}: {exc.strerror or exc}") from exc
+        data = read_bytes(lock_path, LOCK_MAX_BYTES, "lock")
+    except FileReadError as exc:
+        raise LockError("$", str(exc)) from None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise LockError(
-            "$", f"{lock_path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+            "$", f"{lock_path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
         ) from None
     return parse_lock(text, lock_path)
 
@@ -376,6 +382,12 @@ def _size(entry: _Obj) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise LockError(entry.path("size"), f"must be a positive integer or {UNRECORDED!r} (got {value!r})")
+    if value > MAX_ARTIFACT_BYTES:
+        raise LockError(
+            entry.path("size"),
+            f"{value} bytes is not a plausible size (more than {MAX_ARTIFACT_BYTES >> 30} GiB, the largest an "
+            "image, wheel or archive of the lock may be)",
+        )
     return value
 
 

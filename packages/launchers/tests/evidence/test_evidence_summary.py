@@ -158,7 +158,7 @@ def test_recollecting_replaces_the_evidence_whole(atom_run: Path, tmp_path: Path
     out, _ = collect(_as_engine(atom_run, "vllm"), tmp_path / "evidence")
     stale = out / "excerpts" / "stale.txt"
     stale.write_text("from an earlier collection")
-    out2, summary = collect(atom_run, tmp_path / "evidence")
+    out2, summary = collect(atom_run, tmp_path / "evidence", replace=True)
     assert out2 == out and not stale.exists() and summary["verdict"] == "pass"
     assert sorted(p.name for p in (tmp_path / "evidence").iterdir()) == [ATOM_RUN_ID]
 
@@ -265,12 +265,16 @@ def test_results_and_readme_table(mocker_run: Path, atom_run: Path, tmp_path: Pa
     assert "old" not in table and table.endswith(f"{results.GLANCE_END}\n\nrest\n")
     assert (
         "| Two-node disaggregated prefill/decode (mocker) | PASS, 6/6 requests | rehearsal (CPU, mock engine) | "
-        f"[{MOCKER_RUN.name}](evidence/{MOCKER_RUN.name}/summary.md) |" in table
+        f"unsigned | [{MOCKER_RUN.name}](evidence/{MOCKER_RUN.name}/summary.md) |" in table
     )
+    verified, unverified = table.split(
+        "**Unverified claims.**"
+    )  # a platform but a rehearsal needs a signature
     assert (
-        "| KV handoff prefill to decode (vllm) | PASS (kv.transfers = 9) | unknown (no fingerprint), not MI355X |"
-        in table
+        "| KV handoff prefill to decode (vllm) | PASS (kv.transfers = 9) | unknown (no fingerprint), not MI355X | "
+        "unsigned |" in unverified
     )
+    assert "(vllm)" not in verified
     assert "| KV handoff prefill to decode (mocker) | PASS (requests.pd_split = 6) |" in table
     assert not results.update_readme(readme, results.glance_table(summaries, "evidence"))  # unchanged
 
@@ -420,7 +424,7 @@ def test_results_entry_follows_evidence_collected_again(mocker_run: Path, tmp_pa
     assert f"## {MOCKER_RUN.name}: disagg / mocker: PASS" in results_md.read_text()
     lines = (mocker_run / "requests.jsonl").read_text().splitlines(keepends=True)
     (mocker_run / "requests.jsonl").write_text("".join(lines[:3]))
-    collect(mocker_run, evidence)  # the same run, judged again: it now fails
+    collect(mocker_run, evidence, replace=True)  # the same run, judged again: it now fails
     assert results.append_results(results_md, results.load_summaries(evidence)[0], "evidence") == (
         [],
         [MOCKER_RUN.name],

@@ -27,10 +27,12 @@ from jsonschema.exceptions import ValidationError  # type: ignore[import-untyped
 from jsonschema.validators import extend, validator_for  # type: ignore[import-untyped]
 
 from atomdyn_core.atomic import atomic_write_text
+from atomdyn_core.bounded import MIB, FileReadError, read_text
 from atomdyn_launchers.config.console import quiet_stdout
 from atomdyn_launchers.engines import ENGINE_NAMES
 
 SCHEMA_VERSION = 1
+RECIPE_MAX_BYTES = 1 * MIB  # a recipe is a page of YAML; a device or a runaway file is refused, named
 SCHEMA_ID = "https://atomdyn.invalid/recipe.schema.json"  # a name, not a location: nothing fetches it
 
 ROUTER_MODES = ["kv", "round-robin", "random"]
@@ -491,9 +493,9 @@ def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
 
 def load_recipe(path: Path) -> Recipe:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecipeError(f"recipe {path}: cannot read: {exc}") from None
+        text = read_text(path, RECIPE_MAX_BYTES, "recipe")
+    except FileReadError as exc:
+        raise RecipeError(f"recipe {exc}") from None
     return parse_recipe(text, str(path))
 
 

@@ -4,7 +4,6 @@ collection ``evidence`` offers, for scripts (nox, job scripts) that do not go th
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -12,20 +11,23 @@ from atomdyn_core.sanitize import Sanitizer, sanitize_file
 from atomdyn_launchers.evidence import bench, results, summary
 from atomdyn_launchers.evidence.certify_report import is_certify_bundle, verify_certify
 from atomdyn_launchers.evidence.data import CollectError
+from atomdyn_launchers.evidence.jsonfile import EvidenceJSONError, read_json
 from atomdyn_launchers.evidence.signature import SignatureError
 from atomdyn_launchers.evidence.verify import verify_path
 
 # What a command refuses with a message (exit 2) rather than a traceback: bad input, named.
-USAGE_ERRORS = (CollectError, SignatureError, results.ReportError)
+USAGE_ERRORS = (CollectError, SignatureError, results.ReportError, EvidenceJSONError)
 
 
-def collect(run_dir: Path, evidence_root: Path | None = None, sign_key: Path | None = None) -> int:
+def collect(
+    run_dir: Path, evidence_root: Path | None = None, sign_key: Path | None = None, replace: bool = False
+) -> int:
     """``evidence_root`` None: beside the runs (summary.default_evidence_root)."""
     if not run_dir.is_dir():
         print(f"evidence collect: {run_dir} is not a run directory", file=sys.stderr)
         return 2
     try:
-        out, data = summary.collect(run_dir, evidence_root, sign_key=sign_key)
+        out, data = summary.collect(run_dir, evidence_root, sign_key=sign_key, replace=replace)
     except USAGE_ERRORS as exc:
         print(f"evidence collect: {exc}", file=sys.stderr)
         return 2
@@ -54,24 +56,34 @@ def verify(paths: list[Path], signers: Path | None = None) -> int:
     return 0 if ok else 1
 
 
-def report(evidence_root: Path, results_md: Path, readme: Path | None) -> int:
+def report(
+    evidence_root: Path, results_md: Path, readme: Path | None, signers: Path | None = results.ALLOWED_SIGNERS
+) -> int:
     """Publish: everything is checked (the evidence root, every bundle, the README's markers) before either
-    record is written, so a refusal leaves both as they were."""
+    record is written, so a refusal leaves both as they were. ``signers``: the allowed-signers file whose keys
+    make a hardware row a result (results.py); without one every hardware row is an unverified claim."""
     try:
-        summaries, skipped = results.load_summaries(evidence_root)
+        # The README first: a device, a FIFO or a runaway file is refused before any bundle is read.
+        existing = results.current_glance(readme) if readme is not None else ""
+        if signers is not None and not signers.is_file():
+            signers = None  # no allowed signer: no bundle counts as signed
+        summaries, skipped = results.load_summaries(evidence_root, signers=signers)
         climbs = results.load_climbs(evidence_root)
         planned = results.plan_results(
             results_md, summaries, _relative(evidence_root, results_md.parent), climbs
         )
         readme_text = None
         if readme is not None:
-            table = results.glance_table(summaries, _relative(evidence_root, readme.parent))
+            table = results.glance_table(summaries, _relative(evidence_root, readme.parent), existing)
             readme_text = results.readme_with(readme, table)
     except USAGE_ERRORS as exc:
         print(f"evidence report: {exc}", file=sys.stderr)
         return 2
     for line in skipped:
         print(f"not published: {line}")
+    for found in summaries:
+        if found.get("_signature_note"):
+            print(f"signature: {found['_signature_note']}")
     added, rewritten = planned.added, planned.rewritten
     planned.write()
     print(f"{results_md}: {len(added)} run(s) added" + (f": {', '.join(added)}" if added else ""))
@@ -103,7 +115,7 @@ def _sanitizer_for(path: Path) -> Sanitizer:
     """The run's own sanitizer when ``path`` lies in a run directory (it knows the nodes and the account)."""
     for parent in list(path.resolve().parents)[:3]:
         try:
-            run = json.loads((parent / "run.json").read_text(encoding="utf-8"))
+            run = read_json(parent / "run.json")
         except (OSError, ValueError):
             continue
         if isinstance(run, dict):
@@ -125,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         "project's)",
     )
     p.add_argument("--sign", type=Path, default=None, help="sign with this ssh key (default: unsigned)")
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace an existing bundle of the run that says something else (recorded in the new one)",
+    )
     p = sub.add_parser(
         "verify", help="judge run directories or check evidence directories; exit 1 on failure"
     )
@@ -134,6 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--evidence", type=Path, default=Path("evidence"))
     p.add_argument("--results", type=Path, default=Path("results/RESULTS.md"))
     p.add_argument("--readme", type=Path, default=None)
+    p.add_argument(
+        "--allowed-signers",
+        type=Path,
+        default=results.ALLOWED_SIGNERS,
+        help="the allowed-signers file whose keys make a hardware row a result (default: %(default)s)",
+    )
     p = sub.add_parser("sanitize", help="print the sanitized text of a file")
     p.add_argument("path", type=Path)
     sub.add_parser("bench", help="parsing bench (see --help of the bench module)", add_help=False)
@@ -144,11 +167,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if args.command == "collect":
-            return collect(args.run_dir, args.evidence, args.sign)
+            return collect(args.run_dir, args.evidence, args.sign, args.replace)
         if args.command == "verify":
             return verify(args.paths, args.signer)
         if args.command == "report":
-            return report(args.evidence, args.results, args.readme)
+            return report(args.evidence, args.results, args.readme, args.allowed_signers)
         return print_sanitized(args.path)
     except USAGE_ERRORS as exc:
         print(f"evidence {args.command}: {exc}", file=sys.stderr)

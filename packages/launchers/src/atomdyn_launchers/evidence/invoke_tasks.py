@@ -56,14 +56,18 @@ def _asked_for_help(name: str, value: str) -> bool:
         "evidence": "evidence root (default: beside the runs, <SHARED_DIR>/evidence, where a user's runs go; "
         "'evidence' publishes into the project's committed evidence/)",
         "sign": "an ssh key to sign the evidence with, where the run ran (ssh-keygen -Y sign; default: unsigned)",
+        "replace": "replace an existing bundle of the run that says something else (recorded in the new one; "
+        "default: refuse)",
     }
 )
-def collect(c: Context, run_dir: str, evidence: str = "", sign: str = "") -> None:
+def collect(c: Context, run_dir: str, evidence: str = "", sign: str = "", replace: bool = False) -> None:
     """Write sanitized <evidence>/<run-id>/ (summary.json, summary.md, excerpts, PNGs) for a run."""
     if _asked_for_help("collect", run_dir):
         return
     _done(
-        lambda: cli.collect(Path(run_dir), Path(evidence) if evidence else None, Path(sign) if sign else None)
+        lambda: cli.collect(
+            Path(run_dir), Path(evidence) if evidence else None, Path(sign) if sign else None, replace
+        )
     )
 
 
@@ -86,13 +90,26 @@ def verify(c: Context, path: str, signer: str = "") -> None:
         "evidence": "evidence root",
         "results": "the RESULTS.md to append",
         "readme": "README to update ('' for none)",
+        "allowed_signers": "the allowed-signers file whose keys make a hardware row a result (default: "
+        "evidence/allowed_signers; an unsigned hardware row goes to the unverified claims' table)",
     }
 )
 def report(
-    c: Context, evidence: str = "evidence", results: str = "results/RESULTS.md", readme: str = "README.md"
+    c: Context,
+    evidence: str = "evidence",
+    results: str = "results/RESULTS.md",
+    readme: str = "README.md",
+    allowed_signers: str = "evidence/allowed_signers",
 ) -> None:
-    """Append new runs to results/RESULTS.md and regenerate the README's "Result at a glance"."""
-    _done(lambda: cli.report(Path(evidence), Path(results), Path(readme) if readme else None))
+    """Append new runs to results/RESULTS.md and merge them into the README's "Result at a glance"."""
+    _done(
+        lambda: cli.report(
+            Path(evidence),
+            Path(results),
+            Path(readme) if readme else None,
+            Path(allowed_signers) if allowed_signers else None,
+        )
+    )
 
 
 @task(help={"path": "any text file (a log, a job script, run.json)"})

@@ -5,12 +5,18 @@ Only evidence that verifies is published: every summary is judged again from its
 collection stops the report; evidence collected in the old format (no data to recompute from) is left out
 of both and named. RESULTS.md is a chronological record, one entry per collected run, ordered by run id (its
 UTC timestamp); entries already there are kept as they are. The README table lives between two marker
-comments and is regenerated whole from the summaries: the latest run of each capability and platform.
+comments: the latest run of each capability and platform, its rows merged with those already there (a row
+whose evidence lies in another evidence root stays; one of this root is drawn again from its summary).
+
+Every row says who signed its bundle (a key of ``evidence/allowed_signers``, checked here) or ``unsigned``. A
+row whose platform is hardware (anything but a rehearsal) from a bundle no allowed key signed goes into a
+second, separately headed table of unverified claims, never into the results table itself: a bundle whose
+``data/`` was written by hand verifies, so only a signature made where the run ran backs a hardware claim
+(docs/run-directory.md).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
@@ -18,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_text
-from atomdyn_launchers.evidence import mdtext
+from atomdyn_launchers.evidence import mdtext, signature
 from atomdyn_launchers.evidence.certify_report import BUNDLE_PREFIX, STATE_FILE, verify_certify
+from atomdyn_launchers.evidence.jsonfile import read_json, read_whole_text
 from atomdyn_launchers.evidence.summary import SCHEMA_VERSION, verdict_words
 from atomdyn_launchers.evidence.verify import verify_evidence
 
@@ -44,11 +51,13 @@ class ReportError(ValueError):
 
 
 def load_summaries(
-    evidence_root: Path, names: Collection[str] | None = None
+    evidence_root: Path, names: Collection[str] | None = None, signers: Path | None = None
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The summaries of ``evidence_root/<run-id>/`` (only those ``names`` names, when given) that verify,
     oldest run first, and a line for each one left out (collected in an older format). An evidence root that
-    is not a directory or holds no evidence, or evidence that does not verify, raises ReportError."""
+    is not a directory or holds no evidence, or evidence that does not verify, raises ReportError. Each
+    summary's ``_signed_by`` is the principal of ``signers`` (an allowed-signers file) whose key signed it,
+    else None (unsigned, or a signature no allowed key made: it is named in the skipped lines)."""
     if not evidence_root.is_dir():
         raise ReportError(f"{evidence_root}: no such evidence directory")
     paths = sorted(p for p in evidence_root.glob("*/summary.json") if names is None or p.parent.name in names)
@@ -59,8 +68,8 @@ def load_summaries(
     found, skipped = [], []
     for path in paths:
         try:
-            summary = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            summary = read_json(path, expect=None)
+        except (OSError, ValueError) as exc:
             raise ReportError(f"{path}: unreadable summary: {exc}") from exc
         if not isinstance(summary, dict):
             raise ReportError(f"{path}: not a JSON object")
@@ -72,6 +81,16 @@ def load_summaries(
         if not verdict.intact:
             raise ReportError(f"{path.parent} does not verify; nothing published:\n{verdict.text().rstrip()}")
         summary["_dir"] = path.parent.name
+        summary["_signed_by"] = None
+        if signers is not None and (path.parent / signature.SIGNATURE).exists():
+            try:
+                good, who = signature.check(path.parent, signers)
+            except signature.SignatureError as exc:  # a signers file with no key: nothing it signed counts
+                good, who = False, str(exc)
+            if good:
+                summary["_signed_by"] = who
+            else:
+                summary["_signature_note"] = f"{path.parent.name}: shown as unsigned: {who}"
         found.append(summary)
     return sorted(found, key=lambda s: str(s.get("run_id"))), skipped
 
@@ -119,7 +138,10 @@ def load_climbs(evidence_root: Path) -> list[dict[str, Any]]:
         verdict = verify_certify(path.parent)
         if not verdict.intact:
             raise ReportError(f"{path.parent} does not verify; nothing published:\n{verdict.text().rstrip()}")
-        state = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            state = read_json(path)
+        except (OSError, ValueError) as exc:
+            raise ReportError(f"{path}: unreadable: {exc}") from None
         state["_dir"] = path.parent.name
         found.append(state)
     return found
@@ -164,7 +186,10 @@ def plan_results(
     climbs: Iterable[dict[str, Any]] = (),
 ) -> PlannedResults:
     """What :func:`append_results` would write, written by nothing yet."""
-    text = results_md.read_text(encoding="utf-8") if results_md.exists() else _HEADER
+    try:
+        text = read_whole_text(results_md, "results record") if results_md.exists() else _HEADER
+    except ValueError as exc:
+        raise ReportError(str(exc)) from None
     if not text.endswith("\n"):
         text += "\n"
     starts = list(_ENTRY.finditer(text))
@@ -208,16 +233,50 @@ def _rank(capability: str) -> int:
     return next((i for i, name in enumerate(_ORDER) if capability.startswith(name)), len(_ORDER))
 
 
+# The keys whose signature makes a hardware row a result: the repository's, each added by a maintainer in a
+# reviewed commit (docs/run-directory.md says how).
+ALLOWED_SIGNERS = Path("evidence/allowed_signers")
+UNSIGNED = "unsigned"
+REHEARSAL = "rehearsal"  # the platform label's first word for runs that claim no hardware
+_UNVERIFIED_HEAD = (
+    "**Unverified claims.** Hardware results whose bundle no key of `evidence/allowed_signers` signed: their "
+    "verdict follows from their `data/`, but nothing shows that `data/` is what ran on that hardware "
+    '(docs/run-directory.md, "what a bundle proves"). They are not results of this project until signed.'
+)
+
+
+def signed_cell(summary: dict[str, Any]) -> str:
+    """``signed by <principal>`` when a key of the allowed signers signed the bundle, else ``unsigned``."""
+    who = summary.get("_signed_by")
+    return f"signed by {mdtext.text(who)}" if isinstance(who, str) and who else UNSIGNED
+
+
+def is_hardware_claim(platform: str) -> bool:
+    """Every platform label but a rehearsal's names hardware the run claims to have run on."""
+    return not platform.startswith(REHEARSAL)
+
+
+def verified_row(row: tuple[str, str, str, str, str]) -> bool:
+    """A row of the results table itself: a rehearsal, or a hardware claim an allowed key signed."""
+    return not is_hardware_claim(row[2]) or row[3].startswith("signed by ")
+
+
 def glance_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
     """(capability, result, platform, run dir) rows, as Markdown (run-supplied text escaped): the latest run
     per capability and platform."""
-    rows: dict[tuple[str, str], tuple[str, str, str, str]] = {}
+    return [(c, r, p, d) for c, r, p, _, d in _glance_rows(summaries)]
+
+
+def _glance_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, str, str, str, str]]:
+    """(capability, result, platform, signature, run dir) rows: :func:`glance_rows` with who signed."""
+    rows: dict[tuple[str, str], tuple[str, str, str, str, str]] = {}
     for s in summaries:  # oldest first: later runs overwrite
         platform = mdtext.text(s.get("platform"))
         engine = mdtext.text(s.get("engine_profile"))
+        signed = signed_cell(s)
         capability = f"{_CAPABILITY.get(str(s.get('kind')), mdtext.text(s.get('kind')))} ({engine})"
         verdict = mdtext.text(str(s.get("verdict")).upper())
-        rows[(capability, platform)] = (capability, f"{verdict}, {_requests(s)}", platform, s["_dir"])
+        rows[(capability, platform)] = (capability, f"{verdict}, {_requests(s)}", platform, signed, s["_dir"])
         if s.get("kind") == "disagg":
             for gate_ids, name in (
                 # A real engine's own count of KV moved comes first; the mocker has only the worker-id split.
@@ -242,29 +301,80 @@ def glance_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, str, str, st
                         f"{name} ({engine})",
                         result,
                         platform,
+                        signed,
                         s["_dir"],
                     )
     return sorted(rows.values(), key=lambda row: (_rank(row[0]), row[0], row[2]))
 
 
-def glance_table(summaries: list[dict[str, Any]], link_prefix: str) -> str:
-    out = ["| capability | result | platform | evidence |", "|---|---|---|---|"]
-    for capability, result, platform, run_dir in glance_rows(summaries):
-        out.append(
-            f"| {capability} | {result} | {platform} | [{run_dir}]({link_prefix}/{run_dir}/summary.md) |"
-        )
-    if len(out) == 2:
-        out.append("| (no evidence collected yet) | | | |")
+_HEAD = ["| capability | result | platform | signature | evidence |", "|---|---|---|---|---|"]
+_CELL = re.compile(r"(?<!\\)\|")  # a cell border: a | that mdtext did not escape
+_LINK = re.compile(r"^\[[^\]]*\]\((.*)/[^/]+/summary\.md\)$")
+
+
+def _existing_rows(glance: str) -> list[tuple[str, str, str, str, str]]:
+    """The rows of a glance block as the README holds it (either table; a row of the older four-column table
+    is unsigned), the last cell the evidence link as written."""
+    rows = []
+    for line in glance.splitlines():
+        cells = [c.strip() for c in _CELL.split(line.strip())]
+        if len(cells) < 6 or cells[0] or cells[-1] or line.startswith(("|---", "| capability |")):
+            continue
+        cells = cells[1:-1]
+        if len(cells) == 4:
+            cells.insert(3, UNSIGNED)
+        if len(cells) == 5 and _LINK.match(cells[4]):
+            rows.append((cells[0], cells[1], cells[2], cells[3], cells[4]))
+    return rows
+
+
+def glance_table(summaries: list[dict[str, Any]], link_prefix: str, existing: str = "") -> str:
+    """The glance block: the results table, then (when there is one) the unverified claims' table. ``existing``
+    (the block the README holds now) is merged: its rows whose evidence lies under another root than
+    ``link_prefix`` stay unless a summary here draws a row of the same capability and platform."""
+    made = {
+        (c, p): (c, r, p, s, f"[{d}]({link_prefix}/{d}/summary.md)")
+        for c, r, p, s, d in _glance_rows(summaries)
+    }
+    for row in _existing_rows(existing):
+        link = _LINK.match(row[4])
+        if link is not None and link.group(1) != link_prefix:
+            made.setdefault((row[0], row[2]), row)
+    ordered = sorted(made.values(), key=lambda row: (_rank(row[0]), row[0], row[2]))
+    verified = [row for row in ordered if verified_row(row)]
+    unverified = [row for row in ordered if not verified_row(row)]
+    out = list(_HEAD) + ["| " + " | ".join(row) + " |" for row in verified]
+    if not verified:
+        out.append("| (no verified result yet) | | | | |")
+    if unverified:
+        out += ["", _UNVERIFIED_HEAD, "", *_HEAD]
+        out += ["| " + " | ".join(row) + " |" for row in unverified]
     return "\n".join(out) + "\n"
+
+
+def current_glance(readme: Path) -> str:
+    """The glance block the README holds now ('' when it has none)."""
+    text = _readme_text(readme)
+    begin, end = text.find(GLANCE_BEGIN), text.find(GLANCE_END)
+    return text[begin + len(GLANCE_BEGIN) : end] if 0 <= begin < end else ""
+
+
+README_MAX_BYTES = 4 << 20  # the README is tens of KiB: a device or a runaway file is refused, named
+
+
+def _readme_text(readme: Path) -> str:
+    try:
+        return read_whole_text(readme, "README", README_MAX_BYTES)
+    except FileNotFoundError as exc:
+        raise ReportError(f"{readme}: cannot be read: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ReportError(str(exc)) from None
 
 
 def readme_with(readme: Path, table: str) -> str | None:
     """The README with ``table`` between the glance markers, or None when it already shows it; ReportError
     when the README cannot be read or lacks the markers."""
-    try:
-        text = readme.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReportError(f"{readme}: cannot be read: {exc}") from None
+    text = _readme_text(readme)
     begin, end = text.find(GLANCE_BEGIN), text.find(GLANCE_END)
     if begin < 0 or end < begin:
         raise ReportError(f"{readme} lacks the markers {GLANCE_BEGIN} ... {GLANCE_END} (in that order)")

@@ -15,9 +15,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from atomdyn_core.bounded import MIB, FileReadError, read_text
+
 SIGNATURE = "summary.json.sig"
 NAMESPACE = "atomdyn-evidence"  # ssh-keygen's signature namespace: a signature for anything else never counts
 _TIMEOUT_S = 60
+SIGNERS_MAX_BYTES = 1 * MIB  # a few keys a line each
 
 
 class SignatureError(ValueError):
@@ -60,9 +63,9 @@ def sign(summary_json: Path, key: Path) -> Path:
 def _allowed_signers(keys: Path, out: Path) -> None:
     """KEYS as an allowed-signers file: a public-key line is allowed under its comment (or ``key-N``)."""
     try:
-        lines = keys.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SignatureError(f"{keys}: cannot read the signers: {exc}") from None
+        lines = read_text(keys, SIGNERS_MAX_BYTES, "signers file").splitlines()
+    except FileReadError as exc:
+        raise SignatureError(f"cannot read the signers: {exc}") from None
     allowed = []
     for number, line in enumerate(lines, 1):
         words = line.split()

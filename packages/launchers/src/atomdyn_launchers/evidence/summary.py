@@ -10,6 +10,8 @@ beside its final place and renamed into it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import getpass
 import hashlib
 import json
@@ -17,6 +19,7 @@ import os
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,7 @@ from atomdyn_launchers.evidence.data import (
 )
 from atomdyn_launchers.evidence.expectations import platform_label
 from atomdyn_launchers.evidence.gates import GateResult, evaluate, failed_count, overall
+from atomdyn_launchers.evidence.jsonfile import read_json
 from atomdyn_launchers.evidence.signals import SAFE_RUN_ID as SAFE_RUN_ID
 from atomdyn_launchers.evidence.signals import Signals, collect_signals
 
@@ -83,14 +87,14 @@ def _fingerprints(data: Path) -> tuple[dict[str, Any], str]:
     found: dict[str, Any] = {}
     for path in sorted((data / "fingerprints").glob("*.json")):
         try:
-            found[path.stem] = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-        except (OSError, json.JSONDecodeError) as exc:
+            found[path.stem] = read_json(path)
+        except (OSError, ValueError) as exc:
             found[path.stem] = {"error": f"unreadable: {exc}"}
     if found:
         return found, "saved by the run's jobs"
     try:
-        collector = json.loads((data / COLLECTOR_FINGERPRINT).read_text(encoding="utf-8", errors="replace"))
-    except (OSError, json.JSONDecodeError):
+        collector = read_json(data / COLLECTOR_FINGERPRINT)
+    except (OSError, ValueError):
         return {}, "none (the run saved none and the collector's is missing)"
     return {"collector": collector}, "collected where evidence.collect ran (the run saved none)"
 
@@ -322,27 +326,93 @@ def default_evidence_root(run_dir: Path) -> Path:
     )
 
 
+@contextlib.contextmanager
+def _collect_lock(evidence_root: Path, run_id: str) -> Iterator[None]:
+    """Hold ``<evidence_root>/.<run id>.collect-lock`` (fcntl.flock, released by the kernel if the process
+    dies): two collects of one run never interleave; the second is refused, named, instead of waiting."""
+    path = evidence_root / f".{run_id}.collect-lock"
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise CollectError(
+                f"{evidence_root / run_id}: another evidence.collect of this run is writing it ({path} is "
+                "locked); nothing written"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path, follow_symlinks=False).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder before us removed it: lock the one that is there now
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        os.close(fd)
+
+
+def _differences(old: Path, new: Path) -> list[str]:
+    """The files of two evidence directories that differ (the signature aside: a new one signs new bytes)."""
+
+    def digests(directory: Path) -> dict[str, str]:
+        found = {k: v for k, v in file_digests(directory).items() if k != signature.SIGNATURE}
+        if (directory / "summary.json").is_file():
+            found["summary.json"] = sha256_file(directory / "summary.json")
+        return found
+
+    mine, theirs = digests(new), digests(old)
+    return sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+
+
+def _replaced_note(old: Path) -> str:
+    """The collection note that names the bundle --replace replaced: its verdict and summary.json's sha256."""
+    try:
+        verdict = read_json(old / "summary.json").get("verdict")
+        digest = sha256_file(old / "summary.json")
+    except (OSError, ValueError):
+        verdict, digest = "unreadable", "none"
+    return (f"replaced (--replace) an earlier bundle of this run that said something else: verdict {verdict!r}, "
+            f"summary.json sha256 {digest}")  # fmt: skip
+
+
 def collect(
-    run_dir: Path, evidence_root: Path | None = None, with_pictures: bool = True, sign_key: Path | None = None
+    run_dir: Path,
+    evidence_root: Path | None = None,
+    with_pictures: bool = True,
+    sign_key: Path | None = None,
+    replace: bool = False,
 ) -> tuple[Path, dict[str, Any]]:
     """Write ``evidence_root/<run-id>/`` for ``run_dir`` (default: :func:`default_evidence_root`), signed with
     ``sign_key`` when given (signature.py); return its path and the summary. A run directory collect refuses
     (a link or special file, a run id that is no plain name, a platform its engine contradicts, a key it cannot
-    sign with) raises :class:`CollectError` and writes nothing."""
+    sign with, an existing bundle of the run that says something else without ``replace``, another collect of
+    the run going on) raises :class:`CollectError` and writes nothing. With ``replace`` the bundle it replaced
+    is named in the new one's collection notes."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise CollectError(f"{run_dir} is not a run directory")
     evidence_root = default_evidence_root(run_dir) if evidence_root is None else Path(evidence_root)
     if sign_key is not None:
         signature.check_key(sign_key)
+    if not os.path.lexists(run_dir / "run.json"):
+        # A run still going or one whose launcher was killed hard has no run.json either: there is nothing
+        # to judge yet, and a FAIL bundle of an empty directory would claim a run that never was.
+        raise CollectError(
+            f"{run_dir} is not a run directory: it has no run.json (a run still going, or none)"
+        )
     check_run_dir(run_dir)
     raw = collect_signals(run_dir)  # judged here too: a collection that lost data shows as a disagreement
     raw_results = evaluate(raw)
     sanitizer = sanitizer_for_run(raw.run)
     for path in sorted((run_dir / "fingerprints").glob("*.json")):
         try:
-            found = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-        except (OSError, json.JSONDecodeError):
+            found = read_json(path)
+        except (OSError, ValueError):
             continue
         if isinstance(found, dict) and found.get("hostname"):
             sanitizer.add_known(hosts=[str(found["hostname"])])
@@ -352,6 +422,22 @@ def collect(
             f"{run_dir}: the run id {run_id!r} is not a plain name (letters, digits, '.', '_', '-')"
         )
     evidence_root.mkdir(parents=True, exist_ok=True)
+    with _collect_lock(evidence_root, run_id):
+        return _collect_locked(run_dir, evidence_root, run_id, raw, raw_results, sanitizer, with_pictures,
+                               sign_key, replace)  # fmt: skip
+
+
+def _collect_locked(
+    run_dir: Path,
+    evidence_root: Path,
+    run_id: str,
+    raw: Signals,
+    raw_results: list[GateResult],
+    sanitizer: Sanitizer,
+    with_pictures: bool,
+    sign_key: Path | None,
+    replace: bool,
+) -> tuple[Path, dict[str, Any]]:
     final = evidence_root / run_id
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=evidence_root))
     try:
@@ -375,6 +461,18 @@ def collect(
         atomic_write_text(staging / "summary.md", markdown(summary))
         summary["files"] = file_digests(staging)
         atomic_write_json(staging / "summary.json", summary)
+        if os.path.lexists(final):
+            differing = _differences(final, staging) if final.is_dir() and not final.is_symlink() else ["*"]
+            if differing and not replace:
+                raise CollectError(
+                    f"{final} exists and says something else ({', '.join(differing[:8])}"
+                    f"{' ...' if len(differing) > 8 else ''} differ): pass --replace to replace it (recorded "
+                    "in the new bundle's collection notes); nothing written"
+                )
+            if differing:
+                summary["collection_notes"].append(_replaced_note(final))
+                summary["files"] = file_digests(staging)
+                atomic_write_json(staging / "summary.json", summary)
         if sign_key is not None:
             signature.sign(staging / "summary.json", sign_key)
         staging.chmod(0o755)

@@ -25,6 +25,7 @@ from atomdyn_launchers.contract.rundir import READY_METRICS_DIR
 from atomdyn_launchers.evidence import pictures, signature
 from atomdyn_launchers.evidence.data import DATA, RUN_FILES, CollectError, check_run_dir, kind_of
 from atomdyn_launchers.evidence.gates import GateResult, evaluate, failed_count, overall
+from atomdyn_launchers.evidence.jsonfile import read_json, read_whole_text
 from atomdyn_launchers.evidence.signals import Signals, collect_signals
 from atomdyn_launchers.evidence.summary import (
     SAFE_RUN_ID,
@@ -266,8 +267,8 @@ def verify_evidence(evidence_dir: Path, signers: Path | None = None) -> Verdict:
         lines = [f"evidence {name}: fail (the evidence holds what collect never writes)"]
         return Verdict(False, lines + [f"  {p}" for p in problems], intact=False)
     try:
-        summary = json.loads((evidence_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        summary = read_json(evidence_dir / "summary.json", expect=None)
+    except (OSError, ValueError) as exc:
         return Verdict(False, [f"evidence {name}: summary.json unreadable: {exc}"], intact=False)
     if not isinstance(summary, dict):
         return Verdict(False, [f"evidence {name}: summary.json is not a JSON object"], intact=False)
@@ -306,14 +307,18 @@ def verify_evidence(evidence_dir: Path, signers: Path | None = None) -> Verdict:
                 problems.append(f"{rel} is not a file collect writes {why}")
     md = evidence_dir / "summary.md"
     try:
-        if md.read_text(encoding="utf-8") != markdown(summary):
+        if read_whole_text(md, "summary.md") != markdown(summary):
             problems.append("summary.md does not say what summary.json says")
     except (OSError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
         problems.append(f"summary.md cannot be compared with summary.json: {exc}")
     for rel in files:
         if rel.endswith(".png") or rel == signature.SIGNATURE:  # no text the run supplied
             continue
-        text = (evidence_dir / rel).read_text(encoding="utf-8", errors="replace")
+        try:
+            text = read_whole_text(evidence_dir / rel, errors="replace")
+        except (OSError, ValueError) as exc:
+            problems.append(f"{rel} cannot be read: {exc}")
+            continue
         if sanitize(text) != text:
             problems.append(f"{rel} is not sanitized")
     signed_line = _UNSIGNED
@@ -324,7 +329,11 @@ def verify_evidence(evidence_dir: Path, signers: Path | None = None) -> Verdict:
         else:
             problems.append(who)
     elif (evidence_dir / signature.SIGNATURE).is_file():
-        signed_line = f"  signed ({signature.SIGNATURE}), not checked: pass --signer KEYS to check it"
+        # Nothing was checked, so nothing here says the bundle is signed: the file may be anything.
+        signed_line = (
+            f"  a signature file is present ({signature.SIGNATURE}) and was not checked: pass --signer KEYS "
+            "(evidence/allowed_signers) to check it; until then this is what an unsigned bundle shows"
+        )
     if problems:
         lines = [f"evidence {name}: fail (the evidence is not what was collected or contradicts its data)"]
         return Verdict(False, lines + [f"  {p}" for p in problems], intact=False)

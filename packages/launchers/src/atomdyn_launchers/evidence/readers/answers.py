@@ -11,13 +11,16 @@ from atomdyn_launchers.contract.answers import (
     Answer,
     differing_tokens,
 )
+from atomdyn_launchers.evidence.jsonfile import loads, read_whole_text
 from atomdyn_launchers.evidence.readers.base import Reader, Signals
 
 
 def _read_answer(signals: Signals, name: str) -> Answer | None:
     path = signals.run_dir / ANSWERS_DIR / name
     try:
-        return Answer.from_json(path.read_text(encoding="utf-8", errors="replace"))
+        text = read_whole_text(path, "answer")
+        loads(text, f"{ANSWERS_DIR}/{name}")  # strict first: a duplicate key or NaN is refused, named
+        return Answer.from_json(text)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:

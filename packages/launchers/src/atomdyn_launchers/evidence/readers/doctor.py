@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
+from atomdyn_launchers.evidence.jsonfile import read_json
 from atomdyn_launchers.evidence.readers.base import Reader, Signals, worker_roles
 
 
@@ -17,10 +16,10 @@ def read_doctor(signals: Signals) -> None:
     for role in workers:
         path = signals.run_dir / "doctor" / f"{role}.json"
         try:
-            report = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+            report = read_json(path, expect=None)
         except FileNotFoundError:
             continue
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError) as exc:
             signals.problems.append(f"doctor/{role}.json: unreadable: {exc}")
             continue
         if not isinstance(report, dict):

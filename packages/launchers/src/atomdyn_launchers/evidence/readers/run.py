@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from atomdyn_launchers.contract.kinds import KINDS
 from atomdyn_launchers.contract.rundir import SCHEMA_VERSION, RunRecord
+from atomdyn_launchers.evidence.jsonfile import read_json
 from atomdyn_launchers.evidence.readers.base import SAFE_RUN_ID, Reader, Signals
 
 _RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(" + "|".join(map(re.escape, KINDS)) + r")-([A-Za-z0-9_-]+)$")
@@ -19,10 +19,10 @@ def read_run(signals: Signals) -> None:
     why = None
     run: Any = None
     try:
-        run = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        run = read_json(path, expect=None)
     except FileNotFoundError:
         why = "run.json is missing (aborted run?)"
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         why = f"run.json is unreadable: {exc}"
     if why is None and not isinstance(run, dict):
         why = "run.json is not a JSON object"
