@@ -8,8 +8,9 @@ live), without a baseline. Each finding is printed as `path:line: plugin` (never
 is 1. `nox -s lint` runs it; `python scripts/secret_scan.py [--root DIR] [FILE...]` runs it alone.
 
 The evidence is rich in hashes and long sanitized paths, which the high-entropy plugins flag by design. Rather
-than switch those plugins off, the forms below are the only ones let through, each with its reason: whole lines
-that can hold nothing but a digest, and values that are nothing but a placeholder path.
+than switch those plugins off, the forms of secondscan.KNOWN_SAFE_LINES and KNOWN_SAFE_VALUES are the only ones
+let through, each with its reason: whole lines that can hold nothing but a digest, and values that are nothing but
+a placeholder.
 """
 
 from __future__ import annotations
@@ -25,28 +26,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# (regular expression for a whole line, why what it matches is no secret). detect-secrets drops a finding on
-# a line any of them matches, whichever plugin made it, so each is anchored at both ends.
-KNOWN_SAFE_LINES: tuple[tuple[str, str], ...] = (
-    (
-        r'^\s*"[a-z0-9_.-]+(/[a-z0-9_.-]+)*\.[a-z]+": "[0-9a-f]{64}",?$',
-        "summary.json's files table: a bundle file's relative name and the SHA-256 of its bytes",
-    ),
-    (
-        r'^\s*"freeze_sha256": "[0-9a-f]{64}",?$',
-        "a machine fingerprint's SHA-256 of the environment's pip freeze",
-    ),
-)
-
-# (regular expression for a flagged value itself, why it is no secret): dropped wherever it appears, while
-# every other finding on its line stands.
-KNOWN_SAFE_VALUES: tuple[tuple[str, str], ...] = (
-    (
-        r"^/cluster/path-[0-9]+(/[A-Za-z0-9]{1,16}([_.-][A-Za-z0-9]{1,16})*)*$",
-        "a path below the sanitizer's own placeholder (/cluster/path-N) made of short plain names (runs, "
-        "run ids, benchmark/c4): the high-entropy plugins take a long path for a key",
-    ),
-)
+# The allow-list (whole lines that hold nothing but a digest the project computed, values that are nothing but
+# the sanitizer's own placeholders), each with its reason: the one the evidence tools' second scan uses
+# (atomdyn_launchers/evidence/secondscan.py), so collect, report and lint let through the same forms.
+from atomdyn_launchers.evidence.secondscan import KNOWN_SAFE_LINES, KNOWN_SAFE_VALUES  # noqa: E402
 
 
 @dataclass(frozen=True, order=True)
@@ -129,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"secret scan: {len(result.findings)} finding(s) in {summary}: remove each (or make the "
         "sanitizer replace it and collect again); a form that is never a secret goes into KNOWN_SAFE_LINES "
-        "or KNOWN_SAFE_VALUES of scripts/secret_scan.py with its reason",
+        "or KNOWN_SAFE_VALUES of atomdyn_launchers/evidence/secondscan.py with its reason",
         file=sys.stderr,
     )
     return 1

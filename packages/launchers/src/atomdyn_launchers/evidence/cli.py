@@ -4,11 +4,13 @@ collection ``evidence`` offers, for scripts (nox, job scripts) that do not go th
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from atomdyn_core.sanitize import Sanitizer, sanitize_file
-from atomdyn_launchers.evidence import bench, results, summary
+from atomdyn_launchers.evidence import bench, results, secondscan, summary
 from atomdyn_launchers.evidence.certify_report import is_certify_bundle, verify_certify
 from atomdyn_launchers.evidence.data import CollectError
 from atomdyn_launchers.evidence.jsonfile import EvidenceJSONError, read_json
@@ -79,6 +81,24 @@ def report(
     except USAGE_ERRORS as exc:
         print(f"evidence report: {exc}", file=sys.stderr)
         return 2
+    # The second scan over everything about to be written: a finding stops the report before a byte is written.
+    written = [(results_md, planned.text)] + ([(readme, readme_text)] if readme is not None else [])
+    findings = [
+        finding
+        for path, text in written
+        if text is not None
+        for finding in secondscan.findings_in_text(text, str(path))
+    ]
+    if findings:
+        for finding in findings:
+            print(f"  {finding.text()}", file=sys.stderr)
+        print(
+            f"evidence report: the second secret scan (detect-secrets) found {len(findings)} possible secret(s) "
+            "in what it would publish; nothing written (collect the run again with the sanitizer fixed, or add "
+            "a known-safe form to atomdyn_launchers/evidence/secondscan.py with its reason)",
+            file=sys.stderr,
+        )
+        return 2
     for line in skipped:
         print(f"not published: {line}")
     for found in summaries:
@@ -103,11 +123,30 @@ def _relative(target: Path, start: Path) -> str:
     return Path(os.path.relpath(target.resolve(), start.resolve())).as_posix()
 
 
+SECOND_SCAN_MAX_BYTES = 16 << 20  # detect-secrets reads about 0.1 MB/s: larger files get the sanitizer alone
+
+
 def print_sanitized(path: Path) -> int:
+    """The sanitized text of ``path`` on standard output, the second scan's findings redacted in it (for a file
+    of up to SECOND_SCAN_MAX_BYTES; a note on standard error says when it was skipped)."""
     if not path.is_file():
         print(f"evidence sanitize: {path} is not a file", file=sys.stderr)
         return 2
-    sanitize_file(path, sys.stdout, _sanitizer_for(path))
+    if path.stat().st_size > SECOND_SCAN_MAX_BYTES:
+        sanitize_file(path, sys.stdout, _sanitizer_for(path))
+        print(
+            f"evidence sanitize: {path} is over {SECOND_SCAN_MAX_BYTES >> 20} MiB: the second secret scan "
+            "(detect-secrets) was skipped; the sanitizer's own patterns ran",
+            file=sys.stderr,
+        )
+        return 0
+    with tempfile.TemporaryDirectory(prefix="atomdyn-sanitize-") as tmp:
+        staged = Path(tmp) / "sanitized.txt"
+        with open(staged, "w", encoding="utf-8", newline="") as out:
+            sanitize_file(path, out, _sanitizer_for(path))
+        secondscan.redact_files([staged])
+        with open(staged, encoding="utf-8", newline="") as done:
+            shutil.copyfileobj(done, sys.stdout)
     return 0
 
 

@@ -135,7 +135,8 @@ def reduce_run(run_dir: Path, out: Path, sanitize: Callable[[str], str]) -> list
         for path in sorted((run_dir / sub).glob("*")):
             if path.is_file():
                 (out / sub).mkdir(exist_ok=True)
-                put(f"{sub}/{path.name}", _text_lines(pick(path), sanitize))
+                # a log's name may hold a node's name (decode-gpu-a17.log): its name is sanitized like its lines
+                put(f"{sub}/{sanitize(path.name)}", _text_lines(pick(path), sanitize))
     if (run_dir / COLLECTOR_FINGERPRINT).is_file():  # collecting again from an evidence's own data/
         put(COLLECTOR_FINGERPRINT, _json_file(run_dir / COLLECTOR_FINGERPRINT, sanitize))
     for sub in _JSON_DIRS:

@@ -26,7 +26,7 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from atomdyn_core.fingerprint import collect_fingerprint
 from atomdyn_core.sanitize import Sanitizer
-from atomdyn_launchers.evidence import mdtext, pictures, signature
+from atomdyn_launchers.evidence import mdtext, pictures, secondscan, signature
 from atomdyn_launchers.evidence.data import (
     COLLECTOR_FINGERPRINT,
     DATA,
@@ -68,7 +68,11 @@ def sanitizer_for_run(run: dict[str, Any]) -> Sanitizer:
     accounts = [str(config[k]) for k in _ACCOUNT_KEYS if config.get(k)]
     hosts += local_identities()[0]
     users = local_identities()[1]
-    return Sanitizer(hosts=dict.fromkeys(hosts), users=users, paths=dict.fromkeys(paths), accounts=accounts)
+    # The run's own id and lock digest: values the high-entropy rule must keep, named rather than by their shape.
+    safe = [str(run[k]) for k in ("run_id", "lock_digest") if isinstance(run.get(k), str)]
+    return Sanitizer(
+        hosts=dict.fromkeys(hosts), users=users, paths=dict.fromkeys(paths), accounts=accounts, safe=safe
+    )
 
 
 def local_identities() -> tuple[list[str], list[str]]:
@@ -326,6 +330,23 @@ def default_evidence_root(run_dir: Path) -> Path:
     )
 
 
+def second_scan(data: Path) -> list[secondscan.Finding]:
+    """detect-secrets over every file of ``data`` (the collected data, sanitized), each span it finds redacted;
+    the findings. A JSON file it made invalid raises CollectError (a redaction must keep the data readable)."""
+    files = sorted(p for p in data.rglob("*") if p.is_file() and not p.is_symlink())
+    found = secondscan.redact_files(files, lambda document: json_bytes(document, str).decode("utf-8"))
+    for name in sorted({f.path for f in found}):
+        path = Path(name)
+        if path.suffix == ".json":
+            try:
+                json.loads(path.read_text(encoding="utf-8"))
+            except ValueError as exc:
+                raise CollectError(
+                    f"{path.name}: the second secret scan's redaction broke its JSON: {exc}"
+                ) from exc
+    return found
+
+
 @contextlib.contextmanager
 def _collect_lock(evidence_root: Path, run_id: str) -> Iterator[None]:
     """Hold ``<evidence_root>/.<run id>.collect-lock`` (fcntl.flock, released by the kernel if the process
@@ -446,12 +467,18 @@ def _collect_locked(
         if not any((data / "fingerprints").glob("*.json")) and not (data / COLLECTOR_FINGERPRINT).exists():
             mine = collect_fingerprint()
             atomic_write_bytes(data / COLLECTOR_FINGERPRINT, json_bytes(mine, sanitizer.sanitize))
+        second = second_scan(data)  # before anything is judged from data/: what it redacts is gone everywhere
         # Judged from the sanitized copy alone, exactly as verify will judge it again.
         summary, signals = judged_summary(data, final.name)
         contradiction = platform_contradiction(signals, summary["platform"], summary["platform_source"])
         if contradiction is not None:
             raise CollectError(f"{run_dir}/{contradiction}")
         summary["collection_notes"] = _disagreements(raw_results, summary)
+        if second:
+            summary["collection_notes"].append(
+                f"the second secret scan (detect-secrets) redacted {len(second)} span(s) in {DATA}/ that the "
+                f"sanitizer's patterns left: {', '.join(sorted({f.plugin for f in second}))}"
+            )
         shown = excerpts(summary, signals)
         for rel, text in shown.items():
             atomic_write_text(staging / rel, text)
