@@ -24,6 +24,7 @@ from atomdyn_launchers.contract.answers import differing_tokens
 
 INDEPENDENT_REFERENCE_FILE = "independent-reference.json"
 REFERENCE_PROMPTS_FILE = "reference-prompts.json"
+REFERENCE_ANSWER_FILES = (INDEPENDENT_REFERENCE_FILE, REFERENCE_PROMPTS_FILE)  # what evidence collect keeps
 
 
 @dataclass(frozen=True)

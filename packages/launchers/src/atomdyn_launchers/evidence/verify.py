@@ -21,6 +21,7 @@ from typing import Any
 
 from atomdyn_core.sanitize import sanitize
 from atomdyn_launchers.contract.answers import ANSWER_FILE, ANSWERS_DIR, REFERENCE_FILE
+from atomdyn_launchers.contract.reference_answers import REFERENCE_ANSWER_FILES
 from atomdyn_launchers.contract.rundir import READY_METRICS_DIR
 from atomdyn_launchers.evidence import pictures, signature
 from atomdyn_launchers.evidence.data import DATA, RUN_FILES, CollectError, check_run_dir, kind_of
@@ -180,7 +181,9 @@ def _not_collected(rel: str, expected_top: set[str], roles: set[str]) -> str | N
         return None if parts[1] in RUN_FILES else "(not in the fixed list of data/ files)"
     sub, name = parts[1], parts[2]
     if sub == ANSWERS_DIR:
-        return None if name in (ANSWER_FILE, REFERENCE_FILE) else "(not an answer file)"
+        return (
+            None if name in (ANSWER_FILE, REFERENCE_FILE, *REFERENCE_ANSWER_FILES) else "(not an answer file)"
+        )
     suffix = _ROLE_FILES[sub]
     stem = name.removesuffix(suffix) if suffix and name.endswith(suffix) else (None if suffix else name)
     if stem is None or name.startswith("."):
