@@ -74,20 +74,23 @@ def report(
         planned = results.plan_results(
             results_md, summaries, _relative(evidence_root, results_md.parent), climbs
         )
-        readme_text = None
+        readme_text = table = None
         if readme is not None:
             table = results.glance_table(summaries, _relative(evidence_root, readme.parent), existing)
             readme_text = results.readme_with(readme, table)
     except USAGE_ERRORS as exc:
         print(f"evidence report: {exc}", file=sys.stderr)
         return 2
-    # The second scan over everything about to be written: a finding stops the report before a byte is written.
-    written = [(results_md, planned.text)] + ([(readme, readme_text)] if readme is not None else [])
+    # The second scan over everything about to be written (RESULTS.md, the README's table; the rest of the
+    # README is the project's own text): a finding stops the report before a byte is written.
+    written = [(str(results_md), planned.text)]
+    if readme is not None and readme_text is not None:
+        written.append((f"{readme} (result at a glance)", table))
     findings = [
         finding
-        for path, text in written
+        for name, text in written
         if text is not None
-        for finding in secondscan.findings_in_text(text, str(path))
+        for finding in secondscan.findings_in_text(text, name)
     ]
     if findings:
         for finding in findings:
