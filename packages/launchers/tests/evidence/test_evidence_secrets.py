@@ -132,3 +132,35 @@ def test_report_refuses_to_publish_a_finding_of_the_second_scan(
     assert "second secret scan" in err and f"{results_md}:" in err and "Hex High Entropy String" in err
     assert HEX_SECRET not in err
     assert not results_md.exists() and readme.read_text() == before
+
+
+def test_the_held_out_corpus_leaks_nothing_through_evidence_sanitize(tmp_path: Path) -> None:
+    cases = _cases("shapes.txt")
+    src = tmp_path / "job.log"
+    src.write_text("".join(_MARKED.sub(r"\1", line) + "\n" for line in cases))
+    done = subprocess.run(
+        [sys.executable, "-m", "atomdyn_launchers.evidence", "sanitize", str(src)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    hidden = [value for line in cases for value in _MARKED.findall(line)]
+    # the nodes in log file names are known only to a run's sanitizer (the collect test has them)
+    hidden = [v for v in hidden if not v.startswith("gpu-mi355x")]
+    leaked = [v for v in hidden if re.search(rf"(?<![\w-]){re.escape(v)}(?![\w-])", done.stdout)]
+    assert not leaked
+
+
+def test_measurement_data_survives_evidence_sanitize_unchanged(tmp_path: Path) -> None:
+    kept = "".join(line + "\n" for line in _cases("keep-data.txt"))
+    src = tmp_path / "bench.log"
+    src.write_text(kept)
+    done = subprocess.run(
+        [sys.executable, "-m", "atomdyn_launchers.evidence", "sanitize", str(src)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == kept
