@@ -104,6 +104,7 @@ def test_the_engine_declares_its_gates_and_metrics() -> None:
     assert not expectations.nixl_transfers and not expectations.dmabuf_registrations
     assert expectations.kv_transport is None and not expectations.doctor_required
     assert engine.images("disagg", "img:1", "nixl:1") == ["img:1"]
+    assert not engine.nixl_probe and get_engine("atom").nixl_probe  # the ladder's NIXL rung: not needed
     with pytest.raises(EngineError, match="not NIXL"):
         engine.plan(replace(_ctx("prefill"), kv_probe=object()))  # type: ignore[arg-type]
 
@@ -113,3 +114,18 @@ def test_golden_snapshots_exist() -> None:
     for case in ("agg-single-sglang", "disagg-sglang"):
         for runtime in ("docker", "podman", "pyxis"):
             assert (golden / f"{case}-{runtime}" / "commands.txt").is_file()
+
+
+def test_the_ladder_s_nixl_rung_is_not_needed_for_mori(tmp_path: Path) -> None:
+    from golden_launch import golden_config
+
+    from atomdyn_launchers.certify.rungs import NOT_NEEDED, Climb, nixl
+    from atomdyn_launchers.engines.base import ProbeOptions
+    from atomdyn_launchers.progress import Progress
+    from atomdyn_launchers.run.options import LaunchOptions
+
+    config = golden_config("sglang", "docker")
+    climb = Climb(config, LaunchOptions(kind="disagg"), ProbeOptions(), tmp_path, Progress(enabled=False))
+    result = nixl(climb)
+    assert result.verdict == NOT_NEEDED and result.passed
+    assert result.detail == "the sglang engine does not move KV over NIXL"

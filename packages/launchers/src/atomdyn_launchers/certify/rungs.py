@@ -186,7 +186,9 @@ def validate(climb: Climb) -> RungResult:
 
 
 def nixl(climb: Climb) -> RungResult:
-    """The cross-node NIXL probe (nixl.cross-node)."""
+    """The cross-node NIXL probe (nixl.cross-node); not needed for an engine whose KV does not move over NIXL."""
+    if not climb.engine.nixl_probe:
+        return RungResult(NOT_NEEDED, f"the {climb.engine.name} engine does not move KV over NIXL")
     result = cross_node(
         climb.config, replace(climb.options, kind="disagg"), climb.probe, progress=climb.progress
     )

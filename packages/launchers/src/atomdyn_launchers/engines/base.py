@@ -294,6 +294,9 @@ class Engine(ABC):
     # The engine whose P/D workers' runtime and environment the cross-node NIXL probe takes (RoleContext.kv_probe):
     # None, this one; an engine that moves no KV over NIXL (the mock engine) names the one its rehearsal stands for.
     kv_probe_engine: str | None = None
+    # Whether the cross-node NIXL probe (the ladder's nixl rung) stands for this engine's KV path; an engine whose
+    # KV moves otherwise (the sglang engine's MORI) answers the rung "not needed", saying how its KV moves.
+    nixl_probe: bool = True
 
     def run_expectations(self, config: Mapping[str, str]) -> GateExpectations:
         """What the evidence of a run recorded with ``config`` (run.json's) must show; by default the engine's."""

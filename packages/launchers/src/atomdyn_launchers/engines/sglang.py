@@ -148,6 +148,8 @@ class SglangEngine(Engine):
     timeouts = Timeouts(ready_s=3600.0, settle_s=300.0, time_limit="04:00:00", first_response_s=1200.0)
     description = "dynamo.sglang on MI355X, KV over MORI on RoCE"
     cross_layer_blocks = False
+    # KV over MORI: the ladder's NIXL rung is not needed (mori-repro checks the registration rule instead).
+    nixl_probe = False
     cross_layer_blocks_why = (
         "KV_CROSS_LAYER_BLOCKS is vLLM's NixlConnector layout; SGLang's MORI backend has its own"
     )
@@ -163,6 +165,8 @@ class SglangEngine(Engine):
         answer_prefix_tokens=ANSWER_PREFIX_TOKENS,
         answer_logprob_tolerance=ANSWER_LOGPROB_TOLERANCE,
         metrics=SGLANG_METRICS,
+        # Required, as for atom: a P/D run whose fixed prompt's data is missing fails them, never n/a.
+        required=frozenset({"kv_answer_equals_aggregated", "kv_answer_logprob_max_delta"}),
     )
 
     def images(self, kind: str | None, base_image: str | None, nixl_image: str | None) -> list[str]:
