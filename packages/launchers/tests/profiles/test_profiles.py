@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from importlib import resources
 
 import pytest
 
@@ -84,3 +85,15 @@ def test_models_json_parses_and_rejects_garbage() -> None:
         parse_models("{")
     with pytest.raises(ProfileError, match="schema_version 1"):
         parse_models('{"models": {}}')
+
+
+def test_a_built_model_names_its_builder() -> None:
+    models = load_models()
+    assert (models["tiny-qwen3-bf16"].builder, models["smollm2-135m-instruct"].builder) == (
+        "tinymodel",
+        "smollm2",
+    )
+    raw = json.loads(resources.files("atomdyn_launchers.profiles").joinpath("models.json").read_text())
+    raw["models"]["smollm2-135m-instruct"]["builder"] = "hub"
+    with pytest.raises(ProfileError, match="'builder' must be one of tinymodel, smollm2"):
+        parse_models(json.dumps(raw))
