@@ -159,7 +159,7 @@ def verify(c: Context, path: str = "") -> None:
     help={
         "cache": "directory for verified wheels",
         "mirror": "local mirror directory (path or file://) (default: none, fetch from the network)",
-        "role": "only wheels with this role: image-base, image-overlay, rehearsal, gpu-evidence, etcd "
+        "role": "only wheels with this role: image-base, image-overlay, rehearsal, gpu-evidence, etcd, accuracy "
         "(default: every role)",
         "only": "comma-separated lock entry names (default: every wheel)",
         "allow_unrecorded": "comma-separated entries (or 'all') accepted without a recorded hash; recorded as "

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-ROLES = ["etcd", "gpu-evidence", "image-base", "image-overlay", "rehearsal"]
+ROLES = ["accuracy", "etcd", "gpu-evidence", "image-base", "image-overlay", "rehearsal"]
 
 
 def lock_cli(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:

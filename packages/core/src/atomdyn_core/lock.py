@@ -27,7 +27,7 @@ LOCK_ENV = "ATOMDYN_LOCK"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _WHEEL_SOURCES = ("pypi", "url")
-WHEEL_ROLES = frozenset({"image-base", "image-overlay", "rehearsal", "gpu-evidence", "etcd"})
+WHEEL_ROLES = frozenset({"image-base", "image-overlay", "rehearsal", "gpu-evidence", "etcd", "accuracy"})
 # The schema nests four levels ($.sources.<name>.archive.url); anything far deeper is not a lock.
 MAX_DEPTH = 16
 LOCK_MAX_BYTES = 16 * MIB  # the lock is a few hundred KiB; a device or a runaway file is refused
