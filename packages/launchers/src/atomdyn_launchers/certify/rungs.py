@@ -33,11 +33,13 @@ from atomdyn_launchers.run.stages.probe import START_ALLOWANCE_S
 from atomdyn_launchers.runtimes import get_runtime
 from atomdyn_launchers.slurm.client import Slurm, held_allocation
 from atomdyn_launchers.validate.gpu import run_gpu_validation
+from atomdyn_launchers.validate.mori import run_mori_repro
 
 PASS, FAILED, NOT_NEEDED, REUSED = "pass", "fail", "not needed", "reused"
 # The node check's lines that rung 2 answers (the images and the helper); every other line is rung 1's.
 IMAGE_CHECKS = ("docker", "podman", "image", "dmabuf-shim")
 VALIDATE_TIMEOUT_S = 900.0
+MORI_REPRO_TIMEOUT_S = 600.0
 
 
 @dataclass
@@ -165,7 +167,8 @@ def images(climb: Climb) -> RungResult:
 
 
 def validate(climb: Climb) -> RungResult:
-    """atomdyn-validate in the image on each worker node (validate.gpu's job)."""
+    """atomdyn-validate in the image on each worker node (validate.gpu's job); for an engine whose KV moves over
+    MORI, then mori-repro there (validate.mori's job), before any model loads."""
     if not get_runtime(climb.config.runtime).in_image:
         return RungResult(NOT_NEEDED, f"RUNTIME={climb.config.runtime}: there is no image to validate")
     failed, shown = [], []
@@ -180,9 +183,21 @@ def validate(climb: Climb) -> RungResult:
         shown.append(str(result.run_dir))
         if not result.ok:
             failed.append(f"{node}: " + "; ".join(line for line in result.lines() if line.startswith("FAIL")))
+            continue
+        if climb.engine.mori_repro:
+            if climb.options.allocation is not None:
+                failed.append(f"{node}: mori-repro runs as a batch job, not yet as a step of an allocation")
+                continue
+            repro = run_mori_repro(climb.config, node=node, timeout_s=MORI_REPRO_TIMEOUT_S)
+            shown.append(str(repro.run_dir))
+            if not repro.ok:
+                failed.append(f"{node}: FAIL mori-repro: {repro.detail()}")
     if failed:
         return RungResult(FAILED, " | ".join(failed), evidence=", ".join(shown))
-    return RungResult(PASS, "every check passed in the image on each worker node", evidence=", ".join(shown))
+    what = "every check passed in the image on each worker node"
+    if climb.engine.mori_repro:
+        what += "; mori-repro: the exporter's offset landed correctly on each"
+    return RungResult(PASS, what, evidence=", ".join(shown))
 
 
 def nixl(climb: Climb) -> RungResult:
@@ -254,6 +269,12 @@ def _ready(climb: Climb) -> float:
     return climb.options.ready_timeout_s or climb.engine.timeouts.ready_s
 
 
+def _validate_s(climb: Climb) -> float:
+    if not get_runtime(climb.config.runtime).in_image:
+        return 0.0
+    return (VALIDATE_TIMEOUT_S + (MORI_REPRO_TIMEOUT_S if climb.engine.mori_repro else 0.0)) * 2
+
+
 def _probe_s(climb: Climb) -> float:
     # UCX's check on both P/D nodes first (node check jobs), then the pair.
     return CHECK_TIMEOUT_S + climb.probe.timeout_s * 2 + START_ALLOWANCE_S
@@ -268,9 +289,10 @@ RUNGS: tuple[Rung, ...] = (
          "the same image id under each pinned tag on every node; dmabuf-shim loads where P/D preloads it",
          "invoke nodes.check", images, lambda c: 0.0, "none (rung 1's jobs)"),
     Rung(3, "validate", "in-image validation on each worker node",
-         "inside the image: the GPU stack, vLLM's platform, NIXL and its backend, the Dynamo flags",
-         "invoke validate.gpu --node NODE", validate,
-         lambda c: VALIDATE_TIMEOUT_S * 2 if get_runtime(c.config.runtime).in_image else 0.0, "one job per worker node"),
+         "inside the image: the GPU stack, vLLM's platform, NIXL and its backend, the Dynamo flags; for an engine "
+         "whose KV moves over MORI, mori-repro's dma-buf registration on the node's NIC",
+         "invoke validate.gpu --node NODE", validate, _validate_s,
+         "one job per worker node (two with mori-repro)"),
     Rung(4, "nixl", "cross-node NIXL transfer before any model",
          "UCX's own ucx_info accepts the workers' UCX variables on both P/D nodes; then KV blocks move between "
          "them with the workers' environment, every byte checked, UCX's rows judged",

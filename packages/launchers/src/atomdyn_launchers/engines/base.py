@@ -297,6 +297,9 @@ class Engine(ABC):
     # Whether the cross-node NIXL probe (the ladder's nixl rung) stands for this engine's KV path; an engine whose
     # KV moves otherwise (the sglang engine's MORI) answers the rung "not needed", saying how its KV moves.
     nixl_probe: bool = True
+    # Whether the ladder's validate rung also runs mori-repro (the dma-buf offset reproducer) in the image on each
+    # worker node: engines whose KV moves over MORI, which registers sub-allocated GPU memory through dma-buf.
+    mori_repro: bool = False
 
     def run_expectations(self, config: Mapping[str, str]) -> GateExpectations:
         """What the evidence of a run recorded with ``config`` (run.json's) must show; by default the engine's."""

@@ -150,6 +150,8 @@ class SglangEngine(Engine):
     cross_layer_blocks = False
     # KV over MORI: the ladder's NIXL rung is not needed (mori-repro checks the registration rule instead).
     nixl_probe = False
+    # The ladder's validate rung runs mori-repro in the image on each worker node, before any model loads.
+    mori_repro = True
     cross_layer_blocks_why = (
         "KV_CROSS_LAYER_BLOCKS is vLLM's NixlConnector layout; SGLang's MORI backend has its own"
     )

@@ -1,4 +1,4 @@
-"""The invoke collection ``validate``: ``invoke validate.gpu``."""
+"""The invoke collection ``validate``: ``invoke validate.gpu``, ``invoke validate.mori``."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from atomdyn_launchers.slurm.client import (
     parse_allocation,
 )
 from atomdyn_launchers.validate.gpu import run_gpu_validation
+from atomdyn_launchers.validate.mori import REPORT, run_mori_repro
 
 
 @task(
@@ -95,7 +96,38 @@ def run_options(recipe: str | None, engine: str | None, model: str | None) -> La
     return resolve(loaded.kind, None, flags, loaded)
 
 
+@task(
+    help={
+        "config": "cluster.env (default: $ATOMDYN_CLUSTER_ENV, else the local cluster)",
+        "image": "image to run it in (default: DYNAMO_ATOM_IMAGE from the cluster config)",
+        "node": "node to run on (default: PRIMARY_NODE)",
+        "docker_host": "DOCKER_HOST for the job (e.g. unix:///path/docker.sock), when not the node's default",
+        "timeout": "seconds to wait for the job",
+    }
+)
+def mori(
+    c: Context, config: str = "", image: str = "", node: str = "", docker_host: str = "", timeout: int = 600
+) -> None:
+    """Run mori-repro (the dma-buf offset reproducer, docs/mori-path.md) in the image on one node as one Slurm job,
+    on the node's first RDMA device of UCX_NET_DEVICES; print its verdict; exit 1 unless the exporter's offset
+    landed correctly (fixed-behaviour-confirmed, or bug-reproduced: offset 0 misplaced it, the fix did not)."""
+    try:
+        cfg = resolve_cluster_config(Path(config) if config else None)
+        node = node or cfg.primary_node
+        with Progress().heartbeat(f"validate.mori on {node}"):
+            result = run_mori_repro(cfg, image=image, node=node, docker_host=docker_host, timeout_s=timeout)
+    except (ClusterConfigError, PreflightError, ProfileError, SlurmError, TimeoutError) as exc:
+        raise Exit(f"error: {exc}", code=2) from exc
+    job = result.job
+    print(f"job {job.job_id} on {job.nodes or '?'}: {job.state} exit {job.exit_code}")
+    print(("PASS" if result.ok else "FAIL") + f" mori-repro: {result.detail()}")
+    print(f"report: {result.run_dir / REPORT}")
+    if not result.ok:
+        raise Exit(code=1)
+
+
 ns = Collection("validate")
 ns.add_task(gpu)
+ns.add_task(mori)
 
 __all__ = ["ns"]
