@@ -196,3 +196,49 @@ def test_tool_that_is_not_executable_is_recorded(bindir: Path, tmp_path: Path) -
     fp = collect_fingerprint(env=_env(bindir), rocm_path=tmp_path)
     assert fp["probes"]["nvidia-smi"].startswith("error: ")
     assert fp["nvidia"] is None
+
+
+ROCMINFO = """\
+ROCk module version 6.12.12 is loaded
+=====================
+HSA Agents
+==========
+*******
+Agent 1
+*******
+  Name:                    AMD EPYC 9575F 64-Core Processor
+  Marketing Name:          AMD EPYC 9575F 64-Core Processor
+  Device Type:             CPU
+*******
+Agent 2
+*******
+  Name:                    gfx950
+  Uuid:                    GPU-0123456789abcdef
+  Marketing Name:          AMD Instinct MI355X
+  Vendor Name:             AMD
+  Device Type:             GPU
+  ISA Info:
+    ISA 1
+      Name:                    amdgcn-amd-amdhsa--gfx950:sramecc+:xnack-
+*******
+Agent 3
+*******
+  Name:                    gfx950
+  Marketing Name:          AMD Instinct MI355X
+  Device Type:             GPU
+"""
+
+
+def test_the_rocm_runtime_is_a_probe_of_its_own(bindir: Path, tmp_path: Path) -> None:
+    """rocminfo's GPU agents (issue 36, item 2): the evidence needs them to agree with amd-smi's names."""
+    _printing(bindir, "amd-smi", {"version": AMD_SMI_VERSION, "static --asic --json": AMD_SMI_STATIC})
+    _printing(bindir, "rocminfo", {"": ROCMINFO})
+    fp = collect_fingerprint(env=_env(bindir), rocm_path=tmp_path)
+    assert fp["amd"]["runtime"] == {"marketing_names": ["AMD Instinct MI355X"] * 2, "gfx": ["gfx950"]}
+    assert fp["probes"]["rocminfo"] == "ok"
+
+
+def test_rocminfo_without_a_gpu_agent_is_not_understood(bindir: Path, tmp_path: Path) -> None:
+    _printing(bindir, "rocminfo", {"": ROCMINFO.split("Agent 2")[0]})
+    fp = collect_fingerprint(env=_env(bindir), rocm_path=tmp_path)
+    assert "runtime" not in (fp["amd"] or {}) and fp["probes"]["rocminfo"] == "error: output not understood"

@@ -130,6 +130,9 @@ def _amd(probes: _Probes, rocm_path: Path) -> dict[str, Any]:
         names = [str(v) for _, v in _find_keys(static, frozenset({"market_name"}))]
         if probes.parsed("amd-smi static", names):
             amd["gpus"] = names
+            gfx = sorted({str(v) for _, v in _find_keys(static, frozenset({"target_graphics_version"}))})
+            if gfx:
+                amd["gfx"] = gfx
     if "gpus" not in amd:
         shown = _json(probes.run("rocm-smi", ["rocm-smi", "--showproductname", "--json"]))
         names = [str(v) for _, v in _find_keys(shown, frozenset({"Card Series", "Card series"}))]
@@ -138,7 +141,31 @@ def _amd(probes: _Probes, rocm_path: Path) -> dict[str, Any]:
             gfx = sorted({str(v) for _, v in _find_keys(shown, frozenset({"GFX Version"}))})
             if gfx:
                 amd["gfx"] = gfx
+    # The ROCm runtime's own view (HSA agents), a probe independent of the management tools above: the GPU
+    # agents' marketing names and gfx targets. The evidence labels a platform only where the probes agree.
+    runtime = _rocminfo_gpus(probes.run("rocminfo", ["rocminfo"]))
+    if probes.parsed("rocminfo", runtime):
+        amd["runtime"] = {
+            "marketing_names": [agent.get("Marketing Name", "") for agent in runtime],
+            "gfx": sorted({agent.get("Name", "") for agent in runtime}),
+        }
     return amd
+
+
+def _rocminfo_gpus(text: str | None) -> list[dict[str, str]]:
+    """The GPU agents of ``rocminfo``'s output, each as its ``Name`` (the gfx target) and ``Marketing Name``."""
+    agents: list[dict[str, str]] = []
+    current: dict[str, str] | None = None
+    for line in (text or "").splitlines():
+        stripped = line.strip()
+        if re.fullmatch(r"Agent \d+", stripped):
+            current = {}
+            agents.append(current)
+            continue
+        key, sep, value = stripped.partition(":")
+        if current is not None and sep and key in ("Name", "Marketing Name", "Device Type"):
+            current.setdefault(key, value.strip())
+    return [a for a in agents if a.get("Device Type") == "GPU" and a.get("Name", "").startswith("gfx")]
 
 
 def _nvidia(probes: _Probes) -> dict[str, Any]:

@@ -240,6 +240,24 @@ def write_atom_answers(run: Path) -> None:
         (run / "answers" / name).write_text(json.dumps(answer, indent=2))
 
 
+def mi355x_fingerprint(hostname: str) -> dict[str, Any]:
+    """A node whose every probe agrees on eight MI355X (engines/hardware.py): amd-smi, the ROCm runtime, amdgpu."""
+    return {
+        "schema_version": 1,
+        "hostname": hostname,
+        "accelerator": "amd",
+        "amd": {
+            "amdgpu_driver": "6.12.12",
+            "rocm_version": "7.0.1",
+            "gpus": ["AMD Instinct MI355X"] * 8,
+            "runtime": {"marketing_names": ["AMD Instinct MI355X"] * 8, "gfx": ["gfx950"]},
+        },
+        "nvidia": None,
+        "probes": {"amd-smi": "ok", "amd-smi static": "ok", "amdgpu_module": "ok", "rocminfo": "ok",
+                   "nvidia-smi": "absent"},
+    }  # fmt: skip
+
+
 @pytest.fixture
 def atom_run(tmp_path: Path) -> Path:
     run = tmp_path / "runs" / ATOM_RUN_ID
@@ -257,8 +275,8 @@ def atom_run(tmp_path: Path) -> Path:
         "engine_profile": "atom",
         "model_profile": "qwen3-8b",
         "runtime": "docker",
-        # What the launcher writes for a run whose jobs saved no fingerprint (engine.platform_of({})).
-        "platform": "unknown (no fingerprint), not MI355X",
+        # What the launcher writes for jobs whose fingerprints agree on MI355X (engine.platform_of(...)).
+        "platform": "MI355X",
         "lock_digest": "sha256:" + "ab" * 32,
         "lock_digest_source": "image label io.atomdyn.lock.digest",
         "config": {
@@ -293,8 +311,10 @@ def atom_run(tmp_path: Path) -> Path:
          for dt, e, r in events],
     )  # fmt: skip
     (run / "doctor").mkdir()
-    for role in ("prefill", "decode"):
+    (run / "fingerprints").mkdir()
+    for role, node in (("prefill", "gpu-mi355x-017"), ("decode", "gpu-mi355x-018")):
         shutil.copy(H200_DOCTOR, run / "doctor" / f"{role}.json")
+        (run / "fingerprints" / f"{role}.json").write_text(json.dumps(mi355x_fingerprint(node), indent=1))
     write_jsonl(run / "requests.jsonl", [request(i, "long" if i % 2 else f"short-{i}") for i in range(8)])
     for role in ("prefill", "decode"):
         (run / "logs" / f"{role}.worker.log").write_text("\n".join(atom_logs(role)) + "\n")

@@ -89,12 +89,17 @@ def test_a_run_without_fingerprints_is_labeled_by_its_engine(vllm_cpu_run: Path,
 
 
 def test_a_gpu_run_without_fingerprints_is_unknown(atom_run: Path, tmp_path: Path) -> None:
+    shutil.rmtree(atom_run / "fingerprints")
     _edit_run(atom_run, platform="MI355X")  # what run.json says; nothing the jobs measured says so
     with pytest.raises(CollectError, match="unknown"):
         collect(atom_run, tmp_path / "evidence")
     _edit_run(atom_run, platform=get_engine("atom").platform_of({}))
     _, summary = collect(atom_run, tmp_path / "evidence")
     assert summary["platform"] == "unknown (no fingerprint), not MI355X"
+    provenance = next(g for g in summary["gates"] if g["id"] == "provenance")
+    assert (
+        provenance["verdict"] == "fail" and summary["verdict"] == "fail"
+    )  # an unknown platform is no provenance
 
 
 def test_verify_fails_a_platform_edited_in_the_collected_data(vllm_cpu_run: Path, tmp_path: Path) -> None:

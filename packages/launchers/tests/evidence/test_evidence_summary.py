@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -93,8 +94,15 @@ def test_atom_evidence_is_sanitized_everywhere(atom_run: Path, tmp_path: Path) -
         "iova=0x7f3a42000000 access=0xf errno=22 detail=on:gpu-mi355x-018 NIXL_ERR_BACKEND HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789\n"
     )
     fingerprints = atom_run / "fingerprints"
+    shutil.rmtree(fingerprints)
     fingerprints.mkdir()
-    (fingerprints / "decode.json").write_text(json.dumps({"hostname": "gpu-mi355x-018", "kernel": "6.8.0"}))
+    cpu = {
+        "hostname": "gpu-mi355x-018",
+        "kernel": "6.8.0",
+        "accelerator": None,
+        "probes": {"amd-smi": "absent"},
+    }
+    (fingerprints / "decode.json").write_text(json.dumps(cpu))
     record = json.loads((atom_run / "run.json").read_text())
     record["platform"] = "CPU (no GPU seen), not MI355X"  # what the launcher labels from that fingerprint
     (atom_run / "run.json").write_text(json.dumps(record))
@@ -107,7 +115,7 @@ def test_atom_evidence_is_sanitized_everywhere(atom_run: Path, tmp_path: Path) -
         "nixl_err_records",
         "dmabuf_failures",
     ]
-    assert summary["fingerprint"] == {"decode": {"hostname": "host-2", "kernel": "6.8.0"}}
+    assert summary["fingerprint"] == {"decode": {**cpu, "hostname": "host-2"}}
     assert summary["platform_source"] == "the jobs' fingerprints"
     assert summary["lock_digest"] == "sha256:" + "ab" * 32  # the digest the run recorded, and where from
     assert summary["lock_digest_source"] == "image label io.atomdyn.lock.digest"
@@ -252,7 +260,7 @@ def test_results_and_readme_table(mocker_run: Path, atom_run: Path, tmp_path: Pa
     assert text.index(ATOM_RUN_ID) < text.index(MOCKER_RUN.name)  # chronological by run id
     assert f"(../evidence/{MOCKER_RUN.name}/summary.md)" in text
     assert (
-        "- platform: unknown (no fingerprint), not MI355X; runtime: docker" in text
+        "- platform: MI355X; runtime: docker" in text
         and "- gates: 25 of 25 gates passed" in text  # the fixed prompt's answer judged too (vllm checks it)
     )
 
@@ -271,8 +279,7 @@ def test_results_and_readme_table(mocker_run: Path, atom_run: Path, tmp_path: Pa
         "**Unverified claims.**"
     )  # a platform but a rehearsal needs a signature
     assert (
-        "| KV handoff prefill to decode (vllm) | PASS (kv.transfers = 9) | unknown (no fingerprint), not MI355X | "
-        "unsigned |" in unverified
+        "| KV handoff prefill to decode (vllm) | PASS (kv.transfers = 9) | MI355X | unsigned |" in unverified
     )
     assert "(vllm)" not in verified
     assert "| KV handoff prefill to decode (mocker) | PASS (requests.pd_split = 6) |" in table

@@ -253,10 +253,20 @@ def test_docker_runs_record_the_lock_digest_of_the_running_image() -> None:
 
 def test_platform_comes_from_the_roles_fingerprints_not_the_engine_name(tmp_path: Path) -> None:
     atom = get_engine("atom")
-    mi355x = {"accelerator": "amd", "amd": {"gpus": ["AMD Instinct MI355X"] * 8}}
-    h200 = {"accelerator": "nvidia", "nvidia": {"gpus": [{"name": "NVIDIA H200"}]}}
-    cpu = {"accelerator": None}
+    # Every probe agreeing (engines/hardware.py): the management tool, the ROCm runtime, the driver.
+    ok = dict.fromkeys(
+        ("amd-smi static", "amdgpu_module", "rocminfo", "nvidia-smi", "nvidia-smi banner"), "ok"
+    )
+    runtime = {"marketing_names": ["AMD Instinct MI355X"] * 8, "gfx": ["gfx950"]}
+    amd = {"gpus": ["AMD Instinct MI355X"] * 8, "amdgpu_driver": "6.12.12", "runtime": runtime}
+    mi355x = {"accelerator": "amd", "amd": amd, "probes": ok}
+    nvidia = {"gpus": [{"name": "NVIDIA H200"}], "driver": "580.159.04", "cuda_version": "13.0"}
+    h200 = {"accelerator": "nvidia", "nvidia": nvidia, "probes": ok}
+    cpu = {"accelerator": None, "probes": {"amd-smi": "absent", "nvidia-smi": "absent"}}
     assert atom.platform_of({"prefill": mi355x, "decode": mi355x}) == "MI355X"
+    assert atom.platform_of(
+        {"decode": {"accelerator": "amd", "amd": {"gpus": ["AMD Instinct MI355X"]}}}
+    ).startswith("unknown (")  # a name alone, no probe behind it
     assert atom.platform_of({"decode": h200}) == "H200 (NVIDIA), not MI355X"
     assert atom.platform_of({"decode": cpu}) == "CPU (no GPU seen), not MI355X"
     assert atom.platform_of({}) == "unknown (no fingerprint), not MI355X"

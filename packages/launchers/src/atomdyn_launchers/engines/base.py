@@ -19,6 +19,8 @@ from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.contract.leases import lease_ttl_for
 from atomdyn_launchers.contract.node_needs import NodeNeeds
 from atomdyn_launchers.contract.ports import Ports
+from atomdyn_launchers.engines.hardware import hardware_label as hardware_label
+from atomdyn_launchers.engines.hardware import is_unknown
 from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ModelProfile, ProfileError
 from atomdyn_launchers.runtimes.base import Runtime, quoted
 from atomdyn_launchers.runtimes.devices import NO_DEVICES, DeviceAccess, RdmaMounts
@@ -347,31 +349,8 @@ class Engine(ABC):
         named."""
         if not fingerprints:
             return self.platform_label(None)
-        return "; ".join(
-            dict.fromkeys(self.platform_label(fingerprints[role]) for role in sorted(fingerprints))
-        )
-
-
-def gpu_names(fingerprint: Mapping[str, Any]) -> list[str]:
-    amd = fingerprint.get("amd") or {}
-    nvidia = fingerprint.get("nvidia") or {}
-    names = [str(n) for n in amd.get("gpus") or []]
-    names += [str(g.get("name", "")) for g in nvidia.get("gpus") or [] if isinstance(g, Mapping)]
-    return [n for n in names if n]
-
-
-def hardware_label(fingerprint: Mapping[str, Any] | None) -> str:
-    """ "MI355X" only when the node reported an MI355X; every other platform says that it is not one."""
-    if not fingerprint:
-        return "unknown (no fingerprint), not MI355X"
-    accelerator = fingerprint.get("accelerator")
-    names = gpu_names(fingerprint)
-    if accelerator == "amd" and any("MI355X" in n.upper() for n in names):
-        return "MI355X"
-    if accelerator == "nvidia" and names:
-        words = names[0].replace("NVIDIA", "").split()
-        model = next((w for w in words if any(c.isdigit() for c in w)), names[0])
-        return f"{model} (NVIDIA), not MI355X"
-    if accelerator == "amd":
-        return f"{names[0] if names else 'AMD GPU'} (AMD), not MI355X"
-    return "CPU (no GPU seen), not MI355X"
+        labels = list(dict.fromkeys(self.platform_label(fingerprints[role]) for role in sorted(fingerprints)))
+        unknown = [label for label in labels if is_unknown(label)]
+        if unknown and len(labels) > 1:  # one role's probes disagreeing makes the run's platform unknown
+            return unknown[0]
+        return "; ".join(labels)

@@ -70,9 +70,11 @@ def read_run(signals: Signals) -> None:
     signals.set("run.fixed_prompt", bool(record.extra.get("fixed_prompt")))
     signals.set("run.kv_events", bool(record.extra.get("kv_event_roles")))
     signals.set("run.failure", record.failure)
-    # Evidence must say where it ran and from which pinned inputs (CONTRIBUTING: platform and lock digest).
-    provenance = bool(record.platform and record.platform.strip() and record.lock_digest
-                      and _DIGEST.match(record.lock_digest))  # fmt: skip
+    # Evidence must say where it ran and from which pinned inputs (CONTRIBUTING: platform and lock digest). A
+    # platform the jobs' probes could not agree on is "unknown (...)" (engines/hardware.py): no provenance.
+    # (collect refuses a run.json platform other than the one the fingerprints give, so this is theirs too.)
+    provenance = bool(record.platform and record.platform.strip() and not record.platform.startswith("unknown")
+                      and record.lock_digest and _DIGEST.match(record.lock_digest))  # fmt: skip
     signals.set("run.provenance", provenance)
     signals.excerpt("run", f"run.json: platform={run.get('platform')!r} lock_digest={run.get('lock_digest')}")
     for key, count in (("requests_total", record.requests_total), ("requests_ok", record.requests_ok)):
