@@ -5,9 +5,12 @@ Only entries that can be fetched here change; what cannot be fetched keeps its c
 stays unrecorded: a hash is never invented). The file is rewritten atomically and the new digest printed.
 
 --resolve-base asks the image's registry with skopeo (`skopeo inspect docker://REPOSITORY:TAG`) for the tag's
-digest and labels, refuses an image whose com.rocm.atom.vllm_commit label is not the lock's sources.vllm commit
-(or that has no such label: ATOM's native tags carry no vLLM), refuses a tag that now points elsewhere than a
-digest already recorded, and writes digest and labels into $.images.<image> in one atomic write.
+digest and labels, refuses the ATOM base (atom_base) when its com.rocm.atom.vllm_commit label is not the lock's
+sources.vllm commit (or it has no such label: ATOM's native tags carry no vLLM), refuses a tag that now points
+elsewhere than a digest already recorded, and writes digest and labels into $.images.<image> in one atomic write.
+Another image of the lock (`--image sglang_base`: SGLang's ROCm image for MI35x, the sglang engine's) is recorded
+by its digest and labels alone: what it must carry (MORI at sources.mori) is checked inside the image by
+atomdyn-validate, since no label of SGLang's images names a MORI commit.
 """
 
 from __future__ import annotations
@@ -30,7 +33,13 @@ from atomdyn_core.fetch import (
     wheel_artifact,
 )
 from atomdyn_core.lock import UNRECORDED, Lock, LockError, find_lock_path, load_lock, parse_lock
-from atomdyn_core.registry import VLLM_COMMIT_LABEL, RegistryError, image_reference, inspect_image
+from atomdyn_core.registry import (
+    VLLM_COMMIT_LABEL,
+    Inspection,
+    RegistryError,
+    image_reference,
+    inspect_image,
+)
 
 BASE_IMAGE = "atom_base"  # the image-builder's base (atomdyn_images.render.BASE_IMAGE_KEY)
 RESOLVE_COMMAND = "nox -s update_lock -- --resolve-base"
@@ -115,7 +124,8 @@ def main() -> int:
 def resolve_base(
     path: Path, lock: Lock, raw: dict[str, Any], name: str, registry: str, insecure_loopback: bool
 ) -> int:
-    """Record the image's digest and labels as its registry gives them, if it is ATOM's image of sources.vllm."""
+    """Record the image's digest and labels as its registry gives them; the ATOM base only if it is ATOM's image of
+    sources.vllm."""
     image = lock.images.get(name)
     if image is None:
         raise LockError(
@@ -125,23 +135,7 @@ def resolve_base(
     found = inspect_image(
         image_reference(image.repository, image.tag, registry), insecure_loopback=insecure_loopback
     )
-    vllm = lock.sources.get("vllm")
-    if vllm is None:
-        raise LockError(
-            "$.sources.vllm", f"the lock has no vLLM source to check {shown}'s {VLLM_COMMIT_LABEL} against"
-        )
-    label = found.labels.get(VLLM_COMMIT_LABEL, "")
-    if not label:
-        raise RegistryError(
-            f"{shown} ({found.digest}) carries no {VLLM_COMMIT_LABEL} label (a native ATOM tag, built without vLLM?); "
-            f"pin ATOM's vllm-v<version>-nightly_<date> image built from sources.vllm {vllm.commit}"
-        )
-    if label != vllm.commit:
-        raise RegistryError(
-            f"{shown} ({found.digest}) carries {VLLM_COMMIT_LABEL}={label}, but the lock's sources.vllm is "
-            f"{vllm.commit} ({vllm.repository}); pin the vllm-v<version>-nightly_<date> tag ATOM built from "
-            f"{vllm.commit}, or change sources.vllm deliberately"
-        )
+    checked = _vllm_label(lock, shown, found) if name == BASE_IMAGE else "no label checked"
     if image.digest is not None and image.digest != found.digest:
         raise RegistryError(
             f"{shown} now points at {found.digest}, but the lock records {image.digest} for it (a dated tag "
@@ -159,10 +153,31 @@ def resolve_base(
     digest = parse_lock(text).digest  # validate before writing anything
     atomic_write_text(path, text)
     print(
-        f"record image {name}: {shown} {found.digest}, {len(found.labels)} labels, "
-        f"{VLLM_COMMIT_LABEL}={label} (sources.vllm); digest {digest}"
+        f"record image {name}: {shown} {found.digest}, {len(found.labels)} labels, {checked}; digest {digest}"
     )
     return 0
+
+
+def _vllm_label(lock: Lock, shown: str, found: Inspection) -> str:
+    """The ATOM base's vLLM label, which must name the lock's sources.vllm; what was checked, as printed."""
+    vllm = lock.sources.get("vllm")
+    if vllm is None:
+        raise LockError(
+            "$.sources.vllm", f"the lock has no vLLM source to check {shown}'s {VLLM_COMMIT_LABEL} against"
+        )
+    label = found.labels.get(VLLM_COMMIT_LABEL, "")
+    if not label:
+        raise RegistryError(
+            f"{shown} ({found.digest}) carries no {VLLM_COMMIT_LABEL} label (a native ATOM tag, built without vLLM?); "
+            f"pin ATOM's vllm-v<version>-nightly_<date> image built from sources.vllm {vllm.commit}"
+        )
+    if label != vllm.commit:
+        raise RegistryError(
+            f"{shown} ({found.digest}) carries {VLLM_COMMIT_LABEL}={label}, but the lock's sources.vllm is "
+            f"{vllm.commit} ({vllm.repository}); pin the vllm-v<version>-nightly_<date> tag ATOM built from "
+            f"{vllm.commit}, or change sources.vllm deliberately"
+        )
+    return f"{VLLM_COMMIT_LABEL}={label} (sources.vllm)"
 
 
 if __name__ == "__main__":

@@ -333,6 +333,25 @@ def test_a_native_tag_without_the_label_is_refused(registry: Registry, tmp_path:
     assert lock.read_text() == text
 
 
+def test_the_sglang_image_is_recorded_by_its_digest_and_labels_alone(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """`--image sglang_base` (the sglang engine's base): no vLLM label is asked of it; its MORI is checked in the
+    image by atomdyn-validate. The registry's unlabelled stand-in plays it under the test repository."""
+    raw = json.loads((ROOT / "release-lock.json").read_text())
+    assert raw["images"]["sglang_base"]["digest"] == "unrecorded"
+    raw["images"]["sglang_base"].update(repository=REPOSITORY, tag=NATIVE_TAG)
+    lock = tmp_path / "release-lock.json"
+    lock.write_text(json.dumps(raw, indent=2) + "\n")
+    done = resolve(lock, "--image", "sglang_base", "--registry", registry.address, "--insecure-loopback")
+    assert done.returncode == 0, done.stderr
+    image = load_lock(lock).images["sglang_base"]
+    assert image.digest == registry.digests[NATIVE_TAG]
+    assert f"record image sglang_base: {REPOSITORY}:{NATIVE_TAG} {image.digest}" in done.stdout
+    assert "no label checked" in done.stdout
+    assert json.loads(lock.read_text())["images"]["atom_base"] == raw["images"]["atom_base"]  # untouched
+
+
 def test_a_tag_that_moved_from_the_recorded_digest_is_refused(registry: Registry, tmp_path: Path) -> None:
     recorded = "sha256:" + "ab" * 32
     lock = lock_with(tmp_path, RIGHT_TAG, digest=recorded, labels=RIGHT_LABELS)
