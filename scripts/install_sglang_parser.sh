@@ -30,10 +30,12 @@ if [[ ! -x "$project_venv/bin/python" ]]; then
 fi
 
 python=$("$project_venv/bin/python" -c 'import sys; print(sys.executable)')
-# sglang-wheel.txt pins SGLang's CPython 3.11 wheel; another Python needs its own hash line there.
+# sglang-wheel.txt pins SGLang's CPython 3.11 wheel; another Python needs its own hash line there. Without it the
+# environment is left out, as with ATOMDYN_SKIP_SGLANG=1, rather than failing the whole bootstrap.
 if ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
-  log "$python is not CPython 3.11, the Python of the wheel requirements/sglang-wheel.txt pins"
-  exit 1
+  log "NOT installed: $python is not CPython 3.11, the Python of the wheel requirements/sglang-wheel.txt pins"
+  log "  the SGLang parser test will skip (and fail under CI=true)"
+  exit 0
 fi
 inputs=$(cat "${requirements[@]}" "$hook" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$inputs" ]]; then
