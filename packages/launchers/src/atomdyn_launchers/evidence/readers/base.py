@@ -7,7 +7,6 @@ Files are streamed, so memory does not depend on their size.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,12 +16,14 @@ from typing import IO, Any
 from atomdyn_launchers.contract.answers import Answer
 from atomdyn_launchers.contract.kinds import DISAGG_KINDS
 from atomdyn_launchers.evidence import logscan
+from atomdyn_launchers.evidence.jsonfile import loads
 
 # A run id that is a plain directory name and link: ASCII only (\w takes any script's letters and digits), and \Z,
 # not $, which lets a trailing newline through.
 SAFE_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 MAX_RECORD = 1 << 20  # a JSON-lines record longer than this is garbage, skipped without being held
 EXCERPT_HEAD = 4
+CORRUPT_SHOWN = 8
 
 
 @dataclass
@@ -45,6 +46,9 @@ class Signals:
     # the engine states)
     answers: tuple[Answer, Answer] | None = None
     run: dict[str, Any] = field(default_factory=dict)
+    # per JSON-lines file, its lines that are no record: "<file>:<line>: <why>" (the first CORRUPT_SHOWN of them)
+    corrupt: dict[str, list[str]] = field(default_factory=dict)
+    corrupt_count: dict[str, int] = field(default_factory=dict)
 
     def set(self, name: str, value: Any) -> None:
         self.values[name] = value
@@ -87,24 +91,30 @@ def record_lines(handle: IO[bytes], limit: int = MAX_RECORD) -> Iterator[bytes]:
 
 
 def jsonl(path: Path, signals: Signals) -> Iterator[tuple[int, str, dict[str, Any]]]:
-    """Complete, valid JSON-object lines of ``path`` with their numbers; bad lines become problems."""
+    """Complete JSON-object lines of ``path`` with their numbers, each read by the strict loader; every other
+    complete line (not JSON, a duplicate key, NaN, a NUL line, an over-long line) is counted and named in
+    ``signals.corrupt`` under the file's name, and the count becomes a problem. A last line without its newline
+    is being written: ignored, as docs/run-directory.md says."""
     bad = 0
+    shown = signals.corrupt.setdefault(path.name, [])
     with open(path, "rb") as handle:
         for number, raw in enumerate(record_lines(handle), 1):
             if not raw.endswith(b"\n"):
                 signals.problems.append(f"{path.name}:{number}: truncated last line ignored")
                 break
-            text = raw.decode("utf-8", errors="replace").strip()
+            text = raw.decode("utf-8", errors="replace").strip(" \t\r\n")
             if not text:
                 continue
             try:
-                record = json.loads(text)
-            except json.JSONDecodeError:
-                record = None
-            if not isinstance(record, dict):
+                record: Any = loads(text, f"{path.name}:{number}", expect=dict)
+            except ValueError as exc:
                 bad += 1
+                if len(shown) < CORRUPT_SHOWN:
+                    why = "a NUL line" if text.strip("\x00") == "" else str(exc).split(": ", 1)[-1][:120]
+                    shown.append(f"{path.name}:{number}: corrupt line: {why}")
                 continue
             yield number, text, record
+    signals.corrupt_count[path.name] = bad
     if bad:
         signals.problems.append(f"{path.name}: {bad} line(s) are not JSON objects and were ignored")
 

@@ -21,16 +21,29 @@ def read_timeline(signals: Signals) -> None:
             "timeline.submitted_roles",
         ):
             signals.absent(name, "timeline.jsonl is missing")
+        signals.set("timeline.backwards", 0)
+        signals.set("timeline.corrupt_lines", 0)
         return
     first: dict[str, float] = {}
     done: tuple[int, int] | None = None
     submitted: set[str] = set()  # roles whose job was submitted
     tail: deque[str] = deque(maxlen=6)
     shown = 0
-    for _, text, record in jsonl(path, signals):
+    backwards = 0
+    last: float | None = None
+    for number, text, record in jsonl(path, signals):
         event, t = record.get("event"), record.get("t")
-        if not isinstance(event, str) or not isinstance(t, int | float):
+        if not isinstance(event, str) or not isinstance(t, int | float) or isinstance(t, bool):
             continue
+        # Events are appended as they happen (docs/run-directory.md): a time before the one above, or before
+        # 1970, is a timeline that does not make sense.
+        if t < 0 or (last is not None and t < last):
+            backwards += 1
+            if backwards <= 4:
+                signals.excerpt(
+                    "timeline.nonsense", f"timeline.jsonl:{number}: {text} <- before the event above it"
+                )
+        last = float(t) if last is None else max(last, float(t))
         first.setdefault(event, float(t))
         if event == "submitted" and isinstance(record.get("role"), str):
             submitted.add(record["role"])
@@ -63,13 +76,17 @@ def read_timeline(signals: Signals) -> None:
         for name in ("timeline.requests_total", "timeline.requests_ok"):
             signals.absent(name, "timeline.jsonl has no requests_done event with an ok/total detail")
     signals.set("timeline.failed_events", sum(1 for e in signals.events if e["event"] == "failed"))
+    signals.set("timeline.backwards", backwards)
+    signals.set("timeline.corrupt_lines", signals.corrupt_count.get(path.name, 0))
+    for line in signals.corrupt.get(path.name, []):
+        signals.excerpt("timeline.nonsense", line)
 
 
 READER = Reader(
     "timeline.jsonl",
     frozenset({
         "timeline.complete", "timeline.startup_s", "timeline.requests_total", "timeline.requests_ok",
-        "timeline.submitted_roles", "timeline.failed_events",
+        "timeline.submitted_roles", "timeline.failed_events", "timeline.backwards", "timeline.corrupt_lines",
     }),
     read_timeline,
 )  # fmt: skip
