@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from evidence_helpers import REPO, vllm_cpu_run  # noqa: F401  (a fixture)
+from evidence_helpers import REPO, mi355x_fingerprint, vllm_cpu_run  # noqa: F401  (a fixture)
 
 from atomdyn_launchers.config.cluster import ClusterConfigError, load_cluster_config, parse_cluster_env
 from atomdyn_launchers.config.recipes import RecipeError, load_recipe
@@ -242,3 +242,51 @@ def test_report_merges_into_the_readme(vllm_cpu_run: Path, tmp_path: Path) -> No
     assert cli.report(tmp_path / "evidence", tmp_path / "RESULTS.md", readme, None) == 0
     text = readme.read_text()
     assert kept.strip() in text and "vllm-cpu" in text
+
+
+def _relabel_as_mi355x(run: Path) -> None:
+    """The issue's forgery: a CPU rehearsal's run.json and fingerprints edited to say MI355X, every probe
+    agreeing (what a hand-written data/ can always say)."""
+    record = json.loads((run / "run.json").read_text())
+    record.update(engine_profile="atom", platform="MI355X")
+    (run / "run.json").write_text(json.dumps(record))
+    for path in (run / "fingerprints").glob("*.json"):
+        path.write_text(json.dumps(mi355x_fingerprint(json.loads(path.read_text()).get("hostname", "n"))))
+
+
+def test_a_rehearsal_relabeled_mi355x_is_never_an_unmarked_row(vllm_cpu_run: Path, tmp_path: Path) -> None:  # noqa: F811
+    _relabel_as_mi355x(vllm_cpu_run)
+    _, summary = collect(vllm_cpu_run, tmp_path / "evidence", with_pictures=False)
+    assert summary["platform"] == "MI355X"  # the data says so: only a signature can back it
+    readme = _readme(tmp_path)
+    allowed = tmp_path / "allowed_signers"
+    allowed.write_text("# no key yet\n")
+    assert cli.report(tmp_path / "evidence", tmp_path / "RESULTS.md", readme, allowed) == 0
+    verified, unverified = readme.read_text().split("**Unverified claims.**")
+    assert "MI355X" not in verified
+    assert "| MI355X | unsigned |" in unverified
+
+
+def test_a_bundle_signed_by_an_allowed_key_is_a_row_that_names_the_signer(
+    vllm_cpu_run: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    key = tmp_path / "key"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ops@cluster", "-f", str(key)], check=True
+    )
+    _relabel_as_mi355x(vllm_cpu_run)
+    collect(vllm_cpu_run, tmp_path / "evidence", with_pictures=False, sign_key=key)
+    allowed = tmp_path / "allowed_signers"
+    public = Path(f"{key}.pub").read_text().split()
+    allowed.write_text(f'ops@site namespaces="atomdyn-evidence" {public[0]} {public[1]}\n')
+    readme = _readme(tmp_path)
+    assert cli.report(tmp_path / "evidence", tmp_path / "RESULTS.md", readme, allowed) == 0
+    text = readme.read_text()
+    assert "Unverified" not in text and "| MI355X | signed by ops@site |" in text
+    (tmp_path / "x").mkdir()
+    other = _readme(tmp_path / "x")
+    assert cli.report(tmp_path / "evidence", tmp_path / "R2.md", other, None) == 0
+    assert (
+        "| MI355X | unsigned |" in other.read_text().split("**Unverified claims.**")[1]
+    )  # no signers: unsigned
