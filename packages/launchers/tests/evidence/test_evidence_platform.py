@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from evidence_helpers import REPO
+from evidence_helpers import REPO, vllm_cpu_run  # noqa: F401  (a fixture)
 
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.engines.hardware import hardware_label
-from atomdyn_launchers.evidence.summary import _fingerprints
+from atomdyn_launchers.evidence.summary import _fingerprints, collect
 
 H200 = REPO / "evidence" / "20261204T183208Z-agg-single-vllm" / "data" / "fingerprints" / "agg.json"
 
@@ -141,3 +141,15 @@ def test_a_fingerprint_the_strict_loader_refuses_is_unreadable(tmp_path: Path, t
     assert source == "saved by the run's jobs"
     assert list(found["decode"]) == ["error"] and found["decode"]["error"].startswith("unreadable: ")
     assert get_engine("atom").platform_of(found).startswith("unknown")
+
+
+def test_collect_keeps_a_duplicate_key_as_the_text_it_was(vllm_cpu_run: Path, tmp_path: Path) -> None:  # noqa: F811
+    """A lenient parse at collect merged the duplicate (the last value won) and wrote a clean document into data/."""
+    decode = vllm_cpu_run / "fingerprints" / "decode.json"
+    text = decode.read_text()
+    decode.write_text(text.replace('"accelerator"', '"accelerator": "amd", "accelerator"', 1))
+    out, summary = collect(vllm_cpu_run, tmp_path / "evidence", with_pictures=False)
+    assert summary["fingerprint"]["decode"]["error"].startswith("unreadable: ")
+    assert (
+        '"accelerator": "amd", "accelerator"' in (out / "data" / "fingerprints" / "decode.json").read_text()
+    )

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_bytes
+from atomdyn_core.bounded import FileReadError, read_bytes
 from atomdyn_launchers.contract.answers import ANSWERS_DIR
 from atomdyn_launchers.contract.rundir import READY_METRICS_DIR
 from atomdyn_launchers.evidence import logscan, signals
+from atomdyn_launchers.evidence.jsonfile import JSON_MAX_BYTES, loads
 
 DATA = "data"
 COLLECTOR_FINGERPRINT = "collector-fingerprint.json"  # the collector's, when the run saved no fingerprint
@@ -90,10 +92,16 @@ def json_bytes(obj: Any, sanitize: Callable[[str], str]) -> bytes:
 
 
 def _json_file(source: Path, sanitize: Callable[[str], str]) -> bytes:
-    raw = source.read_bytes()
+    """A JSON file of the run, sanitized: parsed strictly, so a duplicate key or NaN that a lenient parse would
+    have merged or kept reaches data/ as the text it was (the readers then name it unreadable), never as a
+    clean document it was not."""
     try:
-        parsed = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        raw = read_bytes(source, JSON_MAX_BYTES, "JSON file")
+    except FileReadError as exc:
+        raise CollectError(str(exc)) from None
+    try:
+        parsed = loads(raw, source.name, expect=None)
+    except ValueError:
         return _text_lines(raw.splitlines(keepends=True), sanitize)  # the readers report it as unreadable
     return json_bytes(parsed, sanitize)
 
@@ -105,7 +113,7 @@ def _jsonl(source: Path) -> Iterable[bytes]:
 
 def _metrics(source: Path, wanted: frozenset[str]) -> Iterable[bytes]:
     with open(source, "rb") as handle:
-        for raw in handle:
+        for raw in signals.record_lines(handle):  # a line is bounded: an endless one is never held whole
             name = raw.split(b"{", 1)[0].split(b" ", 1)[0].decode("utf-8", errors="replace")
             if name in wanted:
                 yield raw
