@@ -337,7 +337,7 @@ def test_every_problem_is_reported_in_the_schemas_order() -> None:
         parse_recipe(text + "smoke: {requests: x}\ncolour: blue\n", "r.yaml")
     assert str(err.value) == (
         "r.yaml: colour: unknown key 'colour' (known here: schema_version, name, description, engine, model, kind, "
-        "layout, router, slurm, smoke, mocker, benchmark); "
+        "layout, router, slurm, smoke, mocker, benchmark, accuracy); "
         "layout.decode.gpu: unknown key 'gpu' (known here: workers, nodes_per_worker, gpus_per_worker); "
         "layout.decode.workers: 0 is below the minimum 1; "
         "smoke.requests: must be an integer, not str; "

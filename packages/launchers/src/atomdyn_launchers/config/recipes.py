@@ -30,6 +30,7 @@ from atomdyn_core.atomic import atomic_write_text
 from atomdyn_core.bounded import MIB, FileReadError, read_text
 from atomdyn_launchers.config.console import quiet_stdout
 from atomdyn_launchers.engines import ENGINE_NAMES
+from atomdyn_launchers.profiles.datasets import GSM8K_ITEMS
 
 SCHEMA_VERSION = 1
 RECIPE_MAX_BYTES = 1 * MIB  # a recipe is a page of YAML; a device or a runaway file is refused, named
@@ -72,6 +73,8 @@ MAX_SLO_MS = 3_600_000  # a goodput bound: one hour
 MAX_SPEEDUP = 1_000_000  # the mock engine's --speedup-ratio
 MAX_KV_GBPS = 1_000_000  # the mock engine's --kv-transfer-bandwidth (1 PB/s: no delay)
 MAX_KV_BYTES_PER_TOKEN = 1 << 30
+MAX_ACCURACY_ITEMS = 100_000  # GSM8K's test split has 1,319; a user's own file may hold more
+MAX_FEW_SHOT = 32
 
 
 def _workers(description: str) -> dict[str, Any]:
@@ -171,6 +174,38 @@ SCHEMA: dict[str, Any] = {
                 },
                 required=["tool", "concurrency"],
                 description="a serving benchmark after the smoke traffic",
+            ),
+            "accuracy": _obj(
+                {
+                    "task": {
+                        "enum": ["gsm8k"],
+                        "description": "lm-eval's task whose prompt and scoring are used",
+                    },
+                    "items": _int(1, "test items scored (the data's first N)", MAX_ACCURACY_ITEMS),
+                    "few_shot": _int(0, "examples before each question (the data's last N)", MAX_FEW_SHOT),
+                    "threshold": _num(0, "the least accuracy (flexible-extract exact match) that passes", 1),
+                    "threshold_source": {
+                        "type": "string",
+                        "description": "where the threshold comes from (a published score, a measured floor)",
+                    },
+                    "max_pd_difference": _num(
+                        0, "the largest |P/D - aggregated| accuracy on the same items that passes", 1
+                    ),
+                    "max_differing_items": _int(
+                        0,
+                        "the most items whose P/D answer may differ from the aggregated one",
+                        MAX_ACCURACY_ITEMS,
+                    ),
+                    "max_tokens": _int(1, "tokens per answer (lm-eval's max_gen_toks: 256)", MAX_TOKENS),
+                    "concurrency": _int(1, "questions in flight", MAX_CONCURRENCY),
+                    "data": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "a GSM8K test file of your own (its sha256 is recorded); default: the lock's",
+                    },
+                },
+                required=["task", "items", "threshold", "max_pd_difference"],
+                description="an accuracy check after the smoke traffic, greedy, against the frontend",
             ),
         },
         required=["schema_version", "name", "engine", "kind", "layout"],
@@ -362,6 +397,29 @@ class Benchmark:
 
 
 @dataclass(frozen=True)
+class Accuracy:
+    task: str
+    items: int
+    threshold: float
+    max_pd_difference: float
+    few_shot: int = 5
+    threshold_source: str = ""
+    max_differing_items: int | None = None
+    max_tokens: int = 256
+    concurrency: int = 8
+    data: str | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """What the answers depend on (the aggregated reference's key): not the gates' bounds."""
+        return {
+            "task": self.task,
+            "items": self.items,
+            "few_shot": self.few_shot,
+            "max_tokens": self.max_tokens,
+        }
+
+
+@dataclass(frozen=True)
 class MockerTiming:
     speedup_ratio: float = 10.0
     kv_transfer_bandwidth_gbps: float | None = None
@@ -387,6 +445,7 @@ class Recipe:
     max_tokens: int | None = None
     mocker: MockerTiming | None = None
     benchmark: Benchmark | None = None
+    accuracy: Accuracy | None = None
     source: str = ""
 
     def run_kind(self) -> str:
@@ -431,6 +490,12 @@ def _semantic_problems(raw: Mapping[str, Any]) -> list[str]:
         elif layout["agg"]["workers"] > 2:
             problems.append(f"layout.agg.workers: {layout['agg']['workers']} is above the maximum 2")
         problems += [f"layout.{r}: only for kind disagg" for r in ("prefill", "decode") if r in layout]
+    acc = raw.get("accuracy")
+    if acc is not None and "data" not in acc and acc["items"] + acc.get("few_shot", 5) > GSM8K_ITEMS:
+        problems.append(
+            f"accuracy: {acc['items']} items and {acc.get('few_shot', 5)} few-shot examples are more than GSM8K's "
+            f"{GSM8K_ITEMS} test items (the examples are the last ones, never scored)"
+        )
     if "mocker" in raw and raw["engine"] != "mocker":
         problems.append(f"mocker: only for engine mocker, not {raw['engine']}")
     return problems
@@ -458,6 +523,7 @@ def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
         raise RecipeError(f"{source}: " + "; ".join(problems))
     layout = raw["layout"]
     bench = raw.get("benchmark")
+    acc = raw.get("accuracy")
     mocker = raw.get("mocker")
     smoke = raw.get("smoke", {})
     return Recipe(
@@ -487,6 +553,7 @@ def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
             streaming=bench.get("streaming", True),
             slo=Slo(**bench.get("slo", {})),
         ),
+        accuracy=None if acc is None else Accuracy(**acc),
         source=source,
     )
 

@@ -34,6 +34,7 @@ EVENTS = (
     "healthy",
     "first_good_response",
     "requests_done",
+    "accuracy_done",
     "finished",
     "cancelled",
     "failed",

@@ -19,6 +19,7 @@ from typing import Any
 
 from atomdyn_core.atomic import atomic_write_bytes
 from atomdyn_core.bounded import FileReadError, read_bytes
+from atomdyn_launchers.contract.accuracy import ACCURACY_DIR, AGGREGATED_FILE, ITEMS_FILE, SUMMARY_FILE
 from atomdyn_launchers.contract.answers import ANSWERS_DIR
 from atomdyn_launchers.contract.rundir import READY_METRICS_DIR
 from atomdyn_launchers.evidence import logscan, signals
@@ -28,7 +29,8 @@ DATA = "data"
 COLLECTOR_FINGERPRINT = "collector-fingerprint.json"  # the collector's, when the run saved no fingerprint
 _JSON_DIRS = ("fingerprints", "doctor", ANSWERS_DIR)
 RUN_FILES = ("run.json", "timeline.jsonl", "requests.jsonl", COLLECTOR_FINGERPRINT)  # read at the top
-RUN_DIRS = ("metrics", READY_METRICS_DIR, "logs", *_JSON_DIRS)  # every entry of each is read
+RUN_DIRS = ("metrics", READY_METRICS_DIR, "logs", *_JSON_DIRS, ACCURACY_DIR)  # every entry of each is read
+ACCURACY_JSON = (SUMMARY_FILE, AGGREGATED_FILE)  # accuracy/: these and ITEMS_FILE (one item a line)
 
 
 class CollectError(ValueError):
@@ -151,4 +153,11 @@ def reduce_run(run_dir: Path, out: Path, sanitize: Callable[[str], str]) -> list
         for path in sorted((run_dir / sub).glob("*.json")):
             (out / sub).mkdir(exist_ok=True)
             put(f"{sub}/{path.name}", _json_file(path, sanitize))
+    for name in ACCURACY_JSON:
+        if (run_dir / ACCURACY_DIR / name).is_file():
+            put(f"{ACCURACY_DIR}/{name}", _json_file(run_dir / ACCURACY_DIR / name, sanitize))
+    if (run_dir / ACCURACY_DIR / ITEMS_FILE).is_file():
+        put(
+            f"{ACCURACY_DIR}/{ITEMS_FILE}", _text_lines(_jsonl(run_dir / ACCURACY_DIR / ITEMS_FILE), sanitize)
+        )
     return written

@@ -22,6 +22,8 @@ from atomdyn_launchers.contract.answers import differing_tokens, logprob_max_del
 from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.contract.kinds import AGG_KINDS, DISAGG_KINDS, KINDS, TWO_NODE_KINDS
 from atomdyn_launchers.contract.metrics import QUANTITIES
+from atomdyn_launchers.evidence.accuracy_signal import SIGNALS as ACCURACY_SIGNALS
+from atomdyn_launchers.evidence.accuracy_signal import read_accuracy
 from atomdyn_launchers.evidence.expectations import expectations_for
 from atomdyn_launchers.evidence.logscan import KV_MESSAGE_MIN
 from atomdyn_launchers.evidence.reference_signal import read_reference_answers
@@ -146,6 +148,18 @@ GATES: tuple[Gate, ...] = (
          "at temperature 0 the reference prompts' answers equal transformers' greedy decode of them, token for token",
          KINDS, "reference.differing_tokens", "==", 0, ("answers",),
          when="reference.recorded", unlisted_when_waived=True),  # any engine serving a model with a reference
+    Gate("accuracy_unanswered", "every accuracy question got an answer", KINDS,
+         "accuracy.unanswered", "==", 0, ("accuracy",), when="accuracy.recorded", unlisted_when_waived=True),
+    Gate("accuracy_threshold", "the accuracy (GSM8K, flexible-extract exact match, greedy) reaches the threshold",
+         KINDS, "accuracy.score", ">=", "$accuracy.threshold", ("accuracy",), when="accuracy.recorded",
+         unlisted_when_waived=True),
+    Gate("accuracy_pd_difference",
+         "on the same items, the P/D accuracy is within the allowed difference of the aggregated run's",
+         DISAGG_KINDS, "accuracy.pd_difference", "<=", "$accuracy.max_pd_difference", ("accuracy",),
+         when="accuracy.recorded", unlisted_when_waived=True),
+    Gate("accuracy_pd_differing_items",
+         "at most the allowed number of items answered differently from the aggregated run", DISAGG_KINDS, "accuracy.pd_differing_items", "<=", "$accuracy.max_differing_items", ("accuracy",),
+         when="accuracy.items_gated", unlisted_when_waived=True),
     Gate("nixl_err_records", "no NIXL_ERR record in the logs", DISAGG_KINDS,
          "logs.nixl_err", "==", 0, ("logs.nixl_err",), applies=lambda e: e.nixl_transfers),
     Gate("decode_external_prefix_hits", "decode reused tokens it did not compute (they came over NIXL)",
@@ -200,6 +214,7 @@ DERIVED: frozenset[str] = frozenset({
     "kv.forbidden_transport_rows", "kv.message_min_bytes", "kv.message_min_source", "kv.rows_not_zero_copy",
     "doctor.roles_without_backend", "dmabuf.judged",
     "reference.recorded", "reference.differing_tokens",  # evidence/reference_signal.py, called by derive
+    *ACCURACY_SIGNALS,  # evidence/accuracy_signal.py, called by derive
 })  # fmt: skip
 
 
@@ -294,6 +309,7 @@ def derive(signals: Signals, expectations: GateExpectations | None) -> None:
     expected = expectations or GateExpectations()
     _derive_answer(signals, expected)
     read_reference_answers(signals)  # the independent reference: a file of the run directory, read here
+    read_accuracy(signals)  # the accuracy check's answers: accuracy/, read here
     rows = signals.get("kv.transport_rows")
     signals.excerpts.pop("kv.rows_not_zero_copy", None)  # drawn again for these expectations
     if isinstance(rows, dict):

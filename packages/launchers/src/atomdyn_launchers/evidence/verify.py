@@ -20,11 +20,19 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.sanitize import sanitize
+from atomdyn_launchers.contract.accuracy import ACCURACY_DIR, ITEMS_FILE
 from atomdyn_launchers.contract.answers import ANSWER_FILE, ANSWERS_DIR, REFERENCE_FILE
 from atomdyn_launchers.contract.reference_answers import REFERENCE_ANSWER_FILES
 from atomdyn_launchers.contract.rundir import READY_METRICS_DIR
 from atomdyn_launchers.evidence import pictures, signature
-from atomdyn_launchers.evidence.data import DATA, RUN_FILES, CollectError, check_run_dir, kind_of
+from atomdyn_launchers.evidence.data import (
+    ACCURACY_JSON,
+    DATA,
+    RUN_FILES,
+    CollectError,
+    check_run_dir,
+    kind_of,
+)
 from atomdyn_launchers.evidence.gates import GateResult, evaluate, failed_count, overall
 from atomdyn_launchers.evidence.jsonfile import read_json, read_whole_text
 from atomdyn_launchers.evidence.signals import Signals, collect_signals
@@ -44,7 +52,7 @@ from atomdyn_launchers.evidence.summary import (
 _NOT_JUDGED = frozenset({"excerpts", "pictures", "files", "collection_notes"})
 # The directories collect writes, and in data/ the ones whose files are named after a role of the run.
 _ROLE_DIRS = ("metrics", READY_METRICS_DIR, "logs", "fingerprints", "doctor")
-_DIRS = frozenset({DATA, "excerpts", *(f"{DATA}/{d}" for d in (*_ROLE_DIRS, ANSWERS_DIR))})
+_DIRS = frozenset({DATA, "excerpts", *(f"{DATA}/{d}" for d in (*_ROLE_DIRS, ANSWERS_DIR, ACCURACY_DIR))})
 _ROLE_FILES = {
     "metrics": ".prom",
     READY_METRICS_DIR: ".prom",
@@ -180,6 +188,8 @@ def _not_collected(rel: str, expected_top: set[str], roles: set[str]) -> str | N
     if len(parts) == 2:
         return None if parts[1] in RUN_FILES else "(not in the fixed list of data/ files)"
     sub, name = parts[1], parts[2]
+    if sub == ACCURACY_DIR:
+        return None if name in (ITEMS_FILE, *ACCURACY_JSON) else "(not an accuracy file)"
     if sub == ANSWERS_DIR:
         return (
             None if name in (ANSWER_FILE, REFERENCE_FILE, *REFERENCE_ANSWER_FILES) else "(not an answer file)"

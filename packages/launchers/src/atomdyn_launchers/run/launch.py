@@ -12,6 +12,8 @@ then, over one RunContext and its Monitor, the stages of SERVING in order (run/s
   watch      until every role registered in etcd (its processes healthy) and the frontend lists them
   smoke      a verified response (P/D: different prefill and decode workers), the fixed prompt where the
              engine's answers are compared, the smoke requests, each checked, the metrics
+  accuracy   the recipe's accuracy check (GSM8K through the frontend, greedy, scored as lm-eval scores it),
+             when it asks for one: performance numbers are only trusted once accuracy passes
   benchmark  the recipe's serving benchmark (aiperf sweep), when it asks for one
 
 or, for the cross-node NIXL probe (a run with ProbeOptions: every role runs the probe in its worker's
@@ -64,6 +66,7 @@ from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.orphans import clean_before_run
 from atomdyn_launchers.run.plan import new_run_dir, plan_roles
 from atomdyn_launchers.run.preflight import check_allocation, check_run
+from atomdyn_launchers.run.stages.accuracy import accuracy
 from atomdyn_launchers.run.stages.benchmark import benchmark
 from atomdyn_launchers.run.stages.etcd import watch_etcd
 from atomdyn_launchers.run.stages.probe import probe
@@ -76,7 +79,7 @@ from atomdyn_launchers.slurm.client import Allocation, Slurm, SlurmError
 
 Stage = Callable[[RunContext, Monitor], None]
 
-SERVING: tuple[Stage, ...] = (watch_etcd, submit, watch, smoke, benchmark)
+SERVING: tuple[Stage, ...] = (watch_etcd, submit, watch, smoke, accuracy, benchmark)
 # The cross-node NIXL probe (ProbeOptions): the same run up to the jobs, which end on their own.
 PROBE: tuple[Stage, ...] = (watch_etcd, submit, probe)
 

@@ -1,5 +1,5 @@
 """The one preflight: everything a run checks before anything is created or submitted (the run's options
-against the engine and the recipe, the venv or the images, the tiny model built and verified, the cluster's
+against the engine and the recipe, the venv or the images, the tiny model built and verified, the accuracy data fetched and checked, the cluster's
 partition, nodes, model path and etcd, then ``nodes.check`` on the run's nodes: inside an allocation, as job
 steps of it). A failure raises
 :class:`~atomdyn_launchers.config.cluster.PreflightError` naming what to fix."""
@@ -7,6 +7,7 @@ steps of it). A failure raises
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.config.etcd import etcd_access
@@ -17,7 +18,7 @@ from atomdyn_launchers.engines import Engine, EngineError
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.nodes.check import CheckReport, check_nodes
 from atomdyn_launchers.nodes.jobs import NodeJobError
-from atomdyn_launchers.profiles import smollm2, tinymodel
+from atomdyn_launchers.profiles import datasets, smollm2, tinymodel
 from atomdyn_launchers.profiles.models import ModelProfile
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.options import LaunchOptions
@@ -122,6 +123,12 @@ def check_run(
             builder(model_path(config, model), model.build_digest)
         except (tinymodel.TinyModelError, OSError, RuntimeError) as exc:
             raise PreflightError(f"model {model.name}: {exc}") from None
+    accuracy = options.recipe.accuracy if options.recipe is not None else None
+    if accuracy is not None:
+        try:  # the pinned GSM8K file fetched and checked (or the recipe's own file read) before any job
+            datasets.load_gsm8k(Path(accuracy.data) if accuracy.data else None, config.project_dir)
+        except datasets.DatasetError as exc:
+            raise PreflightError(f"accuracy: {exc}") from None
     if runtime.in_image:
         try:
             images = engine.images(options.kind, config.dynamo_atom_image, config.nixl_image)
