@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from atomdyn_launchers.contract.ladder import EARLIER_LADDERS
 from atomdyn_launchers.evidence import cli as evidence_cli
 from atomdyn_launchers.evidence.certify_report import LADDER, certified, render, verify_certify
 
@@ -29,9 +30,17 @@ def _state(bundle: Path) -> dict[str, object]:
 
 def test_the_real_climbs_report_verifies(bundle: Path) -> None:
     state = _state(bundle)
-    assert certified(state) and [r["name"] for r in state["rungs"]] == list(LADDER)  # type: ignore[union-attr]
+    # climbed before the accuracy rung: certified by the ladder of its day
+    assert certified(state) and [r["name"] for r in state["rungs"]] == list(EARLIER_LADDERS[0])  # type: ignore[union-attr]
     assert "rehearsal (CPU" in state["verdict"]  # type: ignore[operator]
     assert evidence_cli.verify([bundle]) == 0
+
+
+def test_a_ladder_missing_a_rung_of_todays_is_not_certified(bundle: Path) -> None:
+    state = _state(bundle)
+    rungs = [r for r in state["rungs"] if r["name"] != "disagg"]  # type: ignore[attr-defined]
+    assert not certified({**state, "rungs": rungs})
+    assert list(LADDER) != list(EARLIER_LADDERS[0]) and "accuracy" in LADDER
 
 
 def test_a_row_added_to_the_readme_is_refused(bundle: Path) -> None:

@@ -18,6 +18,7 @@ from atomdyn_core.atomic import atomic_write_json
 from atomdyn_core.lock import find_lock_path, load_lock
 from atomdyn_launchers.certify.nixl import cross_node
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
+from atomdyn_launchers.contract.accuracy import ACCURACY_DIR, GATED_FILTER, SUMMARY_FILE
 from atomdyn_launchers.contract.ladder import RUNG_NAMES
 from atomdyn_launchers.engines import Engine, get_engine
 from atomdyn_launchers.engines.base import ProbeOptions
@@ -228,11 +229,15 @@ def _run_json(run_dir: Path) -> dict[str, Any]:
     return loaded if isinstance(loaded, dict) else {}
 
 
-def _serving(climb: Climb, kind: str, *, with_benchmark: bool = False) -> RungResult:
+def _serving(
+    climb: Climb, kind: str, *, with_benchmark: bool = False, with_accuracy: bool = False
+) -> RungResult:
     """A serving run of ``kind``, passed only when the launcher and every evidence gate of its kind pass."""
     recipe = climb.options.recipe
     if recipe is not None and recipe.benchmark is not None and not with_benchmark:
-        recipe = replace(recipe, benchmark=None)  # the benchmark is rung 8's, on a deployment of its own
+        recipe = replace(recipe, benchmark=None)  # the benchmark is rung 9's, on a deployment of its own
+    if recipe is not None and recipe.accuracy is not None and not with_accuracy:
+        recipe = replace(recipe, accuracy=None)  # the accuracy check is rung 8's
     options = replace(climb.options, kind=kind, recipe=recipe)
     outcome = run(options, climb.config, progress=climb.progress)
     run_json = _run_json(outcome.run_dir)
@@ -256,6 +261,34 @@ def agg_two(climb: Climb) -> RungResult:
 
 def disagg(climb: Climb) -> RungResult:
     return _serving(climb, "disagg")
+
+
+def accuracy(climb: Climb) -> RungResult:
+    """The recipe's accuracy check: an aggregated run on one node records its answers (the reference), then a P/D
+    run is judged against the threshold and against them on the same items; both must pass every gate."""
+    recipe = climb.options.recipe
+    if recipe is None or recipe.accuracy is None:
+        return RungResult(NOT_NEEDED, "the recipe asks for no accuracy check")
+    aggregated = _serving(climb, "agg-single", with_accuracy=True)
+    if not aggregated.passed:
+        aggregated.detail = f"aggregated: {aggregated.detail}"
+        return aggregated
+    pd = _serving(climb, "disagg", with_accuracy=True)
+    scores = [_accuracy_score(Path(r.evidence)) for r in (aggregated, pd)]
+    shown = f"GSM8K aggregated {scores[0]}, P/D {scores[1]} (threshold {recipe.accuracy.threshold})"
+    evidence = f"{aggregated.evidence}, {pd.evidence}"
+    if not pd.passed:
+        return RungResult(FAILED, f"P/D: {pd.detail}; {shown}", evidence=evidence, platform=pd.platform)
+    return RungResult(PASS, f"{shown}; {pd.detail}", evidence=evidence, platform=pd.platform,
+                      facts={"accuracy": scores})  # fmt: skip
+
+
+def _accuracy_score(run_dir: Path) -> Any:
+    try:
+        loaded = json.loads((run_dir / ACCURACY_DIR / SUMMARY_FILE).read_text(encoding="utf-8"))
+        return loaded["scores"][GATED_FILTER]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def benchmark(climb: Climb) -> RungResult:
@@ -306,7 +339,13 @@ RUNGS: tuple[Rung, ...] = (
     Rung(7, "disagg", "P/D through etcd with the KV gates",
          "prefill and decode on two nodes; KV moved by NIXL passes every KV gate and equals rung 5's answer",
          "invoke disagg.run", disagg, _ready, "two jobs (and etcd's, when the run owns it)"),
-    Rung(8, "benchmark", "the serving benchmark (aiperf sweep)",
+    Rung(8, "accuracy", "accuracy before performance (GSM8K through the frontend, greedy)",
+         "an aggregated run's answers reach the recipe's threshold and record the reference; a P/D run's reach it, "
+         "every item answered, within the allowed difference of the aggregated run's on the same items",
+         "invoke agg.run --nodes 1 --recipe FILE, then invoke disagg.run --recipe FILE", accuracy,
+         lambda c: 2 * _ready(c) if c.options.recipe is not None and c.options.recipe.accuracy is not None else 0.0,
+         "one job, then two, when the recipe asks for an accuracy check"),
+    Rung(9, "benchmark", "the serving benchmark (aiperf sweep)",
          "the recipe's sweep against a P/D deployment, its SLOs met", "invoke disagg.run", benchmark,
          lambda c: _ready(c) if c.options.recipe is not None and c.options.recipe.benchmark is not None else 0.0,
          "two jobs, when the recipe asks for a benchmark"),

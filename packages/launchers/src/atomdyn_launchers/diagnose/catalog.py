@@ -49,6 +49,7 @@ RUNG_COMMANDS: dict[str, str] = {
     "agg-single": "invoke agg.run --nodes 1",
     "agg-two": "invoke agg.run --nodes 2",
     "disagg": "invoke disagg.run",
+    "accuracy": "invoke agg.run --nodes 1 --recipe FILE, then invoke disagg.run --recipe FILE",
     "benchmark": "invoke disagg.run",
 }
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from atomdyn_core.sanitize import sanitize
-from atomdyn_launchers.contract.ladder import RUNG_NAMES
+from atomdyn_launchers.contract.ladder import EARLIER_LADDERS, RUNG_NAMES
 from atomdyn_launchers.evidence import mdtext
 from atomdyn_launchers.evidence.verify import Verdict
 
@@ -25,7 +25,8 @@ BUNDLE_PREFIX = "certify-"
 def certified(state: dict[str, Any]) -> bool:
     rungs = state.get("rungs") or []
     names = [r.get("name") for r in rungs]
-    return names == list(LADDER) and all(r.get("verdict") in PASSING for r in rungs)
+    ladders = (list(LADDER), *(list(earlier) for earlier in EARLIER_LADDERS))
+    return names in ladders and all(r.get("verdict") in PASSING for r in rungs)
 
 
 def verdict_line(state: dict[str, Any]) -> str:
