@@ -290,3 +290,17 @@ def test_a_bundle_signed_by_an_allowed_key_is_a_row_that_names_the_signer(
     assert (
         "| MI355X | unsigned |" in other.read_text().split("**Unverified claims.**")[1]
     )  # no signers: unsigned
+
+
+def test_an_unsigned_collect_does_not_drop_a_signature_silently(vllm_cpu_run: Path, tmp_path: Path) -> None:  # noqa: F811
+    key = tmp_path / "key"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ops@cluster", "-f", str(key)], check=True
+    )
+    out, _ = collect(vllm_cpu_run, tmp_path / "evidence", with_pictures=False, sign_key=key)
+    with pytest.raises(CollectError, match=r"summary\.json\.sig differ"):
+        collect(vllm_cpu_run, tmp_path / "evidence", with_pictures=False)  # the same run, unsigned
+    assert (out / "summary.json.sig").is_file()
+    collect(
+        vllm_cpu_run, tmp_path / "evidence", with_pictures=False, sign_key=key
+    )  # signed again: no question

@@ -490,6 +490,8 @@ def _collect_locked(
         atomic_write_json(staging / "summary.json", summary)
         if os.path.lexists(final):
             differing = _differences(final, staging) if final.is_dir() and not final.is_symlink() else ["*"]
+            if sign_key is None and os.path.lexists(final / signature.SIGNATURE):
+                differing.append(signature.SIGNATURE)  # an unsigned collect would drop the signature silently
             if differing and not replace:
                 raise CollectError(
                     f"{final} exists and says something else ({', '.join(differing[:8])}"
