@@ -304,3 +304,14 @@ def test_an_unsigned_collect_does_not_drop_a_signature_silently(vllm_cpu_run: Pa
     collect(
         vllm_cpu_run, tmp_path / "evidence", with_pictures=False, sign_key=key
     )  # signed again: no question
+
+
+def test_a_published_climb_with_a_duplicate_key_is_unreadable(tmp_path: Path) -> None:
+    from atomdyn_launchers.evidence.certify_report import REPORT_FILE, STATE_FILE, verify_certify
+
+    climb = tmp_path / "certify-20261202T000000Z"
+    climb.mkdir()
+    (climb / STATE_FILE).write_text('{"certify_id": "20261202T000000Z", "certify_id": "other"}')
+    (climb / REPORT_FILE).write_text("# report\n")
+    verdict = verify_certify(climb)
+    assert not verdict.intact and "duplicate key 'certify_id'" in verdict.text()

@@ -12,6 +12,7 @@ from typing import Any
 from atomdyn_core.sanitize import sanitize
 from atomdyn_launchers.contract.ladder import EARLIER_LADDERS, RUNG_NAMES
 from atomdyn_launchers.evidence import mdtext
+from atomdyn_launchers.evidence.jsonfile import read_json, read_whole_text
 from atomdyn_launchers.evidence.verify import Verdict
 
 # The ladder's rungs in order (certify/rungs.py's table must name the same).
@@ -130,8 +131,8 @@ def verify_certify(path: Path) -> Verdict:
     if problems:
         return Verdict(False, problems, intact=False)
     try:
-        state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
-        readme = (path / REPORT_FILE).read_text(encoding="utf-8")
+        state = read_json(path / STATE_FILE, expect=None)
+        readme = read_whole_text(path / REPORT_FILE, "report")
     except (OSError, ValueError) as exc:
         return Verdict(False, [f"{path / STATE_FILE}: unreadable: {exc}"], intact=False)
     if not isinstance(state, dict):

@@ -10,7 +10,6 @@ one, the dma-buf helper's registrations where the engine preloads it, the doctor
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.evidence.expectations import expectations_for
 from atomdyn_launchers.evidence.gates import GateResult, evaluate
+from atomdyn_launchers.evidence.jsonfile import read_json, read_whole_text
 from atomdyn_launchers.evidence.signals import collect_signals
 
 PROBE_DIR = "nixl"
@@ -74,7 +74,7 @@ def _reports(run_dir: Path) -> dict[str, dict[str, Any] | None]:
     out: dict[str, dict[str, Any] | None] = {}
     for role in SIDES:
         try:
-            loaded = json.loads((run_dir / PROBE_DIR / f"{role}.json").read_text(encoding="utf-8"))
+            loaded = read_json(run_dir / PROBE_DIR / f"{role}.json", expect=None)
         except (OSError, ValueError):
             loaded = None
         out[role] = loaded if isinstance(loaded, dict) else None
@@ -86,8 +86,8 @@ def _ucx_errors(run_dir: Path, limit: int = 3) -> list[str]:
     found: list[str] = []
     for path in sorted((run_dir / "logs").glob("*.probe.log")):
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+            text = read_whole_text(path, "probe log", errors="replace")
+        except (OSError, ValueError):
             continue
         for line in text.splitlines():
             if " UCX  ERROR " in line or " UCX  WARN " in line or "NIXL_ERR" in line:
