@@ -128,7 +128,10 @@ def test_pd_is_compared_with_the_aggregated_answers_on_the_same_items(
     record = _run(frontend, data, tmp_path / "agg", "agg-single")  # every answer right: 1.0
     reference = tmp_path / "references" / "k.json"
     results = parse_items((tmp_path / "agg" / ACCURACY_DIR / ITEMS_FILE).read_text())
-    check.record_reference(reference, check.reference_document("agg-run", "k", record, results))
+    document = check.reference_document("agg-run", "k", record, results)
+    # the data's hash on a "sha256" line, which the evidence's second secret scan keeps (evidence/secondscan.py)
+    assert f'"sha256": "{record["data"]["sha256"]}"' in document
+    check.record_reference(reference, document)
     frontend.wrong, frontend.failing = {1, 2}, {5}  # P/D: two wrong, one unanswered
     pd = tmp_path / "pd"
     _run(frontend, data, pd, "disagg")

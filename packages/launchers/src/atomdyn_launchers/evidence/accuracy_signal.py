@@ -109,7 +109,7 @@ def _compare_aggregated(signals: Signals, summary: Any, scored: list[ItemResult]
         reference = [ItemResult.from_json(raw) for raw in document["items"]]
         same = (
             document["settings"] == summary["settings"]
-            and document["data_sha256"] == summary["data"]["sha256"]
+            and document["data"]["sha256"] == summary["data"]["sha256"]
         )
     except FileNotFoundError:
         why = (f"no {ACCURACY_DIR}/{AGGREGATED_FILE}: an aggregated run of the same recipe, engine, model and build "
