@@ -94,7 +94,8 @@ def _settings() -> dict[str, Any]:
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
     plugins: list[dict[str, Any]] = []
-    for plugin in get_mapping_from_secret_type_to_class().values():
+    classes: dict[str, type[Any]] = get_mapping_from_secret_type_to_class()
+    for plugin in classes.values():
         entry: dict[str, Any] = {"name": plugin.__name__}
         if plugin.__name__ == "Base64HighEntropyString":
             entry["limit"] = 4.5  # detect-secrets' own defaults, as its command line sets them
