@@ -289,10 +289,9 @@ def release(session: nox.Session) -> None:
     session.log(f"{len(sums)} files, SOURCE_DATE_EPOCH={env['SOURCE_DATE_EPOCH']}")
 
 
-@nox.session
-def update_requirements_sglang(session: nox.Session) -> None:
-    """Recompile requirements/sglang.txt with hashes from requirements/sglang.in (not a default session); SGLang's
-    own wheel is pinned apart, in requirements/sglang-wheel.txt (sglang.in says why)."""
+def compile_requirements(session: nox.Session, name: str) -> None:
+    """requirements/NAME.in compiled with hashes into requirements/NAME.txt (pip-tools keeps existing pins)."""
+    session_name = "update_requirements" if name == "dev" else f"update_requirements_{name}"
     python(
         session,
         "-m",
@@ -305,10 +304,17 @@ def update_requirements_sglang(session: nox.Session) -> None:
         "--no-emit-index-url",
         "--no-emit-find-links",
         "--output-file",
-        "requirements/sglang.txt",
-        "requirements/sglang.in",
-        env={"CUSTOM_COMPILE_COMMAND": "nox -s update_requirements_sglang"},
+        f"requirements/{name}.txt",
+        f"requirements/{name}.in",
+        env={"CUSTOM_COMPILE_COMMAND": f"nox -s {session_name}"},
     )
+
+
+@nox.session
+def update_requirements_sglang(session: nox.Session) -> None:
+    """Recompile requirements/sglang.txt with hashes from requirements/sglang.in (not a default session); SGLang's
+    own wheel is pinned apart, in requirements/sglang-wheel.txt (sglang.in says why)."""
+    compile_requirements(session, "sglang")
 
 
 @nox.session
@@ -321,19 +327,4 @@ def update_lock(session: nox.Session) -> None:
 @nox.session
 def update_requirements(session: nox.Session) -> None:
     """Recompile requirements/dev.txt with hashes from requirements/dev.in (not a default session)."""
-    python(
-        session,
-        "-m",
-        "piptools",
-        "compile",
-        "--quiet",
-        "--generate-hashes",
-        "--allow-unsafe",
-        "--strip-extras",
-        "--no-emit-index-url",
-        "--no-emit-find-links",
-        "--output-file",
-        "requirements/dev.txt",
-        "requirements/dev.in",
-        env={"CUSTOM_COMPILE_COMMAND": "nox -s update_requirements"},
-    )
+    compile_requirements(session, "dev")
