@@ -200,7 +200,7 @@ def test_lock_verify_gets_the_path_intact(tmp_path: Path) -> None:
     value = payload(canaries)
     done, _ = run_invoke(tmp_path, ["lock.verify", "--path", value])
     assert done.returncode == 2
-    assert f"error: $: cannot read {value}: No such file or directory" in done.stderr
+    assert f"error: $: {value}: cannot read the lock: No such file or directory" in done.stderr
     assert list(canaries.iterdir()) == []
 
 
