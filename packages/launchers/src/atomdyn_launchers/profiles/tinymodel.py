@@ -12,7 +12,6 @@ KV blocks of a known shape that the NixlConnector must move, and that greedy dec
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -27,7 +26,7 @@ from pathlib import Path
 
 from atomdyn_core.atomic import atomic_write_bytes, atomic_write_json
 from atomdyn_launchers.profiles import mockmodel
-from atomdyn_launchers.profiles.modeldir import install_staged
+from atomdyn_launchers.profiles.modeldir import files_digest, install_staged
 
 # Bump when the generated content changes; the profile's recorded digest must change with it.
 GENERATOR_VERSION = 1
@@ -143,14 +142,8 @@ def config(vocab_size: int, eos_id: int) -> dict[str, object]:
 
 
 def digest(path: Path) -> str:
-    """sha256 over each file's name and sha256, in name order: one figure for the whole directory."""
-    outer = hashlib.sha256()
-    for name in sorted(FILES):
-        file = Path(path) / name
-        if not file.is_file():
-            raise TinyModelError(f"tiny model at {path} has no {name}")
-        outer.update(f"{name} {hashlib.sha256(file.read_bytes()).hexdigest()}\n".encode())
-    return "sha256:" + outer.hexdigest()
+    """sha256 over each file's name and sha256, in name order (``FILES``)."""
+    return files_digest(path, FILES, lambda name: TinyModelError(f"tiny model at {path} has no {name}"))
 
 
 def is_built(path: Path) -> bool:
