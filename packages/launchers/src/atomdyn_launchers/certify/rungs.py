@@ -138,8 +138,8 @@ def images(climb: Climb) -> RungResult:
     """The images present on every node with one id each, and the helper installed where P/D loads it."""
     checks = _node_checks(climb, lambda name: name in IMAGE_CHECKS)
     failed = [(n, c) for n, c in checks if c.status == FAIL]
-    if failed:
-        return RungResult(FAILED, _lines(failed))
+    if failed:  # the evidence is rung 1's node check, whose image lines failed (diagnosed from it)
+        return RungResult(FAILED, _lines(failed), evidence=str(climb.directory / "node-check.json"))
     runtime = get_runtime(climb.config.runtime)
     if runtime.shared_images:
         # One squashfs per image on the shared filesystem, checked against its import record on each node.

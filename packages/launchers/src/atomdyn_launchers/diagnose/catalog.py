@@ -222,6 +222,17 @@ CATALOG: tuple[Entry, ...] = (
         source="packages/launchers/src/atomdyn_launchers/job/ucx_info.py (judge)",
     ),
     Entry(
+        "ucx-check-transport-not-in-ucx", "UCX (the node check)",
+        _log(r"transports? (?P<asked>'[^']*'(?:,'[^']*')*) is not in this UCX \(it has: (?P<available>[^)]*)\)",
+             " is not in this UCX (it has: "),
+        "The node check's ucx_info found that UCX_TLS names transports the workers' UCX does not have (a misspelt "
+        "name, or a UCX built without the module: uct_ib for rc_verbs, uct_rocm for the rocm transports).",
+        "Set UCX_TLS to transports the line lists as UCX's (or ATOM_UCX_PATH to the path the image's UCX was built "
+        "for); rebuild the image's UCX with the missing module.",
+        "nixl",
+        source="packages/launchers/src/atomdyn_launchers/job/ucx_info.py (judge: UCX's own refusal of UCX_TLS)",
+    ),
+    Entry(
         "ucx-check-transport-without-device", "UCX (the node check)",
         _log(r"UCX_TLS=(?P<tls>\S+) asks for (?P<transport>.+?), but UCX_NET_DEVICES=(?P<devices>\S+) leaves it no "
              r"device", ", but UCX_NET_DEVICES="),
@@ -950,9 +961,9 @@ CATALOG: tuple[Entry, ...] = (
     ),
     Entry(
         "podman-image-not-known", "container runtime (podman)",
-        _log(r"Error: (?P<image>\S+): image not known", ": image not known"),
-        "podman found no such image in the node's store (the jobs run it with --pull=never, so it is never "
-        "pulled).",
+        _log(r"Error: (?:inspecting object: )?(?P<image>\S+): image not known", ": image not known"),
+        "podman found no such image in the node's store (the job script inspects it before the workers start, "
+        "and runs it with --pull=never, so it is never pulled).",
         "`invoke nodes.prepare` loads the pinned images onto every node; check the tag the role's script names.",
         "images",
         source=f"captured: {CAPTURED} (podman 4.3.1, Debian 12: containers/storage's ErrImageUnknown)",
