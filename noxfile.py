@@ -76,13 +76,17 @@ def tests(session: nox.Session) -> None:
     for name, directory in suites:
         session.log(f"== {name}")
         junit = f"--junitxml={reports / name}.xml"
+        workers, base = parallel(name)
         # The slowest tests named in every log, so a suite that grows slow shows where before CI's limit does.
-        args = [junit, "--durations=15", *extra, *(["tests"] if directory == ROOT else [])]
+        args = [junit, "--durations=15", *workers, *extra, *(["tests"] if directory == ROOT else [])]
         with session.chdir(directory):
             try:
                 python(session, "-m", "pytest", *args)
             except CommandFailed:
                 failed.append(name)
+                base = None  # a failed suite's directories are kept, like pytest's own
+        if base is not None and not mounted_under(base):
+            shutil.rmtree(base, ignore_errors=True)
     print(suite_times(reports), flush=True)
     print(junit_totals(reports), flush=True)  # one closing line for all suites
     shutil.rmtree(reports, ignore_errors=True)
@@ -153,6 +157,31 @@ def faults(session: nox.Session) -> None:
                 session.log(f"{row['case']}: {row['verdict']} ({figures})")
                 session.log(f"    tried: {row['tried']}; observed: {row['observed']}")
             session.log(f"report: {report}")
+
+
+# The launchers' suite spends most of its time waiting on its local clusters (Slurm polls, daemons starting):
+# its modules run on several pytest-xdist workers, each with its own cluster; the real-engine tests, which take
+# both cores, share one worker and start first (tests/conftest.py groups them). ATOMDYN_TEST_WORKERS=1: serial.
+TEST_WORKERS = {"launchers": int(os.environ.get("ATOMDYN_TEST_WORKERS", "3"))}
+
+
+def parallel(suite: str) -> tuple[list[str], Path | None]:
+    """pytest-xdist's arguments for a suite that runs on several workers, and its base directory; none for a
+    serial one."""
+    workers = TEST_WORKERS.get(suite, 1)
+    if workers <= 1:
+        return [], None
+    # A short base directory (/tmp/adtXXXXXXXX/gwN/...): the clusters' Unix sockets live under it, within
+    # their 107-byte limit, and xdist adds a level per worker.
+    base = Path(tempfile.mkdtemp(prefix="adt"))
+    args = ["-n", str(workers), "--dist", "loadgroup", "--no-loadscope-reorder", f"--basetemp={base}"]
+    return args, base
+
+
+def mounted_under(base: Path) -> bool:
+    """Whether a mount point lies under `base` (a cluster a test left up): then nothing there is removed."""
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    return any(line.split()[4].startswith(f"{base}/") for line in mounts)
 
 
 def suite_times(reports: Path) -> str:
