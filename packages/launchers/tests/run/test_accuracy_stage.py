@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -169,3 +171,23 @@ def test_the_recipe_section_parses_and_too_many_items_are_refused() -> None:
         parse_recipe(base + "accuracy: {task: gsm8k, items: 1315, threshold: 0.8, max_pd_difference: 0.02}\n")
     with pytest.raises(ValueError, match=r"accuracy\.threshold"):
         parse_recipe(base + "accuracy: {task: gsm8k, items: 2, threshold: 1.5, max_pd_difference: 0.02}\n")
+
+
+def test_a_stopped_check_returns_at_once_leaving_the_questions_in_flight(data: Path) -> None:
+    """A run that fails (or is interrupted) while questions wait for their answers stops asking at once: it does
+    not wait out the questions in flight (each up to the request timeout) before the jobs are stopped."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    try:
+
+        def failing_poll() -> None:
+            raise KeyboardInterrupt  # Ctrl-C while the questions are in flight
+
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            check.ask_all(SETTINGS, load_gsm8k(data), f"http://127.0.0.1:{server.getsockname()[1]}", "m",
+                          timeout_s=60, poll=failing_poll)  # fmt: skip
+        assert time.monotonic() - started < 10
+    finally:
+        server.close()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
+import time
 from typing import Any
 
 import pytest
@@ -107,3 +110,39 @@ def test_unreachable_frontend_is_a_failed_result_not_an_exception() -> None:
     result = SmokeClient("http://127.0.0.1:9", "m", timeout_s=2).send(build_requests(1)[0], require_pd=True)
     assert result.ok is False and result.status is None
     assert result.error is not None and result.error.startswith("request failed")
+
+
+# A launcher whose run stopped while a smoke request waited for its answer: the frontend took the connection and
+# never answers. The process must exit once its main thread ends, not when the request times out.
+_STOPPED_WHILE_IN_FLIGHT = """
+import socket, sys, threading
+from atomdyn_launchers.run.smoke import SmokeClient, build_requests, run_smoke
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen()
+server.settimeout(30)
+client = SmokeClient(f"http://127.0.0.1:{server.getsockname()[1]}", "m", timeout_s=120)
+stop = threading.Event()
+threading.Thread(
+    target=run_smoke, args=(client, build_requests(4)),
+    kwargs={"concurrency": 1, "require_pd": False, "on_result": lambda r: None, "stop": stop}, daemon=True,
+).start()
+conn, _ = server.accept()  # the first request is in flight
+stop.set()
+print("main thread done", flush=True)
+"""
+
+
+def test_a_request_in_flight_when_the_run_stops_does_not_hold_up_the_exit() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _STOPPED_WHILE_IN_FLIGHT], stdout=subprocess.PIPE, text=True
+    )
+    started = time.monotonic()
+    try:
+        out, _ = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("the process had not exited 30 s after its main thread ended: a smoke request held it")
+    assert proc.returncode == 0 and out == "main thread done\n"
+    assert time.monotonic() - started < 30

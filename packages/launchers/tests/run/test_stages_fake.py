@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fakeslurm import (
@@ -37,6 +38,7 @@ from atomdyn_launchers.run.context import Hook, LaunchFailure
 from atomdyn_launchers.run.launch import Launch, serve
 from atomdyn_launchers.run.options import LaunchOptions
 from atomdyn_launchers.run.orphans import clean_before_run
+from atomdyn_launchers.run.stages import smoke as smoke_stage
 from atomdyn_launchers.run.stages import stop as stop_stage
 from atomdyn_launchers.run.stages.etcd import watch_etcd
 from atomdyn_launchers.run.stages.record import record
@@ -102,7 +104,7 @@ def make_run(
         probe: ProbeOptions | None = None,
         **options: object,
     ) -> FakeRun:
-        opts = LaunchOptions(kind=kind, requests=4, concurrency=2, **options)  # type: ignore[arg-type]
+        opts = LaunchOptions(**{"kind": kind, "requests": 4, "concurrency": 2, **options})  # type: ignore[arg-type]
         run = fake_run(cluster, etcd, runs, frontend[1], opts, hook=hook, probe=probe)
         made.append(run)
         return run
@@ -334,6 +336,32 @@ def test_smoke_requests_are_each_recorded_and_a_bad_one_fails_the_stage(
     frontend[0].disagg = False  # the decode worker answered alone: no P/D
     with pytest.raises(LaunchFailure, match=r"4 of 4 smoke requests failed; first: #0: .*"):
         requests(run.ctx, run.monitor)
+    _clean_stop(run)
+
+
+def test_ctrl_c_as_the_smoke_thread_starts_stops_its_requests(
+    make_run: MakeRun, frontend: tuple[FrontendBehaviour, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35's Ctrl-C that did not stop: a SIGINT landing while Thread.start() waits for the smoke thread to
+    run (a wait that grows with the machine's load) skipped stop.set(), and that thread sent every request of
+    the run while the jobs stopped; the launcher could not exit until the last was answered."""
+    sent_at_interrupt: list[int] = []
+
+    class InterruptedStart(threading.Thread):
+        def start(self) -> None:
+            super().start()
+            sent_at_interrupt.append(frontend[0].completions)
+            raise KeyboardInterrupt  # the SIGINT, in start()'s wait for the new thread
+
+    fake_threading = SimpleNamespace(Thread=InterruptedStart, Event=threading.Event, Lock=threading.Lock)
+    monkeypatch.setattr(smoke_stage, "threading", fake_threading)
+    run = make_run(requests=200, concurrency=1)
+    _up(run)
+    with pytest.raises(KeyboardInterrupt):
+        requests(run.ctx, run.monitor)
+    run.cluster.wait(lambda: not any(t.name.startswith("smoke") for t in threading.enumerate()), timeout_s=30)
+    assert frontend[0].completions - sent_at_interrupt[0] <= 1  # at most the request already in flight
+    assert len(run.monitor.results) <= 1
     _clean_stop(run)
 
 

@@ -4,12 +4,13 @@ files it leaves), and keeping the aggregated run's per-item answers that a P/D r
 from __future__ import annotations
 
 import json
+import queue
 import shutil
 import threading
 import time
 import urllib.error
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from atomdyn_launchers.contract.accuracy import (
 )
 from atomdyn_launchers.profiles.datasets import Dataset
 from atomdyn_launchers.progress import Progress
+from atomdyn_launchers.run.daemon_threads import DaemonWorkers
 from atomdyn_launchers.run.smoke import chat_request
 
 POLL_S = 1.0
@@ -92,24 +94,25 @@ def ask_all(
         return score(text, item.answer, index, completion_tokens=tokens)
 
     results: dict[int, ItemResult] = {}
-    with ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="accuracy") as pool:
-        pending: set[Future[ItemResult]] = {pool.submit(one, i) for i in scored}
-        last_shown = time.monotonic()
-        try:
-            while pending:
-                done, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
-                for future in done:
-                    result = future.result()
-                    results[result.index] = result
-                poll()
-                if progress is not None and time.monotonic() - last_shown >= 15:
-                    last_shown = time.monotonic()
-                    progress.line(f"accuracy: {len(results)}/{len(scored)} questions answered")
-        except BaseException:
-            stopped.set()
-            for future in pending:
-                future.cancel()
-            raise
+    # Daemon threads (run/daemon_threads.py): on a failure or Ctrl-C the questions not sent are not sent, and
+    # those in flight (each up to timeout_s) hold up neither the stop of the jobs nor the launcher's exit, as a
+    # pool's shutdown (and the interpreter's join of its workers) did.
+    workers = DaemonWorkers(one, scored, settings.concurrency, "accuracy").start()
+    last_shown = time.monotonic()
+    try:
+        while len(results) < len(scored):
+            with suppress(queue.Empty):
+                _, outcome = workers.done.get(timeout=POLL_S)
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                results[outcome.index] = outcome
+            poll()
+            if progress is not None and time.monotonic() - last_shown >= 15:
+                last_shown = time.monotonic()
+                progress.line(f"accuracy: {len(results)}/{len(scored)} questions answered")
+    except BaseException:
+        stopped.set()
+        raise
     return [results[i] for i in scored]
 
 

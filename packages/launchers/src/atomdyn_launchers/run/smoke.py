@@ -15,11 +15,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from atomdyn_launchers.contract import direct_http
+from atomdyn_launchers.run.daemon_threads import map_in_daemons
 
 ABORTED = "run aborted"
 
@@ -271,6 +271,6 @@ def run_smoke(
     leaders = list(first_of_group.values())
     leader_ids = {r.index for r in leaders}
     rest = [r for r in requests if r.index not in leader_ids]
-    with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="smoke") as pool:
-        results = list(pool.map(one, leaders))
-        return results + list(pool.map(one, rest))
+    # Daemon threads (run/daemon_threads.py): a request in flight when the run stops never holds up the exit.
+    results = map_in_daemons(one, leaders, concurrency, "smoke")
+    return results + map_in_daemons(one, rest, concurrency, "smoke")

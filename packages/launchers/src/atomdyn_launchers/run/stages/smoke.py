@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from contextlib import suppress
 
 from atomdyn_launchers.contract.answers import (
     ANSWER_FILE,
@@ -155,15 +156,18 @@ def requests(ctx: RunContext, monitor: Monitor) -> None:
         daemon=True,
     )
     monitor.done_count = 0
-    worker.start()
+    # Started inside the try: a Ctrl-C that lands while start() waits for the new thread to run (a wait that
+    # grows with the machine's load) must still stop the requests. Outside it, the interrupt skipped stop.set()
+    # and the smoke thread went on sending every request of the run while the jobs stopped, after run.json was
+    # written, and (its pool's workers being joined at exit) the launcher could not exit until all were sent.
     try:
+        worker.start()
         while worker.is_alive():
             monitor.poll()
             worker.join(timeout=0)
     except BaseException:
         stop.set()
-        # Requests in flight end quickly once the jobs stop; do not let one hold up the shutdown.
-        worker.join(timeout=5)
+        _abandon(ctx, worker)
         raise
     bad = [r for r in monitor.results if not r.ok]
     ok = total - len(bad)
@@ -173,4 +177,20 @@ def requests(ctx: RunContext, monitor: Monitor) -> None:
         first = sorted(bad, key=lambda r: r.index)[0]
         raise LaunchFailure(
             f"{len(bad)} of {total} smoke requests failed; first: #{first.index}: {first.error}"
+        )
+
+
+SMOKE_JOIN_S = 5.0  # how long a stopping run waits for the smoke requests in flight
+
+
+def _abandon(ctx: RunContext, worker: threading.Thread) -> None:
+    """After ``stop`` is set: wait up to SMOKE_JOIN_S for the requests in flight (they end once the jobs stop),
+    then leave them to their daemon threads, saying so: none holds up the stop or the launcher's exit."""
+    if worker.ident is None:  # interrupted before the thread existed: nothing was sent
+        return
+    with suppress(RuntimeError):  # started, but not yet running when interrupted: its requests see stop set
+        worker.join(timeout=SMOKE_JOIN_S)
+    if worker.is_alive():
+        ctx.progress.line(
+            f"smoke: requests still in flight after {SMOKE_JOIN_S:.0f} s were left unanswered (nothing new is sent)"
         )
