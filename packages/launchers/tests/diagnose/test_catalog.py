@@ -16,6 +16,7 @@ from upstream_lines import lines_of
 from atomdyn_launchers.certify.rungs import RUNGS
 from atomdyn_launchers.diagnose import catalog
 from atomdyn_launchers.diagnose.catalog import CATALOG, DYNAMO_WHEEL, RUNG_COMMANDS, Entry, Upstream, table
+from atomdyn_launchers.diagnose.scan import diagnose_log
 from atomdyn_launchers.evidence.gates import GATES
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -25,7 +26,8 @@ HARDWARE = [e for e in CATALOG if e.hardware]
 
 def test_the_catalog_covers_what_the_issue_lists() -> None:
     components = {e.component.split(" ")[0] for e in CATALOG}
-    for wanted in ("UCX", "NIXL", "verbs", "vLLM", "Dynamo", "Slurm", "etcd", "container", "evidence"):
+    for wanted in ("UCX", "NIXL", "verbs", "vLLM", "Dynamo", "Slurm", "etcd", "container", "evidence", "MORI", "HIP",
+                   "HSA"):  # fmt: skip
         assert wanted in components, wanted
     ids = {e.id for e in CATALOG}
     for wanted in ("ucx-no-auxiliary-transport", "ucx-network-device-not-available", "ucx-transport-not-available",
@@ -33,7 +35,9 @@ def test_the_catalog_covers_what_the_issue_lists() -> None:
                    "verbs-wc-local-protection", "verbs-reg-mr-failed", "vllm-kv-cache-too-small",
                    "vllm-engine-core-failed", "vllm-engine-core-fatal-error", "vllm-nixl-handshake-failed", "dynamo-remote-prefill-failed",
                    "slurm-time-limit", "slurm-node-fail", "slurm-out-of-memory", "etcd-not-answering",
-                   "etcd-lease-expired", "image-not-on-node"):  # fmt: skip
+                   "etcd-lease-expired", "image-not-on-node", "mori-cqe-local-protection", "mori-reg-dmabuf-failed",
+                   "hip-no-device", "hsa-out-of-resources", "hsa-memory-aperture-violation", "pyxis-import-failed",
+                   "enroot-squashfs-missing"):  # fmt: skip
         assert wanted in ids, wanted
 
 
@@ -47,6 +51,21 @@ def test_a_hardware_pattern_matches_the_line_its_upstream_format_prints(entry: E
         assert entry.signature.needle in line, f"{entry.id}: the needle is not in {line!r}"
     for value in (u for u in entry.upstream if u.value):  # a status string: the line prints it
         assert any(value.fmt in line for line in lines), f"{entry.id}: {value.fmt!r} not in {lines}"
+
+
+@pytest.mark.parametrize("entry", [e for e in HARDWARE if e.causal], ids=lambda e: e.id)
+def test_the_line_an_upstream_format_prints_is_diagnosed_first_as_its_entry(
+    entry: Entry, tmp_path: Path
+) -> None:
+    """Alone in a log, each line an entry's format string prints is diagnosed first as that entry (a specific
+    entry before a generic one that matches the same line: MORI's local protection error before its CQE error).
+    A symptom's line alone may rank after a generic cause that matches it too (a flushed work request is also
+    a verbs completion error)."""
+    for line in lines_of(entry):
+        log = tmp_path / "upstream.log"
+        log.write_text(line + "\n", encoding="utf-8")
+        found = diagnose_log(log)
+        assert found.first is not None and found.first.entry.id == entry.id, (line, found.text())
 
 
 def test_a_pattern_does_not_match_the_lines_of_entries_it_is_not() -> None:

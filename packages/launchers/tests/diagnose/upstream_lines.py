@@ -18,7 +18,7 @@ _DEFAULTS = {"d": "3", "i": "3", "u": "3", "o": "7", "x": "1f", "X": "1F", "c": 
 def render(upstream: Upstream) -> str:
     """The line ``upstream.fmt`` prints with its placeholders filled (``args`` in order, else a default)."""
     args = iter(upstream.args)
-    if upstream.style == "python" and _FIELD.search(upstream.fmt):  # an f-string's fields
+    if upstream.style in ("python", "fmt") and _FIELD.search(upstream.fmt):  # f-string or {fmt} fields
         return _FIELD.sub(lambda m: next(args, "1"), upstream.fmt)
 
     def fill(match: re.Match[str]) -> str:

