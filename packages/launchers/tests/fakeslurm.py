@@ -17,7 +17,8 @@ line names (the fake reads the line as the job would run it); on SIGTERM to the 
 --batch --signal=TERM``) the processes stop, the lease is revoked and the job ends COMPLETED 0:0, as the
 supervisor does. :class:`Script` says how a job departs from that (held in the queue, processes that exit on
 their own with a failure line, a SIGTERM ignored, a time limit). Refusals (:meth:`FakeCluster.refuse`) make the
-next commands of a kind fail as a loaded controller does.
+next commands of a kind fail as a loaded controller does, and :meth:`FakeCluster.stop_answering` makes them wait out
+the client's timeout, as a frozen one does.
 
 Job steps of an allocation (``--allocation``): :meth:`FakeCluster.allocate` makes a RUNNING allocation;
 :meth:`FakeSlurm.start_step` stands for srun (a :class:`FakeSrun` in place of the child process), the step is
@@ -233,12 +234,23 @@ class FakeCluster:
         self._ticker = threading.Thread(target=self._tick, name="fake-slurmctld", daemon=True)
         self._ticker.start()
         self._etcd: dict[str, EtcdClient] = {}
+        self._silent: set[str] | None = None  # commands that get no answer (stop_answering); empty: all
+        self._answering = threading.Event()
 
     # -- the test's controls ----------------------------------------------------------------------------
 
     def script(self, role: str, script: Script) -> None:
         """The role's next job behaves as ``script`` says."""
         self.scripts[role] = script
+
+    def stop_answering(self, *commands: str) -> None:
+        """From now on ``commands`` (every command when none is named) get no answer: each waits out the
+        client's timeout for it (``Slurm.command_timeout``), as with a frozen or overloaded slurmctld."""
+        self._silent = set(commands)
+        self._answering.clear()
+
+    def silent(self, command: str) -> bool:
+        return self._silent is not None and (not self._silent or command in self._silent)
 
     def refuse(
         self,
@@ -302,6 +314,7 @@ class FakeCluster:
     def close(self) -> None:
         """Stop the clock; revoke the registrations still held (the jobs' processes gone with the test)."""
         self._stop.set()
+        self._answering.set()  # commands still waiting for an answer give up
         self._ticker.join(timeout=2)
         with self._lock:
             for job in [*self.jobs.values(), *self.steps.values()]:
@@ -741,7 +754,11 @@ class FakeSlurm(Slurm):
         self.cluster = cluster
 
     def run(self, args: Sequence[str], *, env: Mapping[str, str] | None = None) -> str:
+        timeout = self.command_timeout(args)  # the client's, or what is left of its deadline
         self._calls[Path(args[0]).name] += 1
+        if self.cluster.silent(args[0]):
+            self.cluster._answering.wait(timeout)  # a controller that does not answer: the command times out
+            raise SlurmError(f"{' '.join(args)} did not answer within {timeout:.0f} s")
         code, out, err = self.cluster.run(args, env)
         if code != 0:
             raise SlurmError(f"{' '.join(args)} failed (exit {code}): {(err or out).strip()}")

@@ -33,7 +33,7 @@ from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.progress import Progress
-from atomdyn_launchers.run import ports
+from atomdyn_launchers.run import launch, ports
 from atomdyn_launchers.run.context import Hook, LaunchFailure
 from atomdyn_launchers.run.launch import Launch, serve
 from atomdyn_launchers.run.options import LaunchOptions
@@ -624,6 +624,38 @@ def test_a_second_ctrl_c_during_the_stop_cancels_the_jobs_hard(make_run: MakeRun
         run.cluster.ran("scancel")[-1][:1] == ["scancel"]
         and "--signal=TERM" not in run.cluster.ran("scancel")[-1]
     )
+
+
+def test_a_controller_that_stops_answering_at_ctrl_c_cannot_hold_the_launcher(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every wait of the stop path has a deadline and they add up: with slurmctld frozen from the Ctrl-C on (each
+    command waits out its 5 s timeout), the run still ends within its budgets (SIGTERM retries and settle, the
+    hard cancel, the record) instead of one timeout per command and retry, and says what it could not confirm."""
+    monkeypatch.setattr(stop_stage, "SIGNAL_RETRY_S", 1.0)
+    monkeypatch.setattr(launch, "RECORD_SLURM_S", 1.0)
+    monkeypatch.setattr(launch, "CLOSE_SLURM_S", 1.0)
+    interrupt, _ = _interrupt_at("registered")
+
+    def freeze_then_interrupt(name: str, details: dict[str, object]) -> None:
+        if name == "registered":
+            run.cluster.stop_answering()  # slurmctld freezes as the first role registers; then Ctrl-C
+        interrupt(name, details)
+
+    run = make_run(hook=freeze_then_interrupt, settle_timeout_s=1.0)
+    run.ctx.slurm.timeout = 5.0
+    started = time.monotonic()
+    outcome = serve(run.ctx, run.monitor)
+    took = time.monotonic() - started
+    # stop: 1 s of SIGTERM retries + 1 s settle; cancel_hard: 1 s; close and record: 1 s each; etcd and slack
+    assert took < 12, f"the stop took {took:.0f} s"
+    assert outcome.failure == "interrupted (Ctrl-C or SIGTERM): jobs stopped"
+    printed = run.printed()
+    for role in ("prefill", "decode"):
+        job_id = run.monitor.jobs[role].job_id
+        assert f"NOT CONFIRMED: job {job_id} ({role}) ended: last seen " in printed, printed
+        assert "Slurm did not answer within 1 s of scancel" in printed
+        assert f"NOT CONFIRMED: the final state of job {job_id} ({role})" in printed
 
 
 # -- other runs: aggregated, the NIXL probe -----------------------------------------------------------------

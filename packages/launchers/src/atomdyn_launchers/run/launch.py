@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -231,9 +232,34 @@ def serve(ctx: RunContext, monitor: Monitor) -> Outcome:
             monitor.fail("interrupted again during shutdown: jobs were cancelled")
             cancel_hard(ctx, monitor)
         finally:
-            close_session(ctx.etcd, monitor.fail)
-            outcome = record(ctx, monitor)
+            # However slow the controller, the launcher exits: each step of the shutdown has a deadline, and
+            # what it could not confirm by then is said last (run/stages/stop.py).
+            closing = f"closing the run's etcd ({CLOSE_SLURM_S:.0f} s)"
+            with ctx.slurm.deadline(time.monotonic() + CLOSE_SLURM_S, closing):
+                close_session(ctx.etcd, monitor.fail)
+            if monitor.unconfirmed:
+                monitor.fail("the stop could not confirm: " + "; ".join(monitor.unconfirmed))
+            reading = f"the record's {RECORD_SLURM_S:.0f} s to read the jobs' final states"
+            with ctx.slurm.deadline(time.monotonic() + RECORD_SLURM_S, reading):
+                outcome = record(ctx, monitor)
+            _say_unconfirmed(ctx, monitor)
     return outcome
+
+
+# The Slurm commands of the shutdown after the stop: the run-owned etcd's job stopped, the final job states read.
+CLOSE_SLURM_S = 60.0
+RECORD_SLURM_S = 30.0
+
+
+def _say_unconfirmed(ctx: RunContext, monitor: Monitor) -> None:
+    """Name, last, what the shutdown could not confirm: a job not seen ended, a final state not read."""
+    unread = [
+        f"the final state of {monitor.job_label(role)} ({role}): Slurm did not answer in {RECORD_SLURM_S:.0f} s"
+        for role, job in monitor.jobs.items()
+        if job.job_id is not None and job.state is None
+    ]
+    for what in [*monitor.unconfirmed, *unread]:
+        ctx.progress.line(f"NOT CONFIRMED: {what}")
 
 
 @contextmanager

@@ -39,6 +39,8 @@ class Monitor:
         self.failure: str | None = None
         self.stopping = False
         self.hard_cancelled: dict[str, str] = {}  # role -> why its SIGTERM was not delivered
+        # What the stop could not confirm within its deadlines (a job's end): said as the launcher exits.
+        self.unconfirmed: list[str] = []
         self.done_count = 0  # smoke requests answered so far (the progress display)
         self.deadline = 0.0  # of the current wait for readiness
         # Which budget the deadline is, for the timeout's message (None: the readiness budget).

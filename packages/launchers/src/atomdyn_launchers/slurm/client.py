@@ -23,7 +23,8 @@ import re
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -217,6 +218,7 @@ class Slurm:
         self._seen: dict[int, JobInfo] = {}
         self._calls: Counter[str] = Counter()
         self._created = time.monotonic()
+        self._deadline: tuple[float, str] | None = None  # see deadline()
 
     def call_counts(self) -> dict[str, object]:
         """Slurm commands run so far by this object, per command, and the rate (calls per minute)."""
@@ -231,8 +233,33 @@ class Slurm:
 
     # -- running commands --------------------------------------------------------------------------------
 
+    @contextmanager
+    def deadline(self, at: float, what: str) -> Iterator[None]:
+        """Until the block ends no command waits past ``at`` (``time.monotonic()``): each gets what is left, at
+        most its own timeout, and once nothing is left none is sent (a SlurmError naming ``what``, the budget).
+        A run's stop works under one: however slow the controller, it ends in a bounded time. Nested blocks
+        keep the earlier deadline."""
+        previous = self._deadline
+        if previous is None or at < previous[0]:
+            self._deadline = (at, what)
+        try:
+            yield
+        finally:
+            self._deadline = previous
+
+    def command_timeout(self, args: Sequence[str]) -> float:
+        """The seconds ``args`` may take: the client's timeout, or what is left of the current deadline."""
+        if self._deadline is None:
+            return self.timeout
+        at, what = self._deadline
+        left = at - time.monotonic()
+        if left <= 0:
+            raise SlurmError(f"{' '.join(args)} not sent: no time left of {what}")
+        return min(self.timeout, left)
+
     def run(self, args: Sequence[str], *, env: Mapping[str, str] | None = None) -> str:
         """Run a Slurm command; return stdout or raise SlurmError naming the command and its stderr."""
+        timeout = self.command_timeout(args)
         self._calls[Path(args[0]).name] += 1
         try:
             done = subprocess.run(
@@ -240,13 +267,13 @@ class Slurm:
                 env={**self.env, **(env or {})},
                 capture_output=True,
                 text=True,
-                timeout=self.timeout,
+                timeout=timeout,
                 check=False,
             )
         except FileNotFoundError as exc:
             raise SlurmError(f"{args[0]} is not installed (Slurm client tools are needed)") from exc
         except subprocess.TimeoutExpired as exc:
-            raise SlurmError(f"{' '.join(args)} did not answer within {self.timeout:.0f} s") from exc
+            raise SlurmError(f"{' '.join(args)} did not answer within {timeout:.0f} s") from exc
         if done.returncode != 0:
             detail = (done.stderr or done.stdout).strip()
             raise SlurmError(f"{' '.join(args)} failed (exit {done.returncode}): {detail}")
