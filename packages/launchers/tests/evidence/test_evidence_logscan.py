@@ -53,7 +53,9 @@ def test_classifies_each_signal_line(tmp_path: Path) -> None:
         "dmabuf_plain": 1,
         "dmabuf_config": 1,
         "traceback": 1,
+        "engine_probe": 2,  # ATOM's platform plugin and vLLM's engine config line
     }
+    assert scan.engine.platforms == {"rocm", "gpu"} and len(scan.engine.models) == 1
     assert scan.dmabuf_errnos == {
         "EINVAL": 1,
         errno.errorcode[95]: 1,

@@ -9,7 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from evidence_helpers import ATOM_RUN_ID, HOST_VRAM_REGIONS, MOCKER_RUN, REGISTRATIONS, UCX_RC
+from evidence_helpers import (
+    ATOM_RUN_ID,
+    H200_FINGERPRINT,
+    H200_LABEL,
+    HOST_VRAM_REGIONS,
+    MOCKER_RUN,
+    REGISTRATIONS,
+    UCX_RC,
+    h200_cuda_attention_line,
+)
 from invoke.context import Context
 from invoke.exceptions import Exit
 
@@ -21,6 +30,9 @@ SECRETS = ("hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "gpu-mi355x-017", "gpu-mi3
            "mi355x-prod", "/lustre/orgs")  # fmt: skip
 
 
+CPU_BUT_CUDA = "unknown (the engine runs vLLM's cuda platform, not cpu), not MI355X"
+
+
 def _all_text(directory: Path) -> str:
     return "\n".join(
         p.read_text(errors="replace") for p in directory.rglob("*") if p.is_file() and p.suffix != ".png"
@@ -28,8 +40,21 @@ def _all_text(directory: Path) -> str:
 
 
 def _as_engine(run: Path, engine: str) -> Path:
+    """The run as one of ``engine``; as the vllm engine's, an H200 run: the H200 run's real fingerprint, and its
+    worker's CUDA line where ATOM's plugin line was (the vllm engine runs vLLM's CUDA platform)."""
     record = json.loads((run / "run.json").read_text())
     record["engine_profile"] = engine
+    if engine == "vllm":
+        for path in (run / "fingerprints").glob("*.json"):
+            if json.loads(path.read_text()).get("accelerator") == "amd":  # a node given in a test stays
+                path.write_text(H200_FINGERPRINT.read_text())
+                record["platform"] = H200_LABEL
+        for path in (run / "logs").glob("*.worker.log"):
+            lines = [
+                h200_cuda_attention_line() if "Platform plugin atom" in line else line
+                for line in path.read_text().splitlines()
+            ]
+            path.write_text("\n".join(lines) + "\n")
     (run / "run.json").write_text(json.dumps(record))
     return run
 
@@ -104,7 +129,9 @@ def test_atom_evidence_is_sanitized_everywhere(atom_run: Path, tmp_path: Path) -
     }
     (fingerprints / "decode.json").write_text(json.dumps(cpu))
     record = json.loads((atom_run / "run.json").read_text())
-    record["platform"] = "CPU (no GPU seen), not MI355X"  # what the launcher labels from that fingerprint
+    # What the launcher labels from that fingerprint: a node without a GPU, on which the vllm engine's workers
+    # cannot have run vLLM's CUDA platform; the provenance gate fails that.
+    record["platform"] = CPU_BUT_CUDA
     (atom_run / "run.json").write_text(json.dumps(record))
     out, summary = collect(_as_engine(atom_run, "vllm"), tmp_path / "evidence")
     text = _all_text(out)
@@ -112,6 +139,7 @@ def test_atom_evidence_is_sanitized_everywhere(atom_run: Path, tmp_path: Path) -
         assert secret not in text, secret
     assert summary["verdict"] == "fail"
     assert [g["id"] for g in summary["gates"] if g["verdict"] == "fail"] == [
+        "provenance",
         "nixl_err_records",
         "dmabuf_failures",
     ]
@@ -123,12 +151,11 @@ def test_atom_evidence_is_sanitized_everywhere(atom_run: Path, tmp_path: Path) -
         f"`sha256:{'ab' * 32}` (from the image label io.atomdyn.lock.digest)"
         in (out / "summary.md").read_text()
     )
-    assert (
-        summary["platform"] == "CPU (no GPU seen), not MI355X"
-    )  # what the node reported, not run.json's word
+    assert summary["platform"] == CPU_BUT_CUDA  # what the node and the workers reported, not run.json's word
     excerpt = (out / "excerpts" / "logs.dmabuf_fail.txt").read_text()
-    # Kept under data/ before it: the HOST-VRAM lines, the helper's init and registrations, vLLM's KV summary.
-    number = HOST_VRAM_REGIONS + 1 + REGISTRATIONS + 1 + 1
+    # Kept under data/ before it: vLLM's platform and engine config lines, the HOST-VRAM lines, the helper's init
+    # and registrations, vLLM's KV summary.
+    number = 2 + HOST_VRAM_REGIONS + 1 + REGISTRATIONS + 1 + 1
     assert excerpt.startswith(
         f"decode.worker.log:{number}: dmabuf-shim: reg fail backend=hsa path=dmabuf size=4096 "
     )
@@ -260,7 +287,7 @@ def test_results_and_readme_table(mocker_run: Path, atom_run: Path, tmp_path: Pa
     assert text.index(ATOM_RUN_ID) < text.index(MOCKER_RUN.name)  # chronological by run id
     assert f"(../evidence/{MOCKER_RUN.name}/summary.md)" in text
     assert (
-        "- platform: MI355X; runtime: docker" in text
+        f"- platform: {H200_LABEL}; runtime: docker" in text
         and "- gates: 25 of 25 gates passed" in text  # the fixed prompt's answer judged too (vllm checks it)
     )
 
@@ -279,7 +306,8 @@ def test_results_and_readme_table(mocker_run: Path, atom_run: Path, tmp_path: Pa
         "**Unverified claims.**"
     )  # a platform but a rehearsal needs a signature
     assert (
-        "| KV handoff prefill to decode (vllm) | PASS (kv.transfers = 9) | MI355X | unsigned |" in unverified
+        f"| KV handoff prefill to decode (vllm) | PASS (kv.transfers = 9) | {H200_LABEL} | unsigned |"
+        in unverified
     )
     assert "(vllm)" not in verified
     assert "| KV handoff prefill to decode (mocker) | PASS (requests.pd_split = 6) |" in table

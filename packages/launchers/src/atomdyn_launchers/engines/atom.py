@@ -215,6 +215,7 @@ ANSWER_LOGPROB_TOLERANCE = 0.1
 class AtomEngine(Engine):
     name = "atom"
     vendor = "amd"
+    logged_platform = "rocm"
     dynamo_module = "vllm"
     timeouts = Timeouts(ready_s=3600.0, settle_s=300.0, time_limit="04:00:00", first_response_s=1200.0)
     description = "dynamo.vllm with ATOM on MI355X, NIXL over RoCE"

@@ -19,8 +19,8 @@ from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.contract.leases import lease_ttl_for
 from atomdyn_launchers.contract.node_needs import NodeNeeds
 from atomdyn_launchers.contract.ports import Ports
+from atomdyn_launchers.engines.hardware import ModelClaim, WorkerProbe, corroborate, is_unknown
 from atomdyn_launchers.engines.hardware import hardware_label as hardware_label
-from atomdyn_launchers.engines.hardware import is_unknown
 from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ModelProfile, ProfileError
 from atomdyn_launchers.runtimes.base import Runtime, quoted
 from atomdyn_launchers.runtimes.devices import NO_DEVICES, DeviceAccess, RdmaMounts
@@ -291,6 +291,9 @@ class Engine(ABC):
     cross_layer_blocks_why: str = ""
     # The model profile a run uses unless one is named.
     default_model: str = DEFAULT_MODEL
+    # The vLLM platform its workers log choosing ("cuda", "rocm", "cpu": engines/hardware.py reads the lines),
+    # which a hardware label needs to agree with; None where they log none (no vLLM: no hardware label).
+    logged_platform: str | None = None
     # Whether the engine runs the mock timing model (RoleContext.mock): its values are then the run's to record.
     mock_timing: bool = False
     # The engine whose P/D workers' runtime and environment the cross-node NIXL probe takes (RoleContext.kv_probe):
@@ -344,12 +347,27 @@ class Engine(ABC):
         """The platform the evidence names, from what the node reported (never from the engine's name)."""
         return hardware_label(fingerprint)
 
-    def platform_of(self, fingerprints: Mapping[str, Mapping[str, Any]]) -> str:
-        """The platform the jobs' fingerprints (role -> fingerprint) show; roles on different hardware are all
-        named."""
+    def platform_of(
+        self,
+        fingerprints: Mapping[str, Mapping[str, Any]],
+        workers: Mapping[str, WorkerProbe] | None = None,
+        model: ModelClaim | None = None,
+    ) -> str:
+        """The platform the jobs' fingerprints (role -> fingerprint) show where each role's worker log
+        (``workers``: role -> what its logs said, engines/hardware.py) agrees: the vLLM platform it logged and the
+        model it loaded (``model``: the run's profile). Roles on different hardware are all named; one role's
+        probes disagreeing or absent makes the run's platform unknown. ``workers`` None: no engine ran in the jobs
+        (a NIXL probe run), the fingerprints alone are read."""
         if not fingerprints:
             return self.platform_label(None)
-        labels = list(dict.fromkeys(self.platform_label(fingerprints[role]) for role in sorted(fingerprints)))
+        labels = []
+        for role in sorted(fingerprints):
+            label = self.platform_label(fingerprints[role])
+            hardware = not label.startswith("rehearsal")
+            if workers is not None:
+                label = corroborate(label, role, self.logged_platform, workers.get(role), model, hardware)
+            labels.append(label)
+        labels = list(dict.fromkeys(labels))
         unknown = [label for label in labels if is_unknown(label)]
         if unknown and len(labels) > 1:  # one role's probes disagreeing makes the run's platform unknown
             return unknown[0]

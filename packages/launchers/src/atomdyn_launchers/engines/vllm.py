@@ -21,6 +21,7 @@ NVIDIA = VllmPlatform(
 class VllmEngine(Engine):
     name = "vllm"
     vendor = "nvidia"
+    logged_platform = "cuda"
     dynamo_module = "vllm"
     timeouts = Timeouts(ready_s=3600.0, settle_s=300.0, time_limit="04:00:00", first_response_s=1200.0)
     description = "dynamo.vllm on NVIDIA GPUs"

@@ -84,6 +84,7 @@ EXECUTOR_ARGS = ("--distributed-executor-backend", "uni")
 class VllmCpuEngine(Engine):
     name = "vllm-cpu"
     vendor = "none"
+    logged_platform = "cpu"
     dynamo_module = "vllm"
     default_model = TINY_MODEL
     # Two cores: each worker compiles its model before it registers (67-160 s measured, longer when both

@@ -15,6 +15,7 @@ from typing import Any
 from atomdyn_launchers.contract.expectations import GateExpectations
 from atomdyn_launchers.contract.metrics import MetricNames
 from atomdyn_launchers.engines import ENGINE_NAMES, get_engine
+from atomdyn_launchers.engines.hardware import WorkerProbe, model_claim
 
 
 def _engine(name: object) -> Any | None:
@@ -38,16 +39,28 @@ def expectations_for(engine: object, config: object = None) -> GateExpectations 
     return declared if isinstance(declared, GateExpectations) else None
 
 
-def platform_label(engine: object, fingerprints: Mapping[str, Any]) -> str | None:
+def platform_label(
+    engine: object,
+    fingerprints: Mapping[str, Any],
+    workers: object = None,
+    model_profile: object = None,
+    model_path: object = None,
+) -> str | None:
     """The platform the jobs' fingerprints show, as the engine object labels it (from what the nodes
-    reported, never from the engine's name); with no fingerprint, what the engine alone says (the label the
-    launcher wrote into run.json: a mock or CPU engine's rehearsal, else unknown). None for an engine nobody
-    knows."""
+    reported, never from the engine's name), where each worker's log agrees (``workers``: the logs reader's
+    ``workers.engine_probes``, role -> the vLLM platform and model it logged; ``model_profile`` and
+    ``model_path``: run.json's); with no fingerprint, what the engine alone says (the label the launcher wrote
+    into run.json: a mock or CPU engine's rehearsal, else unknown). None for an engine nobody knows."""
     found = _engine(engine)
     if found is None:
         return None
     usable = {role: fp for role, fp in fingerprints.items() if isinstance(fp, Mapping)}
-    label = found.platform_of(usable)
+    probes = (
+        {str(role): WorkerProbe.from_json(raw) for role, raw in workers.items()}
+        if isinstance(workers, Mapping)
+        else {}
+    )
+    label = found.platform_of(usable, probes, model_claim(model_profile, model_path))
     return label if isinstance(label, str) and label else None
 
 

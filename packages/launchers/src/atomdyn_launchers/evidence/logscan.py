@@ -19,6 +19,7 @@ from pathlib import Path
 # The bounded reader, shared with the diagnosis (diagnose/lines.py).
 from atomdyn_launchers.diagnose.lines import BLOCK as BLOCK  # evidence/bench.py reads it here
 from atomdyn_launchers.diagnose.lines import blocks as _blocks
+from atomdyn_launchers.engines.hardware import PROBE_NEEDLES, WorkerProbe
 
 EXCERPT_LINES = 4  # matching lines kept per marker and file, for the excerpts
 MAX_LINE = 2000  # characters kept of one excerpt line
@@ -44,6 +45,8 @@ MARKERS: tuple[Marker, ...] = (
     Marker("ucx_table", b"  | ", parse=True),  # UCX_PROTO_INFO=y tables: which transport moved the KV
     Marker("http_response", b"http response sent"),
     Marker("traceback", b"Traceback (most recent call last)"),
+    # What the worker logged of vLLM's platform and the model loaded (engines/hardware.py reads them).
+    *(Marker("engine_probe", needle.encode(), parse=True) for needle in PROBE_NEEDLES),
 )
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # Dynamo colours its log even into files
@@ -168,6 +171,7 @@ class FileScan:
     # every distinct such row, in the order first seen -> where: "<file>:<line>: <text>"
     kv_rows: dict[UcxRow, str] = field(default_factory=dict)
     ucx_row: UcxRow | None = None  # the row the last "ucx_kv_row" line was
+    engine: WorkerProbe = field(default_factory=WorkerProbe)  # vLLM's platform and model, as logged
 
     def count(self, name: str) -> int:
         return self.counts.get(name, 0)
@@ -208,6 +212,10 @@ def _classify(scan: FileScan, marker: Marker, line: str, max_points: int) -> str
         return "dmabuf_config" if "dmabuf-shim: config bad" in line else None
     if marker.name == "ucx_table":
         return _ucx_table_line(scan, line)
+    if marker.name == "engine_probe":
+        before = scan.engine.lines
+        scan.engine.add_line(line)
+        return "engine_probe" if scan.engine.lines > before else None
     if marker.name == "kv_transfer" and "KV Transfer metrics:" in line:
         fields = dict(_KV_FIELDS.findall(line))
         try:

@@ -35,6 +35,8 @@ from atomdyn_launchers.evidence.data import (
     json_bytes,
     reduce_run,
 )
+from atomdyn_launchers.evidence.diagnosis import judged_diagnosis
+from atomdyn_launchers.evidence.diagnosis import markdown_lines as diagnosis_lines
 from atomdyn_launchers.evidence.expectations import platform_label
 from atomdyn_launchers.evidence.gates import GateResult, evaluate, failed_count, overall
 from atomdyn_launchers.evidence.jsonfile import read_json
@@ -105,10 +107,18 @@ def _fingerprints(data: Path) -> tuple[dict[str, Any], str]:
 
 def _platform(signals: Signals, fingerprints: dict[str, Any], source: str) -> tuple[str, str]:
     """The platform label and where it came from: what the jobs' fingerprints show, as the engine object reads
-    them, or without fingerprints what the engine alone can say (a mock or CPU engine never ran on a GPU; any
+    them, where the workers' logs agree (the vLLM platform each logged, the model it loaded), or without
+    fingerprints what the engine alone can say (a mock or CPU engine never ran on a GPU; any
     other is unknown). Never run.json's word: it is checked against this (:func:`platform_contradiction`)."""
     jobs = fingerprints if source.startswith("saved") else {}
-    label = platform_label(signals.get("run.engine"), jobs)
+    config = signals.run.get("config") if isinstance(signals.run, dict) else None
+    label = platform_label(
+        signals.get("run.engine"),
+        jobs,
+        signals.get("workers.engine_probes"),  # what each worker logged of vLLM's platform and its model
+        signals.get("run.model_profile"),
+        config.get("MODEL_PATH") if isinstance(config, dict) else None,
+    )
     if label is None:
         return f"unknown (engine {signals.get('run.engine')!r} is not known)", "nothing (an unknown engine)"
     return label, "the jobs' fingerprints" if jobs else "the engine (the run saved no fingerprint)"
@@ -215,6 +225,7 @@ def markdown(summary: dict[str, Any]) -> str:
         value = "no data" if gate["value"] is None else c(gate["value"])
         verdict = t(gate["verdict"].upper()) + (f": {t(gate['reason'])}" if gate["verdict"] == "fail" else "")
         out.append(f"| {gate['id']} | {gate['title']} | {value} | {c(gate['expect'])} | {verdict} | {link} |")
+    out += diagnosis_lines(summary.get("diagnosis"))  # why a failed run failed (none for a passed run)
     out += ["", "## Key figures", ""]
     out += [
         f"- {t(k.replace('_', ' '))}: {c(v, in_table=False)}" for k, v in sorted(summary["figures"].items())
@@ -284,6 +295,7 @@ def judged_summary(data: Path, run_name: str) -> tuple[dict[str, Any], Signals]:
             for r in results
         ],
         "figures": _figures(signals),
+        "diagnosis": judged_diagnosis(data, signals, results),
         "problems": list(signals.problems),
         "fingerprint_source": source,
         "fingerprint": fingerprints,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from atomdyn_launchers.engines.hardware import WorkerProbe
 from atomdyn_launchers.evidence import logscan
 from atomdyn_launchers.evidence.readers.base import Reader, Signals, worker_roles
 
@@ -40,6 +41,7 @@ def read_logs(signals: Signals) -> None:
     errnos: dict[str, int] = {}
     transports: dict[str, int] = {}
     points: list[logscan.KvPoint] = []
+    engine: dict[str, WorkerProbe] = {}
     read = 0
     for path in files:
         try:
@@ -71,6 +73,10 @@ def read_logs(signals: Signals) -> None:
         for row, first in scan.kv_rows.items():
             signals.kv_rows.setdefault(row, first)
         points.extend(scan.kv_points)
+        probe = engine.setdefault(role, WorkerProbe())
+        probe.platforms |= scan.engine.platforms
+        probe.models |= scan.engine.models
+        probe.lines += scan.engine.lines
     if not read:
         for name in _NAMES:
             signals.absent(name, "no logs/ file could be read")
@@ -91,6 +97,11 @@ def read_logs(signals: Signals) -> None:
     signals.set("dmabuf.fail", totals.get("dmabuf_fail", 0))
     signals.set("dmabuf.fail_errnos", dict(sorted(errnos.items())))
     workers = sorted(worker_roles(signals))
+    # What each worker logged of vLLM's platform and the model it loaded: the platform label needs it to agree
+    # (engines/hardware.py corroborate, evidence/summary.py).
+    signals.set(
+        "workers.engine_probes", {role: engine.get(role, WorkerProbe()).to_json() for role in workers}
+    )
     ok = {role: ok_by_role.get(role, 0) for role in workers}
     host_vram = {role: host_vram_by_role.get(role, 0) for role in workers}
     signals.set("dmabuf.ok_by_role", ok)
@@ -134,7 +145,7 @@ READER = Reader(
     "logs/*",
     frozenset({
         *_NAMES, "dmabuf.seen", "logs.files", "dmabuf.plain", "dmabuf.fail_errnos", "dmabuf.ok_by_role",
-        "logs.host_vram_by_role", "kv.log_transfers",
+        "logs.host_vram_by_role", "kv.log_transfers", "workers.engine_probes",
     }),
     read_logs,
 )  # fmt: skip

@@ -14,6 +14,7 @@ from atomdyn_launchers.contract.answers import FIXED_PROMPT
 from atomdyn_launchers.contract.readiness import ReadinessError
 from atomdyn_launchers.contract.rundir import format_exit_code, read_jsonl
 from atomdyn_launchers.diagnose.scan import safely as diagnose_safely
+from atomdyn_launchers.engines.hardware import model_claim, read_worker_probes
 from atomdyn_launchers.etcd.keys import probe_prefix
 from atomdyn_launchers.run import benchmark as serving_benchmark
 from atomdyn_launchers.run.context import RunContext
@@ -82,7 +83,14 @@ def record(ctx: RunContext, monitor: Monitor) -> Outcome:
         engine=ctx.engine.name,
         model=ctx.model.name,
         runtime=ctx.config.runtime,
-        platform=ctx.engine.platform_of(fingerprints),
+        platform=ctx.engine.platform_of(
+            fingerprints,
+            # what the workers logged of vLLM's platform and the model loaded (none ran in a NIXL probe run)
+            read_worker_probes(ctx.rundir.path / "logs", [spec.role for spec in ctx.roles])
+            if ctx.probe is None
+            else None,
+            model_claim(ctx.model.name, ctx.config.redacted().get("MODEL_PATH")),
+        ),
         lock_digest=lock_digest,
         config=ctx.config.redacted(),
         jobs=list(monitor.jobs.values()),
