@@ -26,6 +26,8 @@ from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.diagnose.scan import diagnose_log, diagnose_run
 from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.engines.vllm_cpu import TINY_MODEL, VENV_DIR
+from atomdyn_launchers.evidence.summary import collect
+from atomdyn_launchers.evidence.verify import verify_evidence
 from atomdyn_launchers.profiles import tinymodel
 from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.run.launch import Launch
@@ -133,6 +135,20 @@ def test_a_slurm_job_over_its_time_limit_is_diagnosed_first(config: ClusterConfi
     assert "DUE TO TIME LIMIT" in diagnosis["findings"][0]["line"]
     ids = [f["id"] for f in diagnosis["findings"]]
     assert "slurm-time-limit" in ids, ids
+    # Its evidence bundle shows the diagnosis in summary.md, sanitized (slurmstepd's line names the node), and
+    # evidence.verify recomputes it from data/ like the gates.
+    bundle, summary = collect(outcome.run_dir, outcome.run_dir.parent / "evidence", with_pictures=False)
+    assert summary["diagnosis"]["first"] == "slurm-cancelled-time-limit", summary["diagnosis"]
+    assert summary["diagnosis"]["source"] == "run.json"
+    shown = (bundle / "summary.md").read_text()
+    section = shown.split("## Diagnosis", 1)[1].split("\n## ", 1)[0]
+    assert "First cause: `slurm-cancelled-time-limit`" in section, section
+    assert "DUE TO TIME LIMIT" in section and "| 1 | `slurm-cancelled-time-limit` |" in section, section
+    assert f"ON {config.decode_node} " not in shown and config.decode_node not in section, section
+    assert str(config.shared_dir) not in shown
+    assert "Rerun: `invoke disagg.run --engine mocker`" in section, section
+    verified = verify_evidence(bundle)  # the run failed, so its verdict is fail; nothing in it disagrees
+    assert verified.intact and "recomputed from data/, every file intact" in verified.lines[0], verified.lines
     left = wait_clean(config, outcome.run_id)
     assert left.none(), left
 
