@@ -12,6 +12,7 @@ from atomdyn_launchers.config.cluster import load_cluster_config
 from atomdyn_launchers.engines import get_engine
 from atomdyn_launchers.job import node_check, ucx_check, ucx_info
 from atomdyn_launchers.nodes.check import worker_ucx
+from atomdyn_launchers.runtimes import get_runtime
 
 EXAMPLE = Path(__file__).parents[4] / "config" / "cluster.env.example"
 FIXTURES = Path(__file__).parent / "fixtures" / "ucx_info"
@@ -146,7 +147,8 @@ def test_in_an_image_its_ucx_info_answers_and_an_image_without_one_is_unknown(tm
     answer = ucx_check.run_first([(ucx_check.in_image(), "in the image")], {**env, **bare})
     assert not answer.found and ucx_check.NO_TOOL in answer.text
     spec = {
-        "engine": "atom", "runtime": "venv", "python_venv": str(tmp_path), "worker_venv": str(tmp_path),
+        "engine": "atom", "runtime": "venv", "runtime_facts": get_runtime("venv").node_facts(),
+        "python_venv": str(tmp_path), "worker_venv": str(tmp_path),
         "ucx": {"env": {"n1": {"UCX_TLS": "tcp"}}, "shell": {}},
     }  # fmt: skip
     row = node_check._ucx(spec, get_engine("atom").node_needs("disagg"), "n1", "unix:///nowhere", tmp_path)
@@ -155,7 +157,8 @@ def test_in_an_image_its_ucx_info_answers_and_an_image_without_one_is_unknown(tm
 
 def test_docker_runs_the_check_in_the_pd_workers_image_with_their_variables(tmp_path: Path) -> None:
     spec = {
-        "engine": "atom", "runtime": "docker", "images": {"nixl:1": None}, "shim_image": "nixl:1",
+        "engine": "atom", "runtime": "docker", "runtime_facts": get_runtime("docker").node_facts(),
+        "images": {"nixl:1": None}, "shim_image": "nixl:1",
         "rdma_mounts": [], "python_venv": str(tmp_path),
     }  # fmt: skip
     env = {"UCX_TLS": "rc_verbs,self,tcp:aux", "UCX_NET_DEVICES": "ionic_0:1,enp65s0"}

@@ -33,6 +33,7 @@ from atomdyn_launchers.nodes.check import CheckReport
 from atomdyn_launchers.nodes.invoke_tasks import _spec
 from atomdyn_launchers.nodes.prepare import PrepareError, PrepareSpec
 from atomdyn_launchers.rehearsal.localcluster import dockerd
+from atomdyn_launchers.runtimes import get_runtime
 
 BASE_ENV = """SLURM_ACCOUNT=a
 SLURM_PARTITION=p
@@ -125,13 +126,15 @@ def test_rdma_mounts_must_exist_where_containers_mount_them(tmp_path: Path) -> N
     (tmp_path / "libibverbs.d").mkdir()
     spec = {
         "runtime": "docker",
+        "runtime_facts": get_runtime("docker").node_facts(),
         "rdma_mounts": [str(tmp_path / "libibverbs.d"), str(tmp_path / "libionic.so")],
     }
     check = _rdma_mounts(spec, atom)
     assert check.status == FAIL and check.detail == f"missing on this node: {tmp_path / 'libionic.so'}"
     (tmp_path / "libionic.so").touch()
     assert _rdma_mounts(spec, atom).status == PASS
-    assert _rdma_mounts({**spec, "runtime": "venv"}, atom).status == NOT_NEEDED
+    venv = {**spec, "runtime": "venv", "runtime_facts": get_runtime("venv").node_facts()}
+    assert _rdma_mounts(venv, atom).status == NOT_NEEDED
     assert _rdma_mounts(spec, get_engine("mocker").node_needs("disagg")).status == NOT_NEEDED
 
 

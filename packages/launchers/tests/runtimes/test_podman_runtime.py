@@ -4,6 +4,7 @@ NVIDIA's CDI device), the image record, the node jobs' environment, and the prep
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from atomdyn_launchers.config.cluster import ClusterConfigError, parse_cluster_e
 from atomdyn_launchers.engines.atom import container_args
 from atomdyn_launchers.job import images
 from atomdyn_launchers.nodes.prepare import PrepareError, PrepareSpec, prepare
-from atomdyn_launchers.runtimes import DockerRuntime, PodmanRuntime
+from atomdyn_launchers.runtimes import RUNTIME_NAMES, DockerRuntime, PodmanRuntime, get_runtime
 from atomdyn_launchers.runtimes.devices import DeviceAccess
 from atomdyn_launchers.sbatch import render_arg
 from atomdyn_launchers.validate.gpu import job_script
@@ -106,8 +107,19 @@ def test_podman_ids_are_written_as_dockers(tmp_path: Path) -> None:
     assert cli.save_args(Path("/a.tar"), ["b:1", "a:1"]) == [
         "save", "--format", "docker-archive", "-m", "-o", "/a.tar", "b:1", "a:1",
     ]  # fmt: skip
-    assert images.container_cli("docker", "unix:///x").env()["DOCKER_HOST"] == "unix:///x"
-    assert isinstance(images.container_cli("podman", "unix:///x"), images.PodmanCLI)
+
+
+@pytest.mark.parametrize("name", RUNTIME_NAMES)
+def test_the_node_side_reaches_each_runtimes_image_store_by_its_facts_not_its_name(name: str) -> None:
+    """job/ may not import the registry: it gets the runtime's node facts in its spec and asks them."""
+    runtime = get_runtime(name)
+    facts = json.loads(json.dumps(runtime.node_facts()))  # as the node side reads its spec
+    cli = images.store_client(facts, "unix:///x")
+    if runtime.node_images:
+        assert cli.name == runtime.store_client  # the store nodes.prepare loads and the workers run from
+    assert isinstance(cli, images.PodmanCLI) == (name == "podman")
+    assert (cli.env().get("DOCKER_HOST") == "unix:///x") == (name != "podman")
+    assert ("--pull=never" in cli.run_args()) == (name == "podman")  # as PodmanRuntime runs its images
 
 
 def test_prepare_with_podman_refuses_the_build_strategy_before_any_job() -> None:

@@ -88,6 +88,10 @@ class DockerCLI:
     def version(self) -> str:
         return self.run("version", "--format", "{{.Server.Version}}", timeout=20)
 
+    def describe(self, version: str) -> str:
+        """The node check's row of this store, given ``version()``."""
+        return f"{self.host} (engine {version})"
+
     def image_id(self, reference: str) -> str | None:
         try:
             return self.run("image", "inspect", "--format", "{{.Id}}", reference, timeout=60) or None
@@ -99,6 +103,10 @@ class DockerCLI:
 
     def save_args(self, path: Path, tags: Sequence[str]) -> list[str]:
         return ["save", "-o", str(path), *tags]
+
+    def run_args(self) -> list[str]:
+        """``run`` of an image the node already has, as the runtime runs it."""
+        return [self.command(), "run", "--rm"]
 
 
 @dataclass(frozen=True)
@@ -126,19 +134,34 @@ class PodmanCLI(DockerCLI):
     def version(self) -> str:
         return self.run("version", "--format", "{{.Client.Version}}", timeout=20)
 
+    def describe(self, version: str) -> str:
+        return f"podman {version} ({self.where})"
+
     def image_id(self, reference: str) -> str | None:
         found = super().image_id(reference)  # podman's Id has no "sha256:"; both are the config's digest
         return f"sha256:{found}" if found and not found.startswith("sha256:") else found
+
+    def run_args(self) -> list[str]:
+        return [*super().run_args(), "--pull=never"]  # as PodmanRuntime: a missing image is named, not pulled
 
     def save_args(self, path: Path, tags: Sequence[str]) -> list[str]:
         # -m: several images in one docker-archive (podman saves only one without it)
         return ["save", "--format", "docker-archive", "-m", "-o", str(path), *tags]
 
 
-def container_cli(runtime: str, docker_host: str) -> DockerCLI:
-    """The image store a node job works on: podman's for RUNTIME=podman, else the docker daemon at
-    ``docker_host``."""
-    return PodmanCLI() if runtime == "podman" else DockerCLI(docker_host)
+# The clients of a node's image store, by the name a runtime's node facts give (``store_client``).
+STORE_CLIENTS: dict[str, type[DockerCLI]] = {cli.name: cli for cli in (DockerCLI, PodmanCLI)}
+
+
+def store_client(facts: Mapping[str, Any], docker_host: str) -> DockerCLI:
+    """The client of the image store a node job works on, as the runtime's node facts (in the job's spec,
+    ``Runtime.node_facts``) name it: the docker daemon at ``docker_host``, or podman's storage. A runtime that
+    names none (venv, pyxis) gets the docker daemon's, as images given explicitly were always checked there."""
+    name = str(facts.get("store_client") or DockerCLI.name)
+    try:
+        return STORE_CLIENTS[name](docker_host)
+    except KeyError:
+        raise ImageError(f"unknown image store client {name!r}; known: {', '.join(STORE_CLIENTS)}") from None
 
 
 @dataclass(frozen=True)

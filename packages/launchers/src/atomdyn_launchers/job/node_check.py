@@ -126,11 +126,18 @@ def _rdma(needs: NodeNeeds, root: Path) -> Check:
     )
 
 
+def _facts(spec: dict[str, Any]) -> dict[str, Any]:
+    """What the runtime says of itself for the node side (``Runtime.node_facts``, written into the spec by the
+    submit side): this module asks it, never the runtime's name, and cannot import the runtimes' registry."""
+    facts: dict[str, Any] = spec["runtime_facts"]
+    return facts
+
+
 def _rdma_mounts(spec: dict[str, Any], needs: NodeNeeds) -> Check:
     """The verbs provider libraries the worker containers mount (RDMA_PROVIDER_LIBS): a path missing on the node
     would give a container that sees no NIC through the provider the config names."""
     paths = list(spec.get("rdma_mounts", []))
-    if needs.rdma != "required" or spec["runtime"] not in ("docker", "pyxis"):
+    if needs.rdma != "required" or not _facts(spec)["mounts_rdma_libs"]:
         return Check("rdma-mounts", NOT_NEEDED, "no container mounts the NIC's verbs provider here")
     if not paths:
         return Check(
@@ -160,20 +167,17 @@ def _advertise(probe_target: str, root: Path) -> Check:
 def _docker(spec: dict[str, Any], host: str) -> list[Check]:
     """The node's image store (docker's daemon, or podman's storage for RUNTIME=podman) and the images in it."""
     wanted: dict[str, str | None] = spec["images"]
-    if spec["runtime"] not in ("docker", "podman") and not wanted:
+    if not _facts(spec)["node_images"] and not wanted:
         return [
-            Check("docker", NOT_NEEDED, "RUNTIME=venv"),
-            Check("image", NOT_NEEDED, "RUNTIME=venv"),
+            Check("docker", NOT_NEEDED, f"RUNTIME={spec['runtime']}"),
+            Check("image", NOT_NEEDED, f"RUNTIME={spec['runtime']}"),
         ]
-    docker = images.container_cli(spec["runtime"], host)
+    docker = images.store_client(_facts(spec), host)
     try:
         version = docker.version()
     except images.ImageError as exc:
         return [Check(docker.name, FAIL, str(exc)), Check("image", FAIL, f"{docker.name} unreachable")]
-    if docker.name == "podman":
-        out = [Check("podman", PASS, f"podman {version} ({docker.where})")]
-    else:
-        out = [Check("docker", PASS, f"{host} (engine {version})")]
+    out = [Check(docker.name, PASS, docker.describe(version))]
     for tag, expected in wanted.items():
         actual = docker.image_id(tag)
         if actual is None:
@@ -290,17 +294,16 @@ def _gpu_memory(engine: str, needs: NodeNeeds) -> Check:
 def _shim(spec: dict[str, Any], needs: NodeNeeds, host: str) -> Check:
     if not needs.dmabuf_shim:
         return Check("dmabuf-shim", NOT_NEEDED, f"{spec['engine']} profile does not preload it here")
-    if spec["runtime"] == "pyxis" and spec["shim_image"]:
+    if _facts(spec)["shared_images"] and spec["shim_image"]:
         image = str(squashfs.squashfs_path(spec["squashfs_dir"], spec["shim_image"]))
         argv = ["srun", "--overlap", "--ntasks=1", "--nodes=1", f"--container-image={image}"]
         argv += ["--no-container-mount-home", "--no-container-remap-root", "--no-container-entrypoint"]
         argv += ["dmabuf-shim", "env", "--check"]
         env = dict(os.environ)
         where = f"in {image}"
-    elif spec["runtime"] in ("docker", "podman") and spec["shim_image"]:
-        cli = images.container_cli(spec["runtime"], host)
-        never = ["--pull=never"] if cli.name == "podman" else []
-        argv = [cli.command(), "run", "--rm", *never, "--network", "none", spec["shim_image"]]
+    elif _facts(spec)["node_images"] and spec["shim_image"]:
+        cli = images.store_client(_facts(spec), host)
+        argv = [*cli.run_args(), "--network", "none", spec["shim_image"]]
         argv += ["dmabuf-shim", "env", "--check"]
         env = cli.env()
         where = f"in {spec['shim_image']}"
@@ -323,7 +326,7 @@ def _ucx_commands(
     image's with the workers' devices."""
     argv = ucx_check.in_image()
     devices = [d for d in (*needs.gpu_devices, "/dev/infiniband") if os.path.exists(d)]
-    if spec["runtime"] == "pyxis" and spec["images"]:
+    if _facts(spec)["shared_images"] and spec["images"]:
         image = str(
             squashfs.squashfs_path(spec["squashfs_dir"], spec.get("shim_image") or next(iter(spec["images"])))
         )
@@ -333,11 +336,10 @@ def _ucx_commands(
         if mounts:
             srun.append("--container-mounts=" + ",".join(f"{m}:{m}" for m in mounts))
         return [([*srun, *argv], f"in {image}")]
-    if spec["runtime"] in ("docker", "podman") and spec["images"]:
+    if _facts(spec)["node_images"] and spec["images"]:
         image = spec.get("shim_image") or next(iter(spec["images"]))  # the P/D workers' image
-        cli = images.container_cli(spec["runtime"], host)
-        run = [cli.command(), "run", "--rm", *(["--pull=never"] if cli.name == "podman" else [])]
-        run += ["--network", "host", *(a for d in devices for a in ("--device", d))]
+        cli = images.store_client(_facts(spec), host)
+        run = [*cli.run_args(), "--network", "host", *(a for d in devices for a in ("--device", d))]
         run += [a for m in spec.get("rdma_mounts", []) for a in ("-v", f"{m}:{m}:ro")]
         run += [a for k, v in sorted(env.items()) for a in ("-e", f"{k}={v}")]
         return [([*run, image, *argv], f"in {image}")]
@@ -353,9 +355,7 @@ def _ucx(spec: dict[str, Any], needs: NodeNeeds, node: str, host: str, sysfs_ib:
     env: dict[str, str] = dict(ucx["env"].get(node, {}))
     env.update(expand_job_values(ucx.get("shell", {}).get(node, {}), env, sysfs_ib))
     candidates = _ucx_commands(spec, needs, host, env)
-    extra = (
-        images.container_cli(spec["runtime"], host).env() if spec["runtime"] in ("docker", "podman") else {}
-    )
+    extra = images.store_client(_facts(spec), host).env() if _facts(spec)["node_images"] else {}
     answer = ucx_check.run_first(candidates, {**extra, **env})
     if not answer.found:
         return Check(
@@ -435,7 +435,7 @@ def run_checks(
     checks.append(_rdma(needs, sysfs_ib))
     checks.append(_rdma_mounts(spec, needs))
     checks.append(_advertise(spec["probe_target"], sysfs_ib))
-    checks += _pyxis(spec) if spec["runtime"] == "pyxis" else _docker(spec, docker_host)
+    checks += _pyxis(spec) if _facts(spec)["shared_images"] else _docker(spec, docker_host)
     checks.append(_shared(spec))
     checks.append(_model(spec))
     checks.append(_gpu_memory(engine, needs))

@@ -195,7 +195,7 @@ def prepare_node(
     # node's podman storage.
     docker = images.DockerCLI(docker_host)
     if mode == "load":
-        docker = images.container_cli(spec.get("runtime", "docker"), docker_host)
+        docker = images.store_client(spec["runtime_facts"], docker_host)
     result["store"] = docker.name
     try:
         result["docker_server"] = docker.version()

@@ -145,7 +145,8 @@ def check_nodes(
         "needs": needs.to_json(),
         # What worker containers mount to see the NICs (atom): it must exist on the node to be mounted.
         "rdma_mounts": [str(p) for p in config.rdma_provider_libs],
-        "runtime": config.runtime,
+        "runtime": config.runtime,  # named in messages; what the checks ask of it is runtime_facts
+        "runtime_facts": get_runtime(config.runtime).node_facts(),
         "images": {t: recorded.get(t) for t in tags},
         "squashfs_dir": str(archive_dir(config)),  # RUNTIME=pyxis: where nodes.prepare imported the images
         "token_path": str(work / "shared-token"),

@@ -156,7 +156,9 @@ def prepare(
             "project_dir": str(config.project_dir),
             "shim": shim,
             "source": strategy,  # the import mode's way to make the images present first (pyxis)
-            "runtime": config.runtime,  # where `load` puts them: the docker daemon, or podman's storage
+            "runtime": config.runtime,
+            # where `load` puts them: the docker daemon, or podman's storage (store_client)
+            "runtime_facts": runtime.node_facts(),
         },
     )
 

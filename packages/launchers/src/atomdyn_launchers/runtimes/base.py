@@ -46,6 +46,11 @@ class Runtime(Protocol):
     node_images: ClassVar[bool]
     # The images live on the shared filesystem as one file each (one import serves every node).
     shared_images: ClassVar[bool]
+    # What the node side needs besides (job/, which may not import this registry, gets them in its spec as
+    # node_facts()): the docker-compatible client of the node's image store ("": none), and whether the
+    # containers mount RDMA_PROVIDER_LIBS (which must then exist on the node).
+    store_client: ClassVar[str]
+    mounts_rdma_libs: ClassVar[bool]
 
     @property
     def python(self) -> str: ...
@@ -84,6 +89,9 @@ class Runtime(Protocol):
     def store_cli(cls, config: ClusterConfig, node: str, docker_host: str) -> DockerCLI | None: ...
 
     @classmethod
+    def node_facts(cls) -> dict[str, object]: ...
+
+    @classmethod
     def mount_problem(cls, key: str, path: str) -> str | None: ...
 
     @classmethod
@@ -92,6 +100,25 @@ class Runtime(Protocol):
 
 class RuntimeKind:
     """What most runtimes answer alike, as a kind."""
+
+    name: ClassVar[str]
+    node_images: ClassVar[bool]
+    shared_images: ClassVar[bool]
+    store_client: ClassVar[str] = ""
+    mounts_rdma_libs: ClassVar[bool] = False
+
+    @classmethod
+    def node_facts(cls) -> dict[str, object]:
+        """What a node job asks of the runtime, as JSON for its spec (job/node_check.py, job/node_prepare.py
+        read it there, standard library only): where the images live and through which client, what its
+        containers mount. The node side never compares the runtime's name."""
+        return {
+            "name": cls.name,  # for messages only
+            "node_images": cls.node_images,
+            "shared_images": cls.shared_images,
+            "store_client": cls.store_client,
+            "mounts_rdma_libs": cls.mounts_rdma_libs,
+        }
 
     @classmethod
     def job_env(cls, config: ClusterConfig, node: str, docker_host: str = "") -> dict[str, str]:

@@ -45,6 +45,7 @@ class PodmanRuntime(DockerRuntime):
 
     docker: str = "podman"
     name: ClassVar[str] = "podman"
+    store_client: ClassVar[str] = "podman"
     nvidia_gpus: ClassVar[tuple[str, ...]] = ("--device", "nvidia.com/gpu=all")
     # podman prints an image's Id without docker's "sha256:" (both are the config's digest).
     image_id_template: ClassVar[str] = '"sha256:{{.Id}}"'

@@ -126,6 +126,7 @@ class PyxisRuntime(RuntimeKind):
     in_image: ClassVar[bool] = True
     node_images: ClassVar[bool] = False
     shared_images: ClassVar[bool] = True
+    mounts_rdma_libs: ClassVar[bool] = True  # device_mounts
 
     @classmethod
     def build(cls, config: ClusterConfig, spec: RuntimeSpec) -> PyxisRuntime:
