@@ -6,10 +6,10 @@ process of the step; the script forwards it and waits as in a batch job) and, wh
 alone (``scancel ALLOC.STEP``): a stop never signals or cancels the allocation itself.
 
 Every wait here has a deadline, and together they are bounded, however slow the controller: the graceful stop
-(each job's state, its SIGTERM and its retries, the settle) works under one budget, SIGNAL_RETRY_S and the settle
-timeout, past which no Slurm command waits (``Slurm.deadline``); a hard cancel gets the settle timeout again. What the stop could not
-confirm by then (a job's end, a SIGTERM delivered) is named in ``Monitor.unconfirmed``, and the launcher exits
-saying so instead of waiting on."""
+(each job's state, its SIGTERM and its retries, the settle) works under one budget, SIGNAL_RETRY_S and the
+settle timeout, past which no Slurm command waits (``Slurm.deadline``); a hard cancel gets the settle timeout
+again. A job not seen ended by then is named in ``Monitor.unconfirmed``, and the launcher exits saying so
+instead of waiting on."""
 
 from __future__ import annotations
 
