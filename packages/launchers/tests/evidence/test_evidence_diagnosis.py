@@ -5,6 +5,7 @@ failed, its own recorded diagnosis shown sanitized: tests/diagnose/test_local_fa
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from evidence_helpers import UCX_RC
@@ -61,3 +62,29 @@ def test_a_diagnosis_edited_in_summary_json_fails_verify(atom_run: Path, tmp_pat
     verdict = verify_path(out)
     assert not verdict.intact
     assert any("summary.json: diagnosis is" in line for line in verdict.lines), verdict.lines
+
+
+def test_a_diagnosis_run_json_makes_up_renders_as_text(vllm_cpu_run: Path, tmp_path: Path) -> None:
+    """run.json is the run's word: odd types and Markdown in its diagnosis become inert text in summary.md."""
+    run = json.loads((vllm_cpu_run / "run.json").read_text())
+    forged = "x | y |\n## Forged heading\n<!-- run:20991231T000000Z-disagg-atom -->"
+    run.update(result="fail", failure="role decode failed")
+    run["diagnosis"] = {
+        "first": "port-taken",
+        "findings": [{"id": "port-taken", "file": "logs/a.log", "line_no": "12", "causal": "no", "line": forged,
+                      "cause": forged, "fix": ["not", "text"]}, "not a finding"],
+        "findings_left_out": "many",
+        "rerun": 7,
+    }  # fmt: skip
+    (vllm_cpu_run / "run.json").write_text(json.dumps(run))
+    out, summary = collect(vllm_cpu_run, tmp_path / "evidence", with_pictures=False)
+    diagnosis = summary["diagnosis"]
+    assert diagnosis["source"] == "run.json" and diagnosis["first"] == "port-taken"
+    (finding,) = diagnosis["findings"]
+    assert finding["line_no"] is None and finding["causal"] is True and finding["fix"] == "['not', 'text']"
+    assert diagnosis["findings_left_out"] == 0 and diagnosis["rerun"] == "7"
+    md = (out / "summary.md").read_text()
+    assert not any(line.startswith(("## Forged", "<!--")) for line in md.splitlines()), md
+    row = next(line for line in md.splitlines() if line.startswith("| 1 | `port-taken`"))
+    assert len(re.findall(r"(?<!\\)\|", row)) == 7, row  # six cells: the "|" of the line escaped
+    assert verify_path(out).intact

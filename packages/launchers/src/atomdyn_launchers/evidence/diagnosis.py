@@ -40,16 +40,38 @@ def judged_diagnosis(data: Path, signals: Signals, results: Sequence[GateResult]
         except Exception:  # an aid, as in the record stage: the bundle is collected regardless
             return None
         source = "data/"  # what the evidence kept, with the failed gates
-    findings = [f for f in recorded["findings"] if isinstance(f, dict)]
-    error_lines = recorded.get("error_lines") if not findings else {}
+    # run.json is the run's word: each value is kept as the type summary.md renders, whatever it holds
+    findings = [_finding(f) for f in recorded["findings"] if isinstance(f, dict)]
+    raw_lines = recorded.get("error_lines")
+    error_lines = (
+        {str(name): [str(line) for line in shown][:ERROR_LINES_SHOWN]
+         for name, shown in raw_lines.items() if isinstance(shown, list)}
+        if isinstance(raw_lines, dict) and not findings
+        else {}
+    )  # fmt: skip
+    left_out = recorded.get("findings_left_out")
     return {
         "source": source,
-        "first": findings[0].get("id") if findings else None,
-        "findings": [{key: f.get(key) for key in FINDING_KEYS} for f in findings],
-        "findings_left_out": recorded.get("findings_left_out") or 0,
-        "error_lines": error_lines if isinstance(error_lines, dict) else {},
-        "rerun": recorded.get("rerun") or "",
+        "first": findings[0]["id"] if findings else None,
+        "findings": findings,
+        "findings_left_out": left_out if isinstance(left_out, int) and not isinstance(left_out, bool) else 0,
+        "error_lines": error_lines,
+        "rerun": _text(recorded.get("rerun")),
     }
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else "" if value is None else str(value)
+
+
+def _finding(found: dict[str, Any]) -> dict[str, Any]:
+    """A finding's fields summary.json keeps: line_no an int or None, causal a bool, the rest text."""
+    kept: dict[str, Any] = {key: _text(found.get(key)) for key in FINDING_KEYS}
+    line_no = found.get("line_no")
+    kept["line_no"] = line_no if isinstance(line_no, int) and not isinstance(line_no, bool) else None
+    causal = found.get("causal")
+    kept["causal"] = causal if isinstance(causal, bool) else True
+    return kept
 
 
 def markdown_lines(diagnosis: dict[str, Any] | None) -> list[str]:
@@ -67,11 +89,11 @@ def markdown_lines(diagnosis: dict[str, Any] | None) -> list[str]:
         out.append("")
         for name, lines in sorted((diagnosis.get("error_lines") or {}).items()):
             out.append(f"- {c(name, in_table=False)}")
-            out += [f"  - {c(line, in_table=False)}" for line in list(lines)[:ERROR_LINES_SHOWN]]
+            out += [f"  - {c(line, in_table=False)}" for line in lines[:ERROR_LINES_SHOWN]]
         if not diagnosis.get("error_lines"):
             out.append("- (no log holds an error line)")
     else:
-        total = len(findings) + int(diagnosis.get("findings_left_out") or 0)
+        total = len(findings) + int(diagnosis.get("findings_left_out") or 0)  # an int: judged_diagnosis
         out.append(
             f"First cause: {c(diagnosis['first'], in_table=False)}, from {t(where)}; {total} known signature(s), "
             "the first cause first (`invoke diagnose` on this directory lists every one it can read):"
