@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from atomdyn_core.sanitize import Sanitizer, node_names, sanitize, sanitize_file
+from atomdyn_core.sanitize.sanitizer import strip_colours
 
 # (line as a cluster would write it, the sanitized line, the substrings that must never survive)
 CORPUS: list[tuple[str, str, list[str]]] = [
@@ -347,3 +348,53 @@ def test_json_with_cloud_and_hardware_ids_stays_json() -> None:
         "headers": {"Authorization": "Token <redacted:token>"},
         "cmd": "sshpass -p '<redacted:password>' ssh root@127.0.0.1",
     }
+
+
+# Dynamo 1.3.0's vllm worker (ensure_side_channel_host, logger.info("Using existing
+# VLLM_NIXL_SIDE_CHANNEL_HOST=%s", ...)) and the line after it, as the H200 P/D run
+# 20261204T183531Z-disagg-vllm wrote them into logs/prefill.prefill.log, colours and all.
+SIDE_CHANNEL_H200 = (
+    "\x1b[2m2026-12-04T18:36:00.256451Z\x1b[0m \x1b[32m INFO\x1b[0m \x1b[2margs.ensure_side_channel_host\x1b[0m"
+    "\x1b[2m:\x1b[0m Using existing VLLM_NIXL_SIDE_CHANNEL_HOST=127.0.0.1\n"
+    "\x1b[2m2026-12-04T18:36:00.256563Z\x1b[0m \x1b[32m INFO\x1b[0m \x1b[2margs.create_kv_events_config\x1b[0m"
+    "\x1b[2m:\x1b[0m Using user-provided kv_events_config KVEventsConfig(enable_kv_cache_events=True, "
+    "publisher='zmq', endpoint='tcp://*:21008', replay_endpoint=None, buffer_steps=10000, hwm=100000, "
+    "max_queue_size=100000, topic='')\n"
+)
+# vLLM's attention line further down the same log: "Using" after the target made it "host-1 FLASH_ATTN".
+FLASH_ATTN_H200 = (
+    "(EngineCore pid=3765) INFO 12-04 18:36:26 [cuda.py:378] Using FLASH_ATTN attention backend out of potential "
+    "backends: ['FLASH_ATTN', 'TRITON_ATTN', 'FLEX_ATTENTION'].\n"
+)
+# The same line from the CPU P/D run 20261204T193220Z-disagg-vllm-cpu (logs/prefill.prefill.log), whose
+# launcher set the variable to the node's address.
+SIDE_CHANNEL_CPU = (
+    "\x1b[2m2026-12-04T19:32:27.831143Z\x1b[0m \x1b[32m INFO\x1b[0m \x1b[2margs.ensure_side_channel_host\x1b[0m"
+    "\x1b[2m:\x1b[0m Using existing VLLM_NIXL_SIDE_CHANNEL_HOST=10.65.208.1\n"
+)
+
+
+def test_a_log_records_target_ending_in_host_names_no_host() -> None:
+    """The tracing target args.ensure_side_channel_host is a function, "Using" the message's first word: it was
+    learned as a host, and every "Using" of the log became host-N."""
+    s = Sanitizer()
+    out = s.sanitize(SIDE_CHANNEL_H200)
+    assert out == strip_colours(SIDE_CHANNEL_H200)
+    assert s.sanitize(FLASH_ATTN_H200) == FLASH_ATTN_H200
+    assert s.known_count() == (0, 0)
+
+
+def test_the_side_channel_line_still_hides_the_host_it_names() -> None:
+    s = Sanitizer()
+    assert s.sanitize(SIDE_CHANNEL_CPU) == (
+        "2026-12-04T19:32:27.831143Z  INFO args.ensure_side_channel_host: "
+        "Using existing VLLM_NIXL_SIDE_CHANNEL_HOST=192.0.2.1\n"
+    )
+    # The variable set to the node's name (the address of the CPU line's node replaced by a name, the rest
+    # of Dynamo's line as logged): that name is learned and hidden wherever it stands.
+    named = strip_colours(SIDE_CHANNEL_CPU).replace("10.65.208.1", "gpu-a17")
+    assert s.sanitize(named) == (
+        "2026-12-04T19:32:27.831143Z  INFO args.ensure_side_channel_host: "
+        "Using existing VLLM_NIXL_SIDE_CHANNEL_HOST=host-1\n"
+    )
+    assert s.sanitize("GPU-A17") == "host-1"

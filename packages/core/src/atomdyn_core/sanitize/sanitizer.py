@@ -475,6 +475,13 @@ _HOST_KEY = re.compile(
 _PROSE_AFTER_SPACED_KEY = re.compile(r"[ \t]+[a-z]{2,}\b(?![\w.-]*\s*[=:])")
 _PLAIN_WORD = re.compile(r"[A-Z]?[a-z]+")
 _SPACED_KEY_END = re.compile(r"\s[=:]\s*\Z")
+# A log record's target (Rust tracing's and Dynamo's Python records: "<time>  INFO args.ensure_side_channel_host:
+# Using existing ..."): a level word, then a module path whose last part, a function, may end in "_host". What
+# follows its colon is the message, not that key's value: its first word is no host where it is a plain word.
+_RECORD_TARGET_BEFORE = re.compile(
+    r"(?<![\w-])(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL)[ \t]+(?:[\w-]+(?:\.|::))*\Z"
+)
+_RECORD_TARGET_END = re.compile(r"\w:[ \t]+\Z")
 _SLURM_ON_HOST = re.compile(r"(?P<k>\*\*\* (?:JOB|STEP) [\d.]+ ON |\bslurmstepd-)(?P<v>[\w.-]+?)(?=[\s:]|$)")
 # A node list with no key before it (srun: error: gpu-[01-03]: ...): a name and a range of numbers in brackets.
 _BARE_NODE_RANGE = re.compile(
@@ -1446,6 +1453,13 @@ class Sanitizer:
                 return m[0]  # "NODE = Connection traversing PCIe ..." is a sentence, not a host
             if m["k"].rstrip("= \t") in ("-w", "-x") and _PLAIN_WORD.fullmatch(m["v"]):
                 return m[0]  # etcdctl -w table, curl -x proxy: a node's name holds a digit or a hyphen
+            # "INFO args.ensure_side_channel_host: Using existing ...": a record's target, then its message
+            if (
+                _PLAIN_WORD.fullmatch(m["v"])
+                and _RECORD_TARGET_END.search(m["k"])
+                and _RECORD_TARGET_BEFORE.search(m.string, max(0, m.start() - 160), m.start())
+            ):
+                return m[0]
             return m["k"] + ",".join(self._node_list(item) for item in _NODE_LIST_ITEM.findall(m["v"]))
 
         if "://" in text:
