@@ -48,16 +48,16 @@ def _readme(tmp_path: Path, block: str = "old\n") -> Path:
     return readme
 
 
-def _in_a_second(argv: list[str], cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    """A command in a child limited to 1 GiB of address space, refused at once (the interpreter's start aside)."""
+def _in_bounded_memory(argv: list[str], cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """A command in a child limited to 1 GiB of address space: a reader that reads a device or a runaway file
+    fills that within a second and dies of MemoryError instead of printing the refusal the tests expect. No
+    wall-clock assertion (the interpreter's start under a loaded machine is not what is tested); the timeout only
+    keeps a hung reader from holding the suite."""
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
-    started = time.monotonic()
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=20, preexec_fn=limit)
-    assert time.monotonic() - started < 10, "not refused at once"  # the interpreter's start is most of it
-    return done
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120, preexec_fn=limit)
 
 
 # Readers: devices, FIFOs and runaway files are refused, named, at once.
@@ -72,7 +72,7 @@ def test_report_refuses_a_device_as_the_readme(device: str, tmp_path: Path) -> N
 
 
 def test_report_readme_dev_full_from_the_command_line(tmp_path: Path) -> None:
-    done = _in_a_second([*INVOKE, "evidence.report", "-r", str(tmp_path / "R.md"), "-a", "/dev/full"])
+    done = _in_bounded_memory([*INVOKE, "evidence.report", "-r", str(tmp_path / "R.md"), "-a", "/dev/full"])
     assert done.returncode == 2 and "/dev/full: the README is a character device" in done.stderr, done.stderr
 
 
@@ -102,7 +102,7 @@ def test_a_device_as_the_cluster_configuration_is_refused_at_once(device: str) -
 
 
 def test_agg_run_config_dev_zero_from_the_command_line() -> None:
-    done = _in_a_second([*INVOKE, "agg.run", "--config", "/dev/zero"])
+    done = _in_bounded_memory([*INVOKE, "agg.run", "--config", "/dev/zero"])
     assert done.returncode != 0 and "is a character device" in (done.stderr + done.stdout)
 
 
