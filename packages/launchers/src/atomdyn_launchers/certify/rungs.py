@@ -37,6 +37,9 @@ from atomdyn_launchers.validate.gpu import run_gpu_validation
 from atomdyn_launchers.validate.mori import run_mori_repro
 
 PASS, FAILED, NOT_NEEDED, REUSED = "pass", "fail", "not needed", "reused"
+# What rung 8 judges and rungs 5 and 7 leave to it: the accuracy gates and the accuracy stage's own failure.
+ACCURACY_GATES = "accuracy_"
+ACCURACY_FAILURE = "accuracy:"
 # The node check's lines that rung 2 answers (the images and the helper); every other line is rung 1's.
 IMAGE_CHECKS = ("docker", "podman", "image", "dmabuf-shim")
 VALIDATE_TIMEOUT_S = 900.0
@@ -230,29 +233,46 @@ def _run_json(run_dir: Path) -> dict[str, Any]:
 
 
 def _serving(
-    climb: Climb, kind: str, *, with_benchmark: bool = False, with_accuracy: bool = False
+    climb: Climb,
+    kind: str,
+    *,
+    with_benchmark: bool = False,
+    with_accuracy: bool = False,
+    judge_accuracy: bool = True,
 ) -> RungResult:
-    """A serving run of ``kind``, passed only when the launcher and every evidence gate of its kind pass."""
+    """A serving run of ``kind``, passed only when the launcher and every evidence gate of its kind pass.
+    ``judge_accuracy=False``: the run asks the recipe's accuracy check, but its verdict leaves it to rung 8."""
     recipe = climb.options.recipe
     if recipe is not None and recipe.benchmark is not None and not with_benchmark:
         recipe = replace(recipe, benchmark=None)  # the benchmark is rung 9's, on a deployment of its own
     if recipe is not None and recipe.accuracy is not None and not with_accuracy:
-        recipe = replace(recipe, accuracy=None)  # the accuracy check is rung 8's
+        recipe = replace(recipe, accuracy=None)  # asked by rungs 5 and 7 only, judged by rung 8
     options = replace(climb.options, kind=kind, recipe=recipe)
     outcome = run(options, climb.config, progress=climb.progress)
-    run_json = _run_json(outcome.run_dir)
-    platform = str(run_json.get("platform", "unknown"))
-    results = evaluate(collect_signals(outcome.run_dir))
+    return _judged(outcome.run_dir, outcome.passed, outcome.failure, judge_accuracy=judge_accuracy)
+
+
+def _judged(run_dir: Path, passed: bool, failure: str | None, *, judge_accuracy: bool = True) -> RungResult:
+    """A run's verdict: the launcher's and every evidence gate's; without ``judge_accuracy``, a failure of the
+    accuracy stage and the accuracy gates are left out (rung 8 judges them, so a KV failure is named first)."""
+    platform = str(_run_json(run_dir).get("platform", "unknown"))
+    results = evaluate(collect_signals(run_dir))
+    if not judge_accuracy:
+        results = [r for r in results if not r.id.startswith(ACCURACY_GATES)]
+        if not passed and (failure or "").startswith(ACCURACY_FAILURE):
+            passed, failure = True, None
     failed = [r for r in results if r.verdict == "fail"]
-    if not outcome.passed or overall(results) != "pass":
-        why = outcome.failure or "; ".join(f"{r.id}: {r.reason}" for r in failed[:4])
-        return RungResult(FAILED, why, evidence=str(outcome.run_dir), platform=platform)
+    if not passed or overall(results) != "pass":
+        why = failure or "; ".join(f"{r.id}: {r.reason}" for r in failed[:4])
+        return RungResult(FAILED, why, evidence=str(run_dir), platform=platform)
     judged = sum(1 for r in results if r.verdict == "pass")
-    return RungResult(PASS, f"{judged} evidence gates pass", evidence=str(outcome.run_dir), platform=platform)
+    return RungResult(PASS, f"{judged} evidence gates pass", evidence=str(run_dir), platform=platform)
 
 
 def agg_single(climb: Climb) -> RungResult:
-    return _serving(climb, "agg-single")
+    """One aggregated node; where the recipe asks for an accuracy check the run asks it too (its answers are the
+    reference of rung 7's P/D run, as the fixed prompt's is), judged by rung 8."""
+    return _serving(climb, "agg-single", with_accuracy=True, judge_accuracy=False)
 
 
 def agg_two(climb: Climb) -> RungResult:
@@ -260,20 +280,39 @@ def agg_two(climb: Climb) -> RungResult:
 
 
 def disagg(climb: Climb) -> RungResult:
-    return _serving(climb, "disagg")
+    """P/D; where the recipe asks for an accuracy check the run asks it too, against rung 5's answers, judged by
+    rung 8: this rung's verdict leaves the check out, so a KV failure is named by the KV gates first."""
+    return _serving(climb, "disagg", with_accuracy=True, judge_accuracy=False)
+
+
+def _asked(climb: Climb, rung: str) -> RungResult | None:
+    """The run rung ``rung`` made in this climb, judged with the accuracy check, where it asked it (it passed
+    everything else); None where the rung was reused from an earlier climb or its run holds no answers."""
+    earlier = climb.results.get(rung)
+    if earlier is None or earlier.verdict != PASS or _accuracy_score(Path(earlier.evidence)) is None:
+        return None
+    run_dir = Path(earlier.evidence)
+    record = _run_json(run_dir)
+    return _judged(run_dir, record.get("result") == "pass", record.get("failure") or None)
 
 
 def accuracy(climb: Climb) -> RungResult:
-    """The recipe's accuracy check: an aggregated run on one node records its answers (the reference), then a P/D
-    run is judged against the threshold and against them on the same items; both must pass every gate."""
+    """The recipe's accuracy check, judged: rung 5's aggregated answers (the reference) and rung 7's P/D answers
+    reach the threshold, every item answered, P/D within the allowed difference of the aggregated run's on the
+    same items; every gate of each run passes. Where rung 5 or 7 was reused from an earlier climb, the runs are
+    made here (aggregated on one node, then P/D)."""
     recipe = climb.options.recipe
     if recipe is None or recipe.accuracy is None:
         return RungResult(NOT_NEEDED, "the recipe asks for no accuracy check")
-    aggregated = _serving(climb, "agg-single", with_accuracy=True)
+    aggregated = _asked(climb, "agg-single")
+    pd = _asked(climb, "disagg") if aggregated is not None else None  # compared with these answers
+    if aggregated is None:
+        aggregated = _serving(climb, "agg-single", with_accuracy=True)
     if not aggregated.passed:
         aggregated.detail = f"aggregated: {aggregated.detail}"
         return aggregated
-    pd = _serving(climb, "disagg", with_accuracy=True)
+    if pd is None:
+        pd = _serving(climb, "disagg", with_accuracy=True)
     scores = [_accuracy_score(Path(r.evidence)) for r in (aggregated, pd)]
     shown = f"GSM8K aggregated {scores[0]}, P/D {scores[1]} (threshold {recipe.accuracy.threshold})"
     evidence = f"{aggregated.evidence}, {pd.evidence}"
@@ -331,7 +370,8 @@ RUNGS: tuple[Rung, ...] = (
          "them with the workers' environment, every byte checked, UCX's rows judged",
          "invoke nixl.cross-node", nixl, _probe_s, "a UCX check job per P/D node, then two one-shot jobs"),
     Rung(5, "agg-single", "single-node aggregated smoke, prefix caching on",
-         "the engine serves on one node; its fixed-prompt answer becomes the KV reference",
+         "the engine serves on one node; its fixed-prompt answer becomes the KV reference (and its answers to "
+         "the recipe's accuracy check, when it asks for one, the accuracy reference)",
          "invoke agg.run --nodes 1", agg_single, _ready, "one job"),
     Rung(6, "agg-two", "two-node aggregated",
          "both nodes serve, each pinned, through one frontend and etcd", "invoke agg.run --nodes 2", agg_two,
@@ -340,11 +380,11 @@ RUNGS: tuple[Rung, ...] = (
          "prefill and decode on two nodes; KV moved by NIXL passes every KV gate and equals rung 5's answer",
          "invoke disagg.run", disagg, _ready, "two jobs (and etcd's, when the run owns it)"),
     Rung(8, "accuracy", "accuracy before performance (GSM8K through the frontend, greedy)",
-         "an aggregated run's answers reach the recipe's threshold and record the reference; a P/D run's reach it, "
-         "every item answered, within the allowed difference of the aggregated run's on the same items",
+         "rung 5's aggregated answers reach the recipe's threshold and are the reference; rung 7's P/D answers "
+         "reach it, every item answered, within the allowed difference of the aggregated run's on the same items",
          "invoke agg.run --nodes 1 --recipe FILE, then invoke disagg.run --recipe FILE", accuracy,
          lambda c: 2 * _ready(c) if c.options.recipe is not None and c.options.recipe.accuracy is not None else 0.0,
-         "one job, then two, when the recipe asks for an accuracy check"),
+         "none: it judges rungs 5 and 7's runs (one job, then two, where they were reused from an earlier climb)"),
     Rung(9, "benchmark", "the serving benchmark (aiperf sweep)",
          "the recipe's sweep against a P/D deployment, its SLOs met", "invoke disagg.run", benchmark,
          lambda c: _ready(c) if c.options.recipe is not None and c.options.recipe.benchmark is not None else 0.0,
