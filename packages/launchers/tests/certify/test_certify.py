@@ -1,6 +1,7 @@
 """The bring-up ladder on the local cluster with the mock engine (CI's climb; the real-engine climb is in
 test_certify_real_engine.py): every rung in order, a report that says "certified", a resume that reuses what
-passed for the same key, and a forced failure at the NIXL rung that stops the ladder there, named."""
+passed for the same key, a forced failure at the NIXL rung that stops the ladder there, named, and where the
+accuracy rung's runs come from."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from atomdyn_launchers.certify.ladder import Certification, CertifyError, climb,
 from atomdyn_launchers.certify.report import publish
 from atomdyn_launchers.certify.rungs import RUNG_NAMES
 from atomdyn_launchers.config.cluster import ClusterConfig
+from atomdyn_launchers.config.recipes import Accuracy, load_recipe
 from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.evidence import cli as evidence_cli
-from atomdyn_launchers.run.options import LaunchOptions
+from atomdyn_launchers.run.options import Flags, LaunchOptions, resolve
 
 pytestmark = pytest.mark.integration
 PROBE = ProbeOptions(blocks=16, transfer_blocks=(1, 4), iterations=5, large_mib=8, timeout_s=60.0)
@@ -101,3 +103,31 @@ def test_the_dry_run_plans_every_rung_with_its_cost(config: ClusterConfig) -> No
     assert [line.split()[1] for line in lines[1:-1]] == list(RUNG_NAMES)
     # venv: no validation; the UCX check's 300 + the probe's 2 x 60 + 120
     assert "at most 0 s" in lines[3] and "at most 540 s" in lines[4]
+
+
+def test_the_accuracy_rung_judges_rungs_5_and_7_and_runs_its_own_where_they_were_reused(
+    config: ClusterConfig, tmp_path: Path
+) -> None:
+    """With a recipe's accuracy check, rungs 5 and 7 ask it and rung 8 judges their runs, starting nothing; a
+    climb from rung 8 (rungs 5-7 reused) makes the aggregated and P/D runs itself."""
+    recipe = load_recipe(Path(__file__).resolve().parents[4] / "recipes" / "rehearsal-1p1d.yaml")
+    check = Accuracy(task="gsm8k", items=2, threshold=0.0, max_pd_difference=1.0, few_shot=1, max_tokens=16)
+    recipe = replace(recipe, requests=4, accuracy=check)
+    options = replace(resolve("disagg", None, Flags(), recipe), runs_root=tmp_path / "runs")
+    root = tmp_path / "runs" / "certify"
+    cert = climb(config, options, PROBE, root=root)
+    assert cert.certified, cert.to_json()
+    rows = {r["name"]: r for r in cert.rungs}
+    assert rows["accuracy"]["evidence"] == f"{rows['agg-single']['evidence']}, {rows['disagg']['evidence']}"
+    assert rows["accuracy"]["seconds"] < 5, rows["accuracy"]  # judged, nothing started
+    for name in ("agg-single", "disagg"):
+        assert (Path(rows[name]["evidence"]) / "accuracy" / "accuracy.json").is_file(), name
+    assert not (Path(rows["agg-two"]["evidence"]) / "accuracy").exists()
+
+    again = climb(config, options, PROBE, root=root, start="accuracy")
+    assert again.certified, again.to_json()
+    later = {r["name"]: r for r in again.rungs}
+    assert later["agg-single"]["verdict"] == later["disagg"]["verdict"] == "reused"
+    made = later["accuracy"]["evidence"].split(", ")
+    assert len(made) == 2 and not set(made) & {rows["agg-single"]["evidence"], rows["disagg"]["evidence"]}
+    assert [json.loads((Path(d) / "run.json").read_text())["kind"] for d in made] == ["agg-single", "disagg"]
