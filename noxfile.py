@@ -115,17 +115,19 @@ def unit(session: nox.Session) -> None:
 
 @nox.session
 def real_engine(session: nox.Session) -> None:
-    """Only the real-engine rehearsal tests (also part of `tests`): vLLM prefill and decode on CPU with KV over
-    NIXL, P/D against aggregated token for token, a forced KV failure caught by the evidence, and the real
-    engine's climb of the bring-up ladder; about 9 minutes on 2 cores, needs root."""
+    """Only the real-engine rehearsal tests (also part of `tests`): one climb of the whole ladder with the real
+    model (SmolLM2-135M on recipes/rehearsal-smollm2-1p1d.yaml, the accuracy rung included), whose runs the P/D,
+    transformers-reference and climb tests read; then a forced KV failure, a forced KV corruption and a KV cache
+    too small, each caught and named; about 9 minutes on 2 cores, needs root."""
     with session.chdir(ROOT / "packages" / "launchers"):
         python(session, "-m", "pytest", "-v", "-m", "real_engine", "tests", *session.posargs)
 
 
 @nox.session
 def climb(session: nox.Session) -> None:
-    """Only the real engine's climb of the whole bring-up ladder on the local cluster (vLLM on CPU, every rung, a
-    report evidence.verify recomputes; also part of `tests` and `real_engine`); about 2 minutes on 2 cores."""
+    """Only the real engine's climb of the whole bring-up ladder on the local cluster (vLLM on CPU with the real
+    model, every rung and the accuracy rung, a report evidence.verify recomputes; also part of `tests` and
+    `real_engine`); about 6 minutes on 2 cores, the model's build included."""
     with session.chdir(ROOT / "packages" / "launchers"):
         python(session, "-m", "pytest", "-v", "tests/certify/test_certify_real_engine.py", *session.posargs)
 
