@@ -30,6 +30,7 @@ from fakeslurm import (
 )
 
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
+from atomdyn_launchers.diagnose.scan import diagnose_run
 from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.progress import Progress
@@ -742,6 +743,8 @@ def test_a_dead_launchers_run_has_its_jobs_stopped_keys_deleted_and_lease_releas
     assert EtcdClient(etcd).get_prefix(f"atomdyn/runs/{run_id}/")[0] == {}
     assert all(lease.run_id != run_id for lease in ports.leases(shared))
     assert f"orphaned run {run_id}: stopped jobs" in new.printed()
+    found = diagnose_run(old.path)  # no run.json: the cleanup's line in its logs names the run
+    assert found.first is not None and found.first.entry.id == "launcher-died-run-orphaned", found.text()
     assert ["squeue", "--me", "-h", "-o", "%i|%T|%Z"] in cluster.ran("squeue")
 
 

@@ -1086,6 +1086,17 @@ CATALOG: tuple[Entry, ...] = (
         weight=2,
     ),
     Entry(
+        "launcher-died-run-orphaned", "launcher",
+        _log(r"orphan cleanup: launcher pid (?P<pid>\d+) on (?P<host>\S+) is gone", "orphan cleanup: launcher pid "),
+        "The launcher died without recording the run's end (no run.json), and the next run or `cluster.down` "
+        "found the run orphaned and stopped its jobs.",
+        "Find why the launcher ended (its terminal, an OOM kill of the login node, a SIGKILL); "
+        "orphan-cleanup.json says what the cleanup stopped; rerun.",
+        "agg-single",
+        source="packages/launchers/src/atomdyn_launchers/run/orphans.py (record_cleanup)",
+        weight=2,
+    ),
+    Entry(
         "port-taken", "job script",
         _log(r"port (?P<port>\d+) \((?P<name>\w+)\) already in use on (?P<node>\S+)", ") already in use on "),
         "A port the role must listen on was already held on its node by another run or service.",

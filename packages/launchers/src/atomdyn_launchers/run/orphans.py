@@ -6,7 +6,8 @@ launcher's etcd key expires (about 15 s), but until then they hold their node an
 run's etcd keys and an unfinished run directory stay behind. ``cluster.status`` lists orphaned runs; the next
 run and ``cluster.down`` clean them: SIGTERM to the job scripts (they stop their processes), a hard cancel
 for a job still there after the settle time, the run's etcd keys deleted, the lease released, and a note
-``orphan-cleanup.json`` left in the run directory.
+``orphan-cleanup.json`` left in the run directory, with its line in ``logs/orphan-cleanup.log`` (what
+``invoke diagnose`` names the run by: it has no run.json).
 
 A run inside an allocation leaves job steps of it instead (its roles', a run-owned etcd's), which ``squeue``'s
 work directories do not show: they are found by name, ``<job name>@<run id>`` (``squeue --steps``,
@@ -21,6 +22,7 @@ from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
@@ -34,6 +36,7 @@ from atomdyn_launchers.slurm.client import JobPoller, Slurm, SlurmError, StepInf
 from atomdyn_launchers.slurm.steps import step_owner
 
 SETTLE_S = 20.0  # a job script honours SIGTERM within its stop grace (5 s); this leaves room for Slurm
+CLEANUP_LOG = "orphan-cleanup.log"  # under the run's logs/
 
 
 @dataclass(frozen=True)
@@ -119,15 +122,30 @@ def clean(shared_dir: Path, slurm: Slurm, found: Iterable[Orphan], etcd: EtcdCli
             "etcd_keys": keys,
             **({"steps_stopped": steps, "steps_cancelled_hard": steps_forced} if steps else {}),
         }
-        with suppress(OSError):  # the run directory may be gone; the lease is released all the same
-            atomic_write_json(orphan.lease.run_dir / "orphan-cleanup.json", note)
         stopped = f"stopped jobs {', '.join(map(str, jobs))}" if jobs else "no job was left"
         hard = f" ({', '.join(map(str, forced))} cancelled hard)" if forced else ""
         if steps:
             stopped += f"; stopped steps {', '.join(steps)}"
             hard += f" (steps {', '.join(steps_forced)} cancelled hard)" if steps_forced else ""
-        done.append(f"orphaned run {orphan.run_id}: {stopped}{hard}; etcd keys {keys}; ports released")
+        what = f"{stopped}{hard}; etcd keys {keys}; ports released"
+        record_cleanup(orphan, note, what)
+        done.append(f"orphaned run {orphan.run_id}: {what}")
     return done
+
+
+def record_cleanup(orphan: Orphan, note: dict[str, Any], what: str) -> None:
+    """The note ``orphan-cleanup.json`` in the orphan's run directory and its line in the run's logs: a run whose
+    launcher died has no run.json, and this line is what its diagnosis names it by."""
+    run_dir = orphan.lease.run_dir
+    who = orphan.lease.launcher
+    with suppress(OSError):  # the run directory may be gone; the lease is released all the same
+        atomic_write_json(run_dir / "orphan-cleanup.json", note)
+        (run_dir / "logs").mkdir(exist_ok=True)
+        with open(run_dir / "logs" / CLEANUP_LOG, "a", encoding="utf-8") as log:
+            log.write(
+                f"orphan cleanup: launcher pid {who.pid} on {who.host} is gone and never recorded the end of "
+                f"run {orphan.run_id}: {what}\n"
+            )
 
 
 def _settle(slurm: Slurm, jobs: list[int]) -> list[int]:

@@ -27,7 +27,7 @@ import subprocess
 import time
 import urllib.error
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -265,13 +265,14 @@ class LocalCluster:
             cleaned = [o.run_id for o in found]
             for orphan in found:
                 ports.release(self.shared_dir, orphan.run_id)
-                with suppress(OSError):
-                    note = {
-                        "cleaned_at": time.time(),
-                        "by": "cluster.down",
-                        "launcher": orphan.lease.launcher.to_json(),
-                    }
-                    atomic_write_json(orphan.lease.run_dir / "orphan-cleanup.json", note)
+                note = {
+                    "cleaned_at": time.time(),
+                    "by": "cluster.down",
+                    "launcher": orphan.lease.launcher.to_json(),
+                }
+                orphans.record_cleanup(
+                    orphan, note, "its jobs were stopped with the cluster (cluster.down); ports released"
+                )
         return DownResult(was_up, time.monotonic() - start, tuple(killed), tuple(cleaned))
 
     def config(self) -> ClusterConfig:
