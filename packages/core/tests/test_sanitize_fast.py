@@ -554,6 +554,9 @@ _ONE_SCANNER_LINES = [
     "default login anonymous",  # .netrc
     "nats SUABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFGHIJKLMNOPQRSTUVWXYZABCD",  # an nkey seed
     "upload with Zq8vN2xT4pL9wR7mK3bY6cH1dF5gJ0sA done",  # high entropy
+    "login failed for svc with password 'Xy7pw42' today",  # a password in prose
+    "argv ['run', '--db-password', 'Xy7pw42', '--rounds']",  # an option and its value, listed
+    "db.internal:5432:metrics:app:Xy7pw42",  # a .pgpass line
 ]
 
 

@@ -314,6 +314,19 @@ _SECRET_ASSIGNMENT = re.compile(
     r"(?:[^\s\"',;&\\]|\\(?![\"']))+)"
 )
 _SECRET_FLAG = re.compile(rf"(?i)(?P<k>--(?P<name>{_SECRET_KEY})\s+)(?P<v>[^\s-][^\s]*)")
+# The option and its value as two items of a logged argument list: ['--db-password', 'VALUE'] (a held-out form).
+_SECRET_FLAG_LISTED = re.compile(
+    rf"(?i)(?P<k>(?P<q>[\"'])--(?P<name>{_SECRET_KEY})(?P=q),[ \t]*(?P=q))(?P<v>[^\s\"'\\-][^\"'\n]*?)(?=(?P=q))"
+)
+# A password quoted after the word in prose: "login failed for user 'svc' with password 'VALUE'" (held-out form).
+_SECRET_IN_PROSE = re.compile(
+    r"(?i)(?P<k>\bpass(?:word|wd|phrase)[ \t]+(?P<q>[\"']))(?P<v>[^\s\"'<][^\s\"']*)(?=(?P=q))"
+)
+# A .pgpass line, host:port:database:user:password, the password the rest of the line (held-out form); the
+# database and user begin with a letter or are "*", so durations (00:01:02:03:04:05) are no such line.
+_PGPASS = re.compile(
+    r"(?m)^(?P<k>[\w.*-]+:(?:\d{1,5}|\*):[A-Za-z_*][\w.*-]*:[A-Za-z_*][\w.@*-]*:)(?P<v>[^\s<]\S*)$"
+)
 # A key ending in "token" names a credential (token, api_token, HF_TOKEN, x-auth-token, VAULT_TOKEN, CI_JOB_TOKEN)
 # unless its words say which token of a text it times, counts or is: aiperf's time_to_first_token,
 # time_to_second_token and time_to_first_output_token, first_token, ms_per_token, a tokenizer's eos_token. Matched
@@ -1263,6 +1276,12 @@ class Sanitizer:
                 text = pattern.sub(self._credential(what), text)
         if _SECRET_WORD.search(low):
             text = _SECRET_FLAG.sub(self._secret_flag, _secret_assignments(text))
+            if "--" in text:
+                text = _SECRET_FLAG_LISTED.sub(self._secret_flag, text)
+            if "pass" in low:
+                text = _SECRET_IN_PROSE.sub(_after_key(_redact("password")), text)
+        if text.count(":") >= 4:
+            text = _PGPASS.sub(_after_key(_redact("password")), text)
         if _ENTROPY_RUN.search(text):  # last: what a key or a format names is redacted as that
             text = self._high_entropy(_NKEY_SEED.sub(_redact("nkey-seed"), text))
         return text

@@ -78,6 +78,7 @@ _WORDS = (
     # _TOKENS of issue 36: cookie headers, webhooks, vendor formats; .netrc (_NETRC: machine, password)
     *("cookie", "/services/", "webhooks/", "pypi-", "hvs.", "hvb.", "hvr.", "glpat-", "npm_", "whsec_"),
     *("k_live_", "k_test_", "gsk_", "dapi", "machine", "password"),
+    *("passwd", "passphrase"),  # and "password": _SECRET_IN_PROSE (with password 'VALUE')
 )
 
 
@@ -185,7 +186,7 @@ class _Builder:
             + self.words(["pass", "passphrase", "pwd", "auth", "cookie", "seed", "sig", "signature", "key"])
             + "|"
             + "|".join(f"{self.lit(a)}[_-]?{self.lit('key')}" for a in ("api", "access", "private"))
-            + rf"){nl}"
+            + rf")(?:{nl}|[\"'],)"  # and _SECRET_FLAG_LISTED: ['--db-password', 'VALUE']
             rf"|(?<={self.lit('slurmstepd-')})|(?<={self.lit('sk-')})|(?<={self.lit('nvapi-')})"
             rf"|(?<={self.lit('xox')}{self.cls('abprs')}-))",
             r"\*\*\* ",  # _SLURM_ON_HOST
@@ -219,6 +220,7 @@ class _Builder:
             # _SLURM_ROWS: squeue's and sacct's rows begin with a job id and hold four more words at least,
             # sinfo's name a partition and its availability
             rf"(?m)^[ \t]*(?:{d}+(?:[_.+]\S*)?(?:[ \t]+\S+){{4}}"
+            rf"|[^:\s]+:(?:{d}{{1,5}}|\*):[^:\s]+:[^:\s]+:"  # and _PGPASS: host:port:database:user:password
             rf"|[{self.letter[1:-1]}0-9_][{self.letter[1:-1]}0-9_.-]*\*?[ \t]+(?:{self.words(['up', 'down', 'drain', 'inact'])})[ \t])",
         )
 
