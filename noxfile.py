@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -67,26 +68,34 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Every package's tests, then the repository-level tests; one failing suite does not hide the others."""
+    """Every package's tests, then the repository-level tests; one failing suite does not hide the others.
+
+    Two lanes side by side (ATOMDYN_TEST_WORKERS=1: one, serially): the launchers' real-engine tests, which share
+    one climb of the real model and keep the cores busy, in the background, their output printed when they end;
+    every other suite in the foreground, the launchers' cluster tests on two workers (they mostly wait on their
+    clusters), core, nixl-compat and the repository's on two (CPU-bound, 2 cores), the suites with a session
+    daemon or compiled doubles serially."""
     extra = list(session.posargs)
     # Not session.create_tmp(): it points TMPDIR into .nox, and the suites' socket paths must stay short.
     reports = Path(tempfile.mkdtemp(prefix="atomdyn-junit-"))
     suites = [(p.name, p) for p in PACKAGES if (p / "tests").is_dir()] + [("repository", ROOT)]
+    launchers = ROOT / "packages" / "launchers"
+    engine = None
+    if TEST_WORKERS > 1:
+        engine = Lane("launchers-real-engine", launchers, ["-m", "real_engine"], reports, extra)
+        session.log(f"== launchers-real-engine: in the background, its output in {engine.output}")
+        engine.start()
     failed = []
     for name, directory in suites:
+        select = ["-m", "not real_engine"] if engine is not None and directory == launchers else []
+        lane = Lane(name, directory, select, reports, extra)
         session.log(f"== {name}")
-        junit = f"--junitxml={reports / name}.xml"
-        workers, base = parallel(name)
-        # The slowest tests named in every log, so a suite that grows slow shows where before CI's limit does.
-        args = [junit, "--durations=15", *workers, *extra, *(["tests"] if directory == ROOT else [])]
-        with session.chdir(directory):
-            try:
-                python(session, "-m", "pytest", *args)
-            except CommandFailed:
-                failed.append(name)
-                base = None  # a failed suite's directories are kept, like pytest's own
-        if base is not None and not mounted_under(base):
-            shutil.rmtree(base, ignore_errors=True)
+        if not lane.run():
+            failed.append(name)
+    if engine is not None:
+        session.log("== launchers-real-engine: waiting for it")
+        if not engine.wait():
+            failed.append(engine.name)
     print(suite_times(reports), flush=True)
     print(junit_totals(reports), flush=True)  # one closing line for all suites
     shutil.rmtree(reports, ignore_errors=True)
@@ -161,29 +170,65 @@ def faults(session: nox.Session) -> None:
             session.log(f"report: {report}")
 
 
-# The launchers' suite spends most of its time waiting on its local clusters (Slurm polls, daemons starting):
-# its modules run on several pytest-xdist workers, each with its own cluster; the real-engine tests, which take
-# both cores, share one worker and start first (tests/conftest.py groups them). core, nixl-compat and the
-# repository's suites run on two workers (1301 core tests in 54 s instead of 96 on 2 cores); the others start a
-# session daemon or compile test doubles once, which a second worker would repeat. ATOMDYN_TEST_WORKERS=1: every suite serially.
-_WORKERS = int(os.environ.get("ATOMDYN_TEST_WORKERS", "3"))
-TEST_WORKERS = {"launchers": _WORKERS, "core": min(_WORKERS, 2), "nixl-compat": min(_WORKERS, 2)}
-TEST_WORKERS["repository"] = min(_WORKERS, 2)
+TEST_WORKERS = int(os.environ.get("ATOMDYN_TEST_WORKERS", "2"))
+# Suites on TEST_WORKERS pytest-xdist workers, whole modules per worker (loadfile: a module's fixtures are set up
+# once). The others start a session daemon or compile test doubles once, which a second worker would repeat.
+PARALLEL_SUITES = ("launchers", "core", "nixl-compat", "repository")
+NO_TESTS_COLLECTED = 5  # pytest's exit status
 
 
-def parallel(suite: str) -> tuple[list[str], Path | None]:
-    """pytest-xdist's arguments for a suite that runs on several workers, and its base directory; none for a
-    serial one."""
-    workers = TEST_WORKERS.get(suite, 1)
-    if workers <= 1:
-        return [], None
-    # A short base directory (/tmp/adtXXXXXXXX/gwN/...): the clusters' Unix sockets live under it, within
-    # their 107-byte limit, and xdist adds a level per worker.
-    base = Path(tempfile.mkdtemp(prefix="adt"))
-    # The launchers' conftest groups its modules (loadgroup); elsewhere each test goes where a worker is free.
-    dist = ["loadgroup", "--no-loadscope-reorder"] if suite == "launchers" else ["load"]
-    args = ["-n", str(workers), "--dist", *dist, f"--basetemp={base}"]
-    return args, base
+class Lane:
+    """One pytest run of a suite: in the foreground (`run`), or in the background (`start`, `wait`) with its
+    output kept in a file and printed when it ends."""
+
+    def __init__(
+        self, name: str, directory: Path, select: list[str], reports: Path, extra: list[str]
+    ) -> None:
+        self.name, self.directory = name, directory
+        self.base: Path | None = None
+        workers = []
+        if TEST_WORKERS > 1 and name in PARALLEL_SUITES:
+            # A short base directory (/tmp/adtXXXXXXXX/popen-gwN/...): the clusters' Unix sockets live under it,
+            # within their 107-byte limit, and xdist adds a level per worker.
+            self.base = Path(tempfile.mkdtemp(prefix="adt"))
+            workers = ["-n", str(TEST_WORKERS), "--dist", "loadfile", f"--basetemp={self.base}"]
+        # The slowest tests named in every log, so a suite that grows slow shows where before CI's limit does.
+        self.argv = [
+            sys.executable,
+            "-m",
+            "pytest",
+            f"--junitxml={reports / name}.xml",
+            "--durations=15",
+            *select,
+            *workers,
+            *extra,
+            *(["tests"] if directory == ROOT else []),
+        ]
+        self.output = reports / f"{name}.log"
+        self.filtered = bool(extra)  # the caller's own selection may leave a lane nothing to run
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def run(self) -> bool:
+        print(f"$ {shlex.join(self.argv)}", flush=True)
+        return self._done(subprocess.run(self.argv, cwd=self.directory).returncode)
+
+    def start(self) -> None:
+        with open(self.output, "wb") as log:
+            self.process = subprocess.Popen(
+                self.argv, cwd=self.directory, stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def wait(self) -> bool:
+        assert self.process is not None
+        status = self.process.wait()
+        print(f"$ {shlex.join(self.argv)}\n{self.output.read_text(errors='replace')}", flush=True)
+        return self._done(status)
+
+    def _done(self, status: int) -> bool:
+        # A failed suite's directories are kept, like pytest's own; a cluster a test left up, too.
+        if status == 0 and self.base is not None and not mounted_under(self.base):
+            shutil.rmtree(self.base, ignore_errors=True)
+        return status == 0 or (status == NO_TESTS_COLLECTED and self.filtered)
 
 
 def mounted_under(base: Path) -> bool:

@@ -25,20 +25,9 @@ from atomdyn_launchers.profiles.models import get_model
 from atomdyn_launchers.rehearsal.localcluster import LocalCluster, prune_orphans
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Groups for `pytest -n N --dist loadgroup` (`nox -s tests`): a module's tests stay on one worker (they
-    share its fixtures), and every module with a real-engine test on one worker, in order (they share the
-    session's vLLM runs, the built model and the compile cache, and each takes both cores).
-
-    Tests marked ``upstream`` read upstream checkouts at the pins: collected only where
+    """Tests marked ``upstream`` read upstream checkouts at the pins: collected only where
     $ATOMDYN_UPSTREAM_MIRRORS names them (never in CI, which has none), deselected elsewhere, not skipped."""
-    engine_modules = {i.nodeid.split("::")[0] for i in items if i.get_closest_marker("real_engine")}
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("real-engine" if module in engine_modules else module))
-    # The longest group first, so that its worker starts it at once (with --no-loadscope-reorder).
-    items.sort(key=lambda i: i.nodeid.split("::")[0] not in engine_modules)
     if os.environ.get("ATOMDYN_UPSTREAM_MIRRORS"):
         return
     kept = [item for item in items if item.get_closest_marker("upstream") is None]
