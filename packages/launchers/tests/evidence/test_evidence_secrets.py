@@ -164,3 +164,13 @@ def test_measurement_data_survives_evidence_sanitize_unchanged(tmp_path: Path) -
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == kept
+
+
+def test_an_image_digest_survives_the_second_scan_and_the_same_hex_elsewhere_does_not() -> None:
+    # The held-out corpus's line (packages/core/tests/heldout_corpus): detect-secrets' hex-entropy plugin took
+    # the digest for a secret, so collect and sanitize stripped what a worker's log says it pulled.
+    digest = "bf0350b9730616e385249b31b5f069f71cb0bb34952f00f8887c0727b92319ae"
+    assert secondscan.findings_in_text(f"pulling rocm/vllm@sha256:{digest}\n", "pull.log") == []
+    for line in (f"token={digest}", f"export VAULT_TOKEN={digest}"):
+        found = secondscan.findings_in_text(line + "\n", "env.log")
+        assert [f.value for f in found] == [digest], (line, found)
