@@ -1,7 +1,7 @@
 """Quick fault tests on the real local cluster (the long suite is ``nox -s faults``): two runs at once, a port
 taken on a node, the frontend killed, etcd hung, the launcher killed. Each checks the headline names the cause
 and that the run ends within a bound; a failed run's diagnosis (run.json, and ``invoke diagnose`` of its
-directory) names the fault's catalog entry first."""
+directory; a killed launcher's run has no run.json) names the fault's catalog entry first."""
 
 from __future__ import annotations
 
@@ -177,6 +177,10 @@ def test_a_killed_launcher_leaves_an_orphan_that_status_lists_and_the_next_run_c
     launch.clean_orphans()
     note = json.loads((run_dir / "orphan-cleanup.json").read_text())
     assert note["jobs_stopped"] or note["jobs_cancelled_hard"] == []
+    # No run.json: the cleanup's own line names the run, or the roles' when they noticed the launcher gone first.
+    found = diagnose_run(run_dir)
+    assert found.first is not None, found.text()
+    assert found.first.entry.id in ("launcher-died-run-orphaned", "launcher-gone"), found.text()
     assert run_dir.name not in {lease.run_id for lease in ports.leases(config.shared_dir)}
     assert not any(run_dir.name in line for line in local_cluster.status().orphans)
     slurm = Slurm(config)
