@@ -24,6 +24,7 @@ import pytest
 
 from atomdyn_launchers.config.cluster import ClusterConfig, ClusterConfigError, PreflightError
 from atomdyn_launchers.contract.rundir import EVENTS, REQUEST_FIELDS, read_jsonl
+from atomdyn_launchers.diagnose.scan import diagnose_run
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.etcd.keys import run_prefix
 from atomdyn_launchers.run.launch import Launch
@@ -276,6 +277,10 @@ def test_decode_worker_killed_mid_run_fails_fast_and_cleans_up(config: ClusterCo
         assert (logs / name).exists(), name
     assert "exited (status 137) on their own" in (logs / "decode.slurm.out").read_text()
     assert len(read_jsonl(outcome.run_dir / "requests.jsonl")) < 2000
+    # Diagnosed first as the kill it was, in run.json and by a later `invoke diagnose` of the directory.
+    assert run["diagnosis"]["first"] == "process-killed-by-signal", run["diagnosis"]
+    again = diagnose_run(outcome.run_dir)
+    assert again.first is not None and again.first.entry.id == "process-killed-by-signal", again.text()
     _assert_nothing_left(config, outcome)
 
 
@@ -326,6 +331,7 @@ def test_ctrl_c_stops_the_jobs(config: ClusterConfig, tmp_path: Path) -> None:
     run = json.loads((run_dir / "run.json").read_text())
     assert run["result"] == "fail" and "interrupted" in run["failure"]
     assert all(j["state"] == "COMPLETED" for j in run["jobs"])
+    assert run["diagnosis"]["first"] == "interrupted", run["diagnosis"]
     _assert_nothing_left(config, Outcome(run_dir.name, run_dir, False, run["failure"]))
 
 
@@ -369,6 +375,8 @@ def test_jobs_stop_themselves_when_the_launcher_dies_hard(config: ClusterConfig,
         log = (run_dir[0] / "logs" / f"{role}.register.log").read_text()
         assert "the launcher is gone" in log
     assert not (run_dir[0] / "run.json").exists()  # the launcher never finished its record
+    found = diagnose_run(run_dir[0])  # the roles' own logs say why they stopped
+    assert found.first is not None and found.first.entry.id == "launcher-gone", found.text()
     _assert_nothing_left(config, Outcome(run_dir[0].name, run_dir[0], False, None))
     assert EtcdClient(config.require_etcd()).get_prefix(f"atomdyn/runs/{run_dir[0].name}/")[0] == {}
 
