@@ -21,6 +21,7 @@ from faultkit import wait_for
 
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.contract.rundir import read_jsonl
+from atomdyn_launchers.diagnose.scan import diagnose_run
 from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.etcd.keys import run_prefix
 from atomdyn_launchers.evidence.signals import collect_signals
@@ -141,6 +142,10 @@ def test_a_failed_run_leaves_the_allocation_for_the_next(config: ClusterConfig, 
     assert (jobs["decode"]["state"], jobs["decode"]["exit_code"]) == ("FAILED", "137:0")
     assert (jobs["prefill"]["state"], jobs["prefill"]["exit_code"]) == ("COMPLETED", "0:0")
     assert len(read_jsonl(failed.run_dir / "requests.jsonl")) < 2000
+    # A run of steps is diagnosed as one of batch jobs: the kill first, in run.json and read again.
+    assert run["diagnosis"]["first"] == "process-killed-by-signal", run["diagnosis"]
+    again = diagnose_run(failed.run_dir)
+    assert again.first is not None and again.first.entry.id == "process-killed-by-signal", again.text()
     _assert_nothing_left(config, allocation, failed)
 
     again = _run(config, allocation, requests=8)
