@@ -39,6 +39,12 @@ QUEUE_STATES = frozenset(
 )
 
 
+def _is_query(args: Sequence[str]) -> bool:
+    """Whether a Slurm command only reads (asking it twice changes nothing)."""
+    name = Path(args[0]).name if args else ""
+    return name in ("squeue", "sinfo", "sacct") or (name == "scontrol" and list(args[1:2]) == ["show"])
+
+
 class SlurmError(RuntimeError):
     """A Slurm command failed; the message carries the command and its stderr."""
 
@@ -258,11 +264,26 @@ class Slurm:
         return min(self.timeout, left)
 
     def run(self, args: Sequence[str], *, env: Mapping[str, str] | None = None) -> str:
-        """Run a Slurm command; return stdout or raise SlurmError naming the command and its stderr."""
+        """Run a Slurm command; return stdout or raise SlurmError naming the command and its stderr.
+
+        A query (squeue, sinfo, sacct, scontrol show) that dies of a signal is asked once more: that is no
+        answer but the client's connection dropping under it (scontrol killed by SIGPIPE, empty stderr, seen on
+        a loaded local cluster); a command that changes state is never sent twice."""
+        done = self._run_once(args, env)
+        if done.returncode < 0 and _is_query(args):
+            done = self._run_once(args, env)
+        if done.returncode != 0:
+            detail = (done.stderr or done.stdout).strip()
+            raise SlurmError(f"{' '.join(args)} failed (exit {done.returncode}): {detail}")
+        return done.stdout
+
+    def _run_once(
+        self, args: Sequence[str], env: Mapping[str, str] | None
+    ) -> subprocess.CompletedProcess[str]:
         timeout = self.command_timeout(args)
         self._calls[Path(args[0]).name] += 1
         try:
-            done = subprocess.run(
+            return subprocess.run(
                 list(args),
                 env={**self.env, **(env or {})},
                 capture_output=True,
@@ -274,10 +295,6 @@ class Slurm:
             raise SlurmError(f"{args[0]} is not installed (Slurm client tools are needed)") from exc
         except subprocess.TimeoutExpired as exc:
             raise SlurmError(f"{' '.join(args)} did not answer within {timeout:.0f} s") from exc
-        if done.returncode != 0:
-            detail = (done.stderr or done.stdout).strip()
-            raise SlurmError(f"{' '.join(args)} failed (exit {done.returncode}): {detail}")
-        return done.stdout
 
     # -- submission --------------------------------------------------------------------------------------
 
