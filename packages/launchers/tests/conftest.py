@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusterinfra import require_cluster_infrastructure, require_vllm_cpu_venv
+from clusterinfra import require_cluster_infrastructure, require_vllm_cpu_venv, require_vllm_cpu_venv_at
 from realclimb import RealClimb, climb_once
 
 from atomdyn_core.lock import find_lock_path
@@ -63,12 +63,7 @@ def local_cluster_config(local_cluster: LocalCluster) -> ClusterConfig:
 def smollm2_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The real model built once per session from the pinned wheel (its directory and digest): what
     tests/profiles/test_smollm2.py checks, and what the real climb's runs serve."""
-    python = find_lock_path().resolve().parent / smollm2.VENV / "bin" / "python"
-    if not python.exists():
-        message = f"{python} is missing (scripts/install_vllm_cpu.sh, run by scripts/bootstrap.sh, makes it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_vllm_cpu_venv_at(find_lock_path().resolve().parent)  # the converter runs in it
     path = tmp_path_factory.mktemp("smollm2") / "model"
     return path, smollm2.build(path, get_model("smollm2-135m-instruct").build_digest)
 

@@ -188,8 +188,8 @@ _CONFIG_MODEL = re.compile(r" with config: model='((?:[^'\\]|\\.)*)', ")
 _CONFIG_DEVICE = re.compile(r", device_config=([a-z]+), ")
 _CONFIG_SERVED = re.compile(r", served_model_name=([^,\s]+), ")
 _PLUGIN = re.compile(r"\] Platform plugin (\S+) is activated$")
-# The word before the backend is left free: the evidence's sanitizer, having read Dynamo's
-# "ensure_side_channel_host: Using existing ..." as a host name, writes "host-N" for every "Using" of a log.
+# The word before the backend is left free: bundles collected before the sanitizer's fix (6d4b3d2) read Dynamo's
+# "ensure_side_channel_host: Using existing ..." as a host name and say "host-N" for every "Using" of a log.
 _CUDA_ATTENTION = re.compile(r"\[cuda\.py:\d+\] \S+ \S+ attention backend out of potential backends: ")
 
 
