@@ -18,7 +18,7 @@ from atomdyn_core.atomic import atomic_write_json
 from atomdyn_core.lock import find_lock_path, load_lock
 from atomdyn_launchers.certify.nixl import cross_node
 from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
-from atomdyn_launchers.contract.accuracy import ACCURACY_DIR, GATED_FILTER, SUMMARY_FILE
+from atomdyn_launchers.contract.accuracy import ACCURACY_DIR, SUMMARY_FILE
 from atomdyn_launchers.contract.ladder import RUNG_NAMES
 from atomdyn_launchers.engines import Engine, get_engine
 from atomdyn_launchers.engines.base import ProbeOptions
@@ -26,6 +26,7 @@ from atomdyn_launchers.evidence.gates import evaluate, overall
 from atomdyn_launchers.evidence.signals import collect_signals
 from atomdyn_launchers.job.node_check import FAIL, Check
 from atomdyn_launchers.nodes.check import CHECK_TIMEOUT_S, CheckReport, check_nodes
+from atomdyn_launchers.profiles.accuracy_tasks import get_task
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.launch import run
 from atomdyn_launchers.run.options import LaunchOptions
@@ -314,7 +315,8 @@ def accuracy(climb: Climb) -> RungResult:
     if pd is None:
         pd = _serving(climb, "disagg", with_accuracy=True)
     scores = [_accuracy_score(Path(r.evidence)) for r in (aggregated, pd)]
-    shown = f"GSM8K aggregated {scores[0]}, P/D {scores[1]} (threshold {recipe.accuracy.threshold})"
+    title = get_task(recipe.accuracy.task).title
+    shown = f"{title} aggregated {scores[0]}, P/D {scores[1]} (threshold {recipe.accuracy.threshold})"
     evidence = f"{aggregated.evidence}, {pd.evidence}"
     if not pd.passed:
         return RungResult(FAILED, f"P/D: {pd.detail}; {shown}", evidence=evidence, platform=pd.platform)
@@ -323,9 +325,10 @@ def accuracy(climb: Climb) -> RungResult:
 
 
 def _accuracy_score(run_dir: Path) -> Any:
+    """The run's accuracy score by its task's gated filter, as its accuracy stage recorded it (None: none)."""
     try:
         loaded = json.loads((run_dir / ACCURACY_DIR / SUMMARY_FILE).read_text(encoding="utf-8"))
-        return loaded["scores"][GATED_FILTER]
+        return loaded["scores"][get_task(str(loaded["task"])).gated_filter]
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -379,7 +382,7 @@ RUNGS: tuple[Rung, ...] = (
     Rung(7, "disagg", "P/D through etcd with the KV gates",
          "prefill and decode on two nodes; KV moved by NIXL passes every KV gate and equals rung 5's answer",
          "invoke disagg.run", disagg, _ready, "two jobs (and etcd's, when the run owns it)"),
-    Rung(8, "accuracy", "accuracy before performance (GSM8K through the frontend, greedy)",
+    Rung(8, "accuracy", "accuracy before performance (the recipe's accuracy task through the frontend, greedy)",
          "rung 5's aggregated answers reach the recipe's threshold and are the reference; rung 7's P/D answers "
          "reach it, every item answered, within the allowed difference of the aggregated run's on the same items",
          "invoke agg.run --nodes 1 --recipe FILE, then invoke disagg.run --recipe FILE", accuracy,

@@ -30,7 +30,7 @@ from atomdyn_core.atomic import atomic_write_text
 from atomdyn_core.bounded import MIB, FileReadError, read_text
 from atomdyn_launchers.config.console import quiet_stdout
 from atomdyn_launchers.engines import ENGINE_NAMES
-from atomdyn_launchers.profiles.datasets import GSM8K_ITEMS
+from atomdyn_launchers.profiles.accuracy_tasks import TASK_NAMES, TASKS
 
 SCHEMA_VERSION = 1
 RECIPE_MAX_BYTES = 1 * MIB  # a recipe is a page of YAML; a device or a runaway file is refused, named
@@ -73,7 +73,7 @@ MAX_SLO_MS = 3_600_000  # a goodput bound: one hour
 MAX_SPEEDUP = 1_000_000  # the mock engine's --speedup-ratio
 MAX_KV_GBPS = 1_000_000  # the mock engine's --kv-transfer-bandwidth (1 PB/s: no delay)
 MAX_KV_BYTES_PER_TOKEN = 1 << 30
-MAX_ACCURACY_ITEMS = 100_000  # GSM8K's test split has 1,319; a user's own file may hold more
+MAX_ACCURACY_ITEMS = 100_000  # GSM8K's test split has 1,319, capitals 238; a user's own file may hold more
 MAX_FEW_SHOT = 32
 
 
@@ -178,12 +178,25 @@ SCHEMA: dict[str, Any] = {
             "accuracy": _obj(
                 {
                     "task": {
-                        "enum": ["gsm8k"],
-                        "description": "lm-eval's task whose prompt and scoring are used",
+                        "enum": list(TASK_NAMES),
+                        "description": "the accuracy task (profiles/accuracy_tasks.py): its data, prompt and "
+                        "scoring; " + "; ".join(f"{t.name}: {t.description}" for t in TASKS.values()),
                     },
                     "items": _int(1, "test items scored (the data's first N)", MAX_ACCURACY_ITEMS),
-                    "few_shot": _int(0, "examples before each question (the data's last N)", MAX_FEW_SHOT),
-                    "threshold": _num(0, "the least accuracy (flexible-extract exact match) that passes", 1),
+                    "few_shot": _int(
+                        0,
+                        "examples before each question (the data's last N); default: the task's ("
+                        + ", ".join(f"{t.name} {t.few_shot}" for t in TASKS.values())
+                        + ")",
+                        MAX_FEW_SHOT,
+                    ),
+                    "threshold": _num(
+                        0,
+                        "the least accuracy (by the task's gated filter: "
+                        + ", ".join(f"{t.name} {t.gated_filter}" for t in TASKS.values())
+                        + ") that passes",
+                        1,
+                    ),
                     "threshold_source": {
                         "type": "string",
                         "description": "where the threshold comes from (a published score, a measured floor)",
@@ -196,12 +209,20 @@ SCHEMA: dict[str, Any] = {
                         "the most items whose P/D answer may differ from the aggregated one",
                         MAX_ACCURACY_ITEMS,
                     ),
-                    "max_tokens": _int(1, "tokens per answer (lm-eval's max_gen_toks: 256)", MAX_TOKENS),
+                    "max_tokens": _int(
+                        1,
+                        "tokens per answer; default: the task's ("
+                        + ", ".join(f"{t.name} {t.max_tokens}" for t in TASKS.values())
+                        + ")",
+                        MAX_TOKENS,
+                    ),
                     "concurrency": _int(1, "questions in flight", MAX_CONCURRENCY),
                     "data": {
                         "type": "string",
                         "minLength": 1,
-                        "description": "a GSM8K test file of your own (its sha256 is recorded); default: the lock's",
+                        "description": "a data file of your own for the task (its sha256 is recorded): "
+                        + "; ".join(f"{t.name}: {t.data_format}" for t in TASKS.values())
+                        + "; default: the task's pinned data (the lock's)",
                     },
                 },
                 required=["task", "items", "threshold", "max_pd_difference"],
@@ -398,6 +419,9 @@ class Benchmark:
 
 @dataclass(frozen=True)
 class Accuracy:
+    """A recipe's ``accuracy:`` section. The defaults of ``few_shot`` and ``max_tokens`` here are GSM8K's; a parsed
+    recipe takes its task's (profiles/accuracy_tasks.py)."""
+
     task: str
     items: int
     threshold: float
@@ -491,14 +515,23 @@ def _semantic_problems(raw: Mapping[str, Any]) -> list[str]:
             problems.append(f"layout.agg.workers: {layout['agg']['workers']} is above the maximum 2")
         problems += [f"layout.{r}: only for kind disagg" for r in ("prefill", "decode") if r in layout]
     acc = raw.get("accuracy")
-    if acc is not None and "data" not in acc and acc["items"] + acc.get("few_shot", 5) > GSM8K_ITEMS:
-        problems.append(
-            f"accuracy: {acc['items']} items and {acc.get('few_shot', 5)} few-shot examples are more than GSM8K's "
-            f"{GSM8K_ITEMS} test items (the examples are the last ones, never scored)"
-        )
+    task = TASKS[acc["task"]] if acc is not None else None  # the schema admits only the registry's names
+    if acc is not None and task is not None and "data" not in acc:
+        shots = acc.get("few_shot", task.few_shot)
+        if acc["items"] + shots > task.pinned_items:
+            problems.append(
+                f"accuracy: {acc['items']} items and {shots} few-shot examples are more than {task.data_name}'s "
+                f"{task.pinned_items} test items (the examples are the last ones, never scored)"
+            )
     if "mocker" in raw and raw["engine"] != "mocker":
         problems.append(f"mocker: only for engine mocker, not {raw['engine']}")
     return problems
+
+
+def _accuracy_of(raw: Mapping[str, Any]) -> Accuracy:
+    """The recipe's accuracy section, ``few_shot`` and ``max_tokens`` defaulting to its task's."""
+    task = TASKS[raw["task"]]
+    return Accuracy(**{"few_shot": task.few_shot, "max_tokens": task.max_tokens, **raw})
 
 
 def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
@@ -553,7 +586,7 @@ def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
             streaming=bench.get("streaming", True),
             slo=Slo(**bench.get("slo", {})),
         ),
-        accuracy=None if acc is None else Accuracy(**acc),
+        accuracy=None if acc is None else _accuracy_of(acc),
         source=source,
     )
 

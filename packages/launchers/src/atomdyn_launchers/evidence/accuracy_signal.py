@@ -1,9 +1,11 @@
-"""``accuracy/``: the run's GSM8K answers per item and, for P/D, the aggregated run's on the same items
-(:mod:`atomdyn_launchers.contract.accuracy`). The scores are recomputed here from the items, never taken from
-``accuracy.json``'s own figures; that file gives the settings and the bounds.
+"""``accuracy/``: the run's answers per item to its accuracy task and, for P/D, the aggregated run's on the same
+items (:mod:`atomdyn_launchers.contract.accuracy`). The scores are recomputed here from the items, never taken from
+``accuracy.json``'s own figures; that file gives the task, the settings and the bounds, and the task's row
+(:mod:`atomdyn_launchers.profiles.accuracy_tasks`) the filter that is gated.
 
 Sets ``accuracy.recorded`` (the run asked the accuracy check: its gates are left out without it),
-``accuracy.score`` (flexible-extract exact match over the scored items), ``accuracy.threshold``,
+``accuracy.score`` (the task's gated filter over the scored items: gsm8k's flexible-extract exact match, capitals'
+first-line match), ``accuracy.threshold``,
 ``accuracy.unanswered`` (items asked for that have no answer), and, for P/D runs, ``accuracy.pd_difference``
 (|P/D - aggregated| on the same items), ``accuracy.max_pd_difference``, ``accuracy.pd_differing_items`` (items
 whose extracted answers differ), ``accuracy.max_differing_items`` and ``accuracy.items_gated`` (the recipe bounds
@@ -18,7 +20,6 @@ from typing import Any
 from atomdyn_launchers.contract.accuracy import (
     ACCURACY_DIR,
     AGGREGATED_FILE,
-    GATED_FILTER,
     ITEMS_FILE,
     SUMMARY_FILE,
     ItemResult,
@@ -28,6 +29,7 @@ from atomdyn_launchers.contract.accuracy import (
 from atomdyn_launchers.contract.kinds import DISAGG_KINDS
 from atomdyn_launchers.evidence.jsonfile import loads, read_whole_text
 from atomdyn_launchers.evidence.signals import Signals
+from atomdyn_launchers.profiles.accuracy_tasks import get_task
 
 RECORDED = "accuracy.recorded"
 SCORE = "accuracy.score"
@@ -63,6 +65,7 @@ def read_accuracy(signals: Signals) -> None:
         items = parse_items(read_whole_text(directory / ITEMS_FILE, "accuracy items"))
         settings = summary["settings"]
         asked = int(settings["items"])
+        gated = get_task(str(summary["task"])).gated_filter
     except (OSError, ValueError, KeyError, TypeError) as exc:
         _absent_all(signals, f"{ACCURACY_DIR}/ is unreadable: {exc}")
         return
@@ -76,13 +79,11 @@ def read_accuracy(signals: Signals) -> None:
     scored = [by_index[i] for i in sorted(by_index)]
     answered = [r for r in scored if r.answered]
     signals.set(UNANSWERED, asked - len(answered))
-    signals.set(
-        SCORE, round(sum(1 for r in scored if r.correct.get(GATED_FILTER)) / asked, 6) if asked else 0.0
-    )
+    signals.set(SCORE, round(sum(1 for r in scored if r.correct.get(gated)) / asked, 6) if asked else 0.0)
     signals.excerpt(
         "accuracy",
         f"{ACCURACY_DIR}/{ITEMS_FILE}: {len(answered)} of {asked} {summary.get('task')} items answered, "
-        f"{GATED_FILTER} {signals.get(SCORE)} (threshold {threshold}: {summary.get('threshold_source') or 'the recipe'}); "
+        f"{gated} {signals.get(SCORE)} (threshold {threshold}: {summary.get('threshold_source') or 'the recipe'}); "
         f"data sha256 {summary.get('data', {}).get('sha256')}",
     )
     for r in scored[:3]:
@@ -93,10 +94,12 @@ def read_accuracy(signals: Signals) -> None:
         signals.set(ITEMS_GATED, True)
     else:
         signals.absent(MAX_DIFFERING, "the recipe bounds no differing items")
-    _compare_aggregated(signals, summary, scored, asked)
+    _compare_aggregated(signals, summary, scored, asked, gated)
 
 
-def _compare_aggregated(signals: Signals, summary: Any, scored: list[ItemResult], asked: int) -> None:
+def _compare_aggregated(
+    signals: Signals, summary: Any, scored: list[ItemResult], asked: int, gated: str
+) -> None:
     path = signals.run_dir / ACCURACY_DIR / AGGREGATED_FILE
     if summary.get("kind") not in DISAGG_KINDS:
         for name in (PD_DIFFERENCE, DIFFERING):
@@ -130,17 +133,17 @@ def _compare_aggregated(signals: Signals, summary: Any, scored: list[ItemResult]
         for name in (PD_DIFFERENCE, DIFFERING):
             signals.absent(name, f"the aggregated answers hold {len(theirs)} of the {asked} items")
         return
-    aggregated = accuracy([theirs[i] for i in range(asked)])
+    aggregated = accuracy([theirs[i] for i in range(asked)], gated)
     ours = {r.index: r for r in scored}
     differing = [
         i for i in range(asked)
-        if i not in ours or ours[i].extracted.get(GATED_FILTER) != theirs[i].extracted.get(GATED_FILTER)
+        if i not in ours or ours[i].extracted.get(gated) != theirs[i].extracted.get(gated)
     ]  # fmt: skip
     signals.set(PD_DIFFERENCE, round(abs(float(signals.get(SCORE)) - aggregated), 6))
     signals.set(DIFFERING, len(differing))
     signals.excerpt(
         "accuracy",
-        f"{ACCURACY_DIR}/{AGGREGATED_FILE} ({document.get('run_id')}): aggregated {GATED_FILTER} "
+        f"{ACCURACY_DIR}/{AGGREGATED_FILE} ({document.get('run_id')}): aggregated {gated} "
         f"{round(aggregated, 6)}; {len(differing)} item(s) answered differently"
         + (f" (first: {differing[:5]})" if differing else ""),
     )

@@ -150,7 +150,7 @@ GATES: tuple[Gate, ...] = (
          when="reference.recorded", unlisted_when_waived=True),  # any engine serving a model with a reference
     Gate("accuracy_unanswered", "every accuracy question got an answer", KINDS,
          "accuracy.unanswered", "==", 0, ("accuracy",), when="accuracy.recorded", unlisted_when_waived=True),
-    Gate("accuracy_threshold", "the accuracy (GSM8K, flexible-extract exact match, greedy) reaches the threshold",
+    Gate("accuracy_threshold", "the accuracy (the task's gated filter, greedy) reaches the threshold",
          KINDS, "accuracy.score", ">=", "$accuracy.threshold", ("accuracy",), when="accuracy.recorded",
          unlisted_when_waived=True),
     Gate("accuracy_pd_difference",

@@ -1,5 +1,6 @@
-"""Asking GSM8K through the frontend and scoring it (:mod:`atomdyn_launchers.contract.accuracy` says how, and which
-files it leaves), and keeping the aggregated run's per-item answers that a P/D run is compared with."""
+"""Asking the recipe's accuracy task through the frontend and scoring it (its row in
+:mod:`atomdyn_launchers.profiles.accuracy_tasks` says how; :mod:`atomdyn_launchers.contract.accuracy` which files it
+leaves), and keeping the aggregated run's per-item answers that a P/D run is compared with."""
 
 from __future__ import annotations
 
@@ -20,19 +21,14 @@ from atomdyn_launchers.contract import direct_http
 from atomdyn_launchers.contract.accuracy import (
     ACCURACY_DIR,
     AGGREGATED_FILE,
-    FILTERS,
-    GATED_FILTER,
     ITEMS_FILE,
-    LM_EVAL_VERSION,
-    STOP,
     SUMMARY_FILE,
     ItemResult,
     accuracy,
     items_text,
-    prompt,
-    score,
     split,
 )
+from atomdyn_launchers.profiles.accuracy_tasks import AccuracyTask, get_task
 from atomdyn_launchers.profiles.datasets import Dataset
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.daemon_threads import DaemonWorkers
@@ -45,14 +41,24 @@ class AccuracyError(RuntimeError):
     """The accuracy check could not run (its data, its settings); a wrong or missing answer is a result."""
 
 
-def ask(base_url: str, served_model: str, text: str, max_tokens: int, timeout_s: float) -> tuple[str, int]:
-    """One question, greedy, until lm-eval's stop sequences: the answer's text and its completion tokens."""
+def task_of(settings: Accuracy) -> AccuracyTask:
+    """The recipe's task (the schema admits only the registry's names)."""
+    try:
+        return get_task(settings.task)
+    except KeyError as exc:
+        raise AccuracyError(f"accuracy: {exc.args[0]}") from None
+
+
+def ask(
+    base_url: str, served_model: str, text: str, max_tokens: int, timeout_s: float, stop: tuple[str, ...]
+) -> tuple[str, int]:
+    """One question, greedy, until the task's stop sequences: the answer's text and its completion tokens."""
     body = {
         "model": served_model,
         "messages": [{"role": "user", "content": text}],
         "max_tokens": max_tokens,
         "temperature": 0.0,
-        "stop": list(STOP),
+        "stop": list(stop),
     }
     with direct_http.urlopen(chat_request(base_url, body), timeout=timeout_s) as response:
         reply: Any = json.loads(response.read())
@@ -75,6 +81,7 @@ def ask_all(
 ) -> list[ItemResult]:
     """Every scored item asked, ``settings.concurrency`` at a time, each scored; ``poll`` is called while they
     run (the run's monitor: a failed role raises, and the questions not yet sent are not sent)."""
+    task = task_of(settings)
     try:
         scored, shots = split(len(dataset.items), settings.items, settings.few_shot)
     except ValueError as exc:
@@ -85,13 +92,13 @@ def ask_all(
     def one(index: int) -> ItemResult:
         item = dataset.items[index]
         if stopped.is_set():
-            return score(None, item.answer, index, error="not sent: the run stopped")
+            return task.score(None, item.answer, index, error="not sent: the run stopped")
         try:
-            text, tokens = ask(base_url, served_model, prompt(item.question, examples), settings.max_tokens,
-                               timeout_s)  # fmt: skip
+            text, tokens = ask(base_url, served_model, task.prompt(item.question, examples), settings.max_tokens,
+                               timeout_s, task.stop)  # fmt: skip
         except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError, TypeError) as exc:
-            return score(None, item.answer, index, error=f"{type(exc).__name__}: {exc}"[:300])
-        return score(text, item.answer, index, completion_tokens=tokens)
+            return task.score(None, item.answer, index, error=f"{type(exc).__name__}: {exc}"[:300])
+        return task.score(text, item.answer, index, completion_tokens=tokens)
 
     results: dict[int, ItemResult] = {}
     # Daemon threads (run/daemon_threads.py): on a failure or Ctrl-C the questions not sent are not sent, and
@@ -121,18 +128,19 @@ def summary(
     seconds: float,
 ) -> dict[str, Any]:  # fmt: skip
     """``accuracy/accuracy.json``: what was asked, from which data, and what it scored."""
+    task = task_of(settings)
     answered = sum(1 for r in results if r.answered)
     return {
         "task": settings.task,
-        "scorer": f"contract/accuracy.py: lm-eval {LM_EVAL_VERSION}'s gsm8k prompt, filters and exact_match",
+        "scorer": task.scorer,
         "settings": settings.settings(),
         "data": dataset.provenance(),
         "kind": kind,
         "items": len(results),
         "answered": answered,
         "unanswered": len(results) - answered,
-        "scores": {name: round(accuracy(results, name), 6) for name in FILTERS},
-        "gated_filter": GATED_FILTER,
+        "scores": {name: round(accuracy(results, name), 6) for name in task.filters},
+        "gated_filter": task.gated_filter,
         "threshold": settings.threshold,
         "threshold_source": settings.threshold_source,
         "max_pd_difference": settings.max_pd_difference,
@@ -176,7 +184,7 @@ def take_reference(path: Path, run_dir: Path) -> bool:
     return True
 
 
-def aggregated_score(run_dir: Path) -> float:
-    """The aggregated answers' score (the gated filter), recomputed from their items."""
+def aggregated_score(run_dir: Path, gated_filter: str) -> float:
+    """The aggregated answers' score (by the task's gated filter), recomputed from their items."""
     document = json.loads((run_dir / ACCURACY_DIR / AGGREGATED_FILE).read_text(encoding="utf-8"))
-    return accuracy([ItemResult.from_json(raw) for raw in document["items"]])
+    return accuracy([ItemResult.from_json(raw) for raw in document["items"]], gated_filter)

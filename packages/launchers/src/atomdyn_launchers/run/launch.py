@@ -12,8 +12,10 @@ then, over one RunContext and its Monitor, the stages of SERVING in order (run/s
   watch      until every role registered in etcd (its processes healthy) and the frontend lists them
   smoke      a verified response (P/D: different prefill and decode workers), the fixed prompt where the
              engine's answers are compared, the smoke requests, each checked, the metrics
-  accuracy   the recipe's accuracy check (GSM8K through the frontend, greedy, scored as lm-eval scores it),
-             when it asks for one: performance numbers are only trusted once accuracy passes
+  accuracy   the recipe's accuracy check (its task's items through the frontend, greedy, scored as the task's
+             row in profiles/accuracy_tasks.py says: gsm8k as lm-eval scores it, capitals by the capital in
+             the answer's first line), when it asks for one: performance numbers are only trusted once
+             accuracy passes
   benchmark  the recipe's serving benchmark (aiperf sweep), when it asks for one
 
 or, for the cross-node NIXL probe (a run with ProbeOptions: every role runs the probe in its worker's

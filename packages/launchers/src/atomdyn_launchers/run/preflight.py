@@ -19,6 +19,7 @@ from atomdyn_launchers.etcd.client import EtcdClient
 from atomdyn_launchers.nodes.check import CheckReport, check_nodes
 from atomdyn_launchers.nodes.jobs import NodeJobError
 from atomdyn_launchers.profiles import datasets, smollm2, tinymodel
+from atomdyn_launchers.profiles.accuracy_tasks import get_task
 from atomdyn_launchers.profiles.models import ModelProfile
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.options import LaunchOptions
@@ -125,8 +126,11 @@ def check_run(
             raise PreflightError(f"model {model.name}: {exc}") from None
     accuracy = options.recipe.accuracy if options.recipe is not None else None
     if accuracy is not None:
-        try:  # the pinned GSM8K file fetched and checked (or the recipe's own file read) before any job
-            datasets.load_gsm8k(Path(accuracy.data) if accuracy.data else None, config.project_dir)
+        try:  # the task's pinned data fetched and checked (or the recipe's own file read) before any job
+            task = get_task(accuracy.task)
+            task.load(Path(accuracy.data) if accuracy.data else None, config.project_dir)
+        except KeyError as exc:
+            raise PreflightError(f"accuracy: {exc.args[0]}") from None
         except datasets.DatasetError as exc:
             raise PreflightError(f"accuracy: {exc}") from None
     if runtime.in_image:
