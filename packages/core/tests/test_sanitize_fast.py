@@ -583,6 +583,14 @@ def _differs_somewhere() -> bool:
 _NEVER = re.compile(r"(?!)")
 
 
+@pytest.fixture(scope="module")
+def paths_that_agree() -> None:
+    """Unbroken, the two paths agree on every text of the comparisons (checked once: the same for every test
+    below, each of which then breaks one piece)."""
+    assert not _differs_somewhere()
+
+
+@pytest.mark.usefixtures("paths_that_agree")
 @pytest.mark.parametrize("twin", [False, True], ids=["scanner", "shape-twin"])
 @pytest.mark.parametrize("index", range(len(scan._SCANNERS)))
 def test_the_comparisons_catch_a_pre_filter_that_misses_lines(
@@ -590,7 +598,6 @@ def test_the_comparisons_catch_a_pre_filter_that_misses_lines(
 ) -> None:
     """Each scanner (and each twin that judges shapes for it) is needed: with it made blind, the fast path
     misses lines and the comparisons above see it. A pre-filter that misses lines cannot pass them."""
-    assert not _differs_somewhere()
     name = "_SHAPE_SCANNERS" if twin else "_SCANNERS"
     broken = tuple(_NEVER if k == index else p for k, p in enumerate(getattr(scan, name)))
     monkeypatch.setattr(scan, name, broken)
@@ -598,6 +605,7 @@ def test_the_comparisons_catch_a_pre_filter_that_misses_lines(
     assert _differs_somewhere()
 
 
+@pytest.mark.usefixtures("paths_that_agree")
 def test_the_comparisons_catch_known_names_left_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scan, "_replace_names", lambda *args: None)
     assert _differs_somewhere()

@@ -6,6 +6,9 @@ summary says so in its collection notes, rather than failing the collection.
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,18 +40,43 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: Path) -> None:
+# Drawing is most of what collecting and verifying a bundle costs, and the same data draws the same bytes: a
+# process draws each picture once (verify after collect, a report over many bundles). Bounded: the last few.
+_DRAWN: OrderedDict[str, bytes] = OrderedDict()
+_DRAWN_KEPT = 8
+
+
+def _save(fig: Any) -> bytes:
     import io
 
     buffer = io.BytesIO()
     # No date or software version in the metadata: the same run draws the same bytes.
     fig.savefig(buffer, format="png", dpi=80, metadata={"Software": None})
-    atomic_write_bytes(path, buffer.getvalue())
+    return buffer.getvalue()
+
+
+def _drawn_once(path: Path, plotted: Any, render: Callable[[], bytes]) -> None:
+    """Write the picture of ``plotted`` (everything the drawing reads) to ``path``, drawn by ``render`` unless
+    this process drew it already."""
+    key = json.dumps([path.name, plotted], sort_keys=True, default=str)
+    png = _DRAWN.pop(key, None)
+    if png is None:
+        png = render()
+    _DRAWN[key] = png
+    while len(_DRAWN) > _DRAWN_KEPT:
+        _DRAWN.popitem(last=False)
+    atomic_write_bytes(path, png)
 
 
 def _timeline(signals: Signals, out: Path) -> str | None:
     if not signals.events:
         return None
+    plotted = [signals.get("run.id"), [[e["t"], e["role"], e["event"]] for e in signals.events]]
+    _drawn_once(out / "timeline.png", plotted, lambda: _draw_timeline(signals))
+    return "timeline.png"
+
+
+def _draw_timeline(signals: Signals) -> bytes:
     plt = _pyplot()
     origin = min(e["t"] for e in signals.events)
     roles = sorted({e["role"] or "launcher" for e in signals.events}, key=lambda r: (r != "launcher", r))
@@ -68,14 +96,19 @@ def _timeline(signals: Signals, out: Path) -> str | None:
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     fig.tight_layout()
-    _save(fig, out / "timeline.png")
+    png = _save(fig)
     plt.close(fig)
-    return "timeline.png"
+    return png
 
 
 def _kv(signals: Signals, out: Path) -> str | None:
     if not signals.kv_points:
         return None
+    _drawn_once(out / "kv_transfers.png", [list(p) for p in signals.kv_points], lambda: _draw_kv(signals))
+    return "kv_transfers.png"
+
+
+def _draw_kv(signals: Signals) -> bytes:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 3))
     xs = [p[0] for p in signals.kv_points]
@@ -88,9 +121,9 @@ def _kv(signals: Signals, out: Path) -> str | None:
     ax.set_title("NIXL KV transfers (vLLM summaries; marker area ~ number of transfers)", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    _save(fig, out / "kv_transfers.png")
+    png = _save(fig)
     plt.close(fig)
-    return "kv_transfers.png"
+    return png
 
 
 def unavailable() -> str | None:
