@@ -260,6 +260,111 @@ def test_int_options_without_a_default_read_an_int(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr and "many" in done.stderr + done.stdout
 
 
+# Loads tasks.py the way invoke does, after invoke itself (what invoke imports is not the collection's doing:
+# its vendored YAML loads PyYAML's C module, so `yaml` is there before any task module is), and records each
+# module the collection adds with the module whose import statement brought it in.
+_COLLECTION_IMPORTS = r"""
+import importlib.abc, importlib.util, json, sys
+from invoke.main import program
+
+before = set(sys.modules)
+importers = {}
+
+class Recorder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_globals.get("__name__", "").startswith(("importlib", "_frozen_importlib")):
+            frame = frame.f_back
+        importers.setdefault(name, frame.f_globals.get("__name__", "?") if frame is not None else "?")
+        return None
+
+sys.meta_path.insert(0, Recorder())
+spec = importlib.util.spec_from_file_location("tasks.py", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+added = sorted(set(sys.modules) - before)
+packages = [name for name in added if hasattr(sys.modules[name], "__path__")]
+print(json.dumps({"added": added, "packages": packages, "importers": importers}))
+"""
+
+FIRST_PARTY = {
+    "atomdyn_core",
+    "atomdyn_launchers",
+    "atomdyn_images",
+    "nixl_compat",
+    "rixl",
+    "dmabuf_shim",
+    "mori_repro",
+}
+# Besides invoke and the standard library, loading the collection may import the task modules, their packages and
+# these: where options' defaults and help texts come from, each importing nothing but the standard library.
+LIGHT = {
+    "atomdyn_core.console",
+    "atomdyn_launchers.nodes.strategies",
+    "atomdyn_launchers.profiles.models",
+    "atomdyn_launchers.slurm.flags",
+}
+# What a task module once imported at its top (~430 ms on every `invoke` call, `--list` and `-h` too); named
+# here for the failure's sake: the allow-list above refuses any other module as well.
+HEAVY = (
+    "atomdyn_launchers.run.launch",
+    "atomdyn_launchers.certify.nixl",
+    "atomdyn_launchers.config.cluster",
+    "atomdyn_launchers.config.recipes",
+    "atomdyn_launchers.evidence.cli",
+    "atomdyn_launchers.slurm.client",
+    "atomdyn_launchers.engines",
+    "atomdyn_core.sanitize",
+    "jsonschema",
+    "matplotlib",
+)
+
+
+def _imported_by(name: str, importers: dict[str, str]) -> str:
+    chain = [name]
+    while chain[-1] in importers and len(chain) < 20:
+        chain.append(importers[chain[-1]])
+    return " <- ".join(chain)
+
+
+def test_listing_the_tasks_imports_no_heavy_module() -> None:
+    """CONTRIBUTING.md: a task imports heavy or native modules inside its body; every `invoke` call, `--list`
+    and `-h` too, loads every task module."""
+    done = subprocess.run(
+        [sys.executable, "-c", _COLLECTION_IMPORTS, str(ROOT / "tasks.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        timeout=INVOKE_TIMEOUT_S,
+    )
+    found = json.loads(done.stdout)
+    added, importers = found["added"], found["importers"]
+    assert (
+        "atomdyn_launchers.tasks" in added and "atomdyn_launchers.run.tasks" in added
+    )  # the probe loaded them
+    heavy = [n for n in added if any(n == h or n.startswith(f"{h}.") for h in HEAVY)]
+    assert heavy == [], "heavy modules loaded with the task collection:\n" + "\n".join(
+        _imported_by(n, importers) for n in heavy
+    )
+
+    def allowed(name: str) -> bool:
+        top, _, _ = name.partition(".")
+        if top in sys.stdlib_module_names or top == "invoke":
+            return True
+        if top not in FIRST_PARTY:
+            return False  # a third-party dependency of a task: import it in the task's body
+        leaf = name.rpartition(".")[2]
+        return name in found["packages"] or leaf in ("tasks", "invoke_tasks") or name in LIGHT
+
+    refused = [n for n in added if not allowed(n)]
+    assert refused == [], (
+        "modules the task collection must not load (import them inside the task's body, or move an option's "
+        "default to a light module and add it to LIGHT):\n"
+        + "\n".join(_imported_by(n, importers) for n in refused)
+    )
+
+
 # Makes the native packages unimportable, as in a checkout where they were never built.
 _WITHOUT_NATIVE = r"""
 import sys

@@ -14,8 +14,10 @@ from golden_launch import golden_config
 from invoke.context import Context
 from invoke.exceptions import Exit
 
+from atomdyn_launchers.certify import nixl as certify_nixl
 from atomdyn_launchers.certify import rungs
 from atomdyn_launchers.certify import tasks as certify_tasks
+from atomdyn_launchers.config import cluster as cluster_config
 from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.nodes import check as node_check
@@ -23,7 +25,9 @@ from atomdyn_launchers.nodes import invoke_tasks as node_tasks
 from atomdyn_launchers.nodes.check import CheckReport
 from atomdyn_launchers.progress import Progress
 from atomdyn_launchers.run.options import Flags, LaunchOptions, resolve
+from atomdyn_launchers.slurm import client as slurm_client
 from atomdyn_launchers.slurm.client import Allocation
+from atomdyn_launchers.validate import gpu as validate_gpu
 from atomdyn_launchers.validate import invoke_tasks as validate_tasks
 
 CONFIG: ClusterConfig = golden_config("mocker", "venv")
@@ -123,7 +127,7 @@ def test_a_ladder_node_outside_the_allocation_fails_the_first_rung(
 def test_the_certify_task_takes_the_allocation_and_its_dry_run_shows_steps(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(certify_tasks, "load_cluster_config", lambda path: CONFIG)
+    monkeypatch.setattr(cluster_config, "load_cluster_config", lambda path: CONFIG)
     _in_salloc_shell(monkeypatch)
     certify_tasks.certify(Context(), config="cluster.env", engine="mocker", dry_run=True)  # detected
     shown = capsys.readouterr().out
@@ -146,8 +150,8 @@ def test_the_cross_node_task_runs_its_probe_pair_in_the_allocation(monkeypatch: 
         got.append((options.allocation, options.allocation_detected))
         raise Stop
 
-    monkeypatch.setattr(certify_tasks, "cross_node", probe)
-    monkeypatch.setattr(certify_tasks, "resolve_cluster_config", lambda path: CONFIG)
+    monkeypatch.setattr(certify_nixl, "cross_node", probe)
+    monkeypatch.setattr(cluster_config, "resolve_cluster_config", lambda path: CONFIG)
     _in_salloc_shell(monkeypatch)
     for allocation in (None, "12", "none"):
         with pytest.raises(Stop):
@@ -164,8 +168,8 @@ def test_the_node_check_task_checks_in_the_allocation(monkeypatch: pytest.Monkey
 
     both = Allocation(4242, "RUNNING", f"{N1},{N2}", (N1, N2))
     monkeypatch.setattr(node_check, "check_nodes", check_nodes)
-    monkeypatch.setattr(node_tasks, "resolve_cluster_config", lambda path: CONFIG)
-    monkeypatch.setattr(node_tasks, "Slurm", lambda config: SimpleNamespace(allocation=lambda job: both))
+    monkeypatch.setattr(cluster_config, "resolve_cluster_config", lambda path: CONFIG)
+    monkeypatch.setattr(slurm_client, "Slurm", lambda config: SimpleNamespace(allocation=lambda job: both))
     _in_salloc_shell(monkeypatch)
     for allocation in (None, "4242", "none"):
         with pytest.raises(Stop):
@@ -185,9 +189,9 @@ def test_the_validate_task_runs_its_job_as_a_step_of_the_allocation(monkeypatch:
         raise Stop
 
     one = Allocation(4242, "RUNNING", N1, (N1,))
-    monkeypatch.setattr(validate_tasks, "run_gpu_validation", validation)
-    monkeypatch.setattr(validate_tasks, "resolve_cluster_config", lambda path: CONFIG)
-    monkeypatch.setattr(validate_tasks, "Slurm", lambda config: SimpleNamespace(allocation=lambda job: one))
+    monkeypatch.setattr(validate_gpu, "run_gpu_validation", validation)
+    monkeypatch.setattr(cluster_config, "resolve_cluster_config", lambda path: CONFIG)
+    monkeypatch.setattr(slurm_client, "Slurm", lambda config: SimpleNamespace(allocation=lambda job: one))
     _in_salloc_shell(monkeypatch)
     for allocation in (None, "4242", "none"):
         with pytest.raises(Stop):

@@ -13,10 +13,12 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from upstream_lines import line_of
 
+from atomdyn_launchers.certify import nixl as certify_nixl
 from atomdyn_launchers.certify import tasks as certify_tasks
 from atomdyn_launchers.certify.ladder import diagnose_rung
 from atomdyn_launchers.certify.nixl import CrossNode
 from atomdyn_launchers.certify.rungs import RungResult
+from atomdyn_launchers.config import cluster as cluster_config
 from atomdyn_launchers.diagnose.scan import diagnose_run
 from atomdyn_launchers.evidence.certify_report import published_texts, render, verify_certify
 from atomdyn_launchers.evidence.probe import Check as ProbeCheck
@@ -130,8 +132,8 @@ def test_the_cross_node_task_prints_the_first_finding_of_a_failed_probe(
         Outcome("probe-run", run_dir, passed=False, failure="job 5 (decode) ended early"),
         ProbeVerdict(passed=False, checks=[ProbeCheck("bytes_arrived", False, "nothing arrived")]),
     )
-    monkeypatch.setattr(certify_tasks, "cross_node", lambda *args, **kwargs: failed)
-    monkeypatch.setattr(certify_tasks, "resolve_cluster_config", lambda path: None)
+    monkeypatch.setattr(certify_nixl, "cross_node", lambda *args, **kwargs: failed)
+    monkeypatch.setattr(cluster_config, "resolve_cluster_config", lambda path: None)
     with pytest.raises(Exit) as raised:
         certify_tasks.nixl_cross_node(Context(), engine="mocker")
     assert raised.value.code == 1

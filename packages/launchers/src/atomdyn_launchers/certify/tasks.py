@@ -11,24 +11,25 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from atomdyn_launchers.certify.nixl import cross_node
-from atomdyn_launchers.config.cluster import CLUSTER_ENV_VAR, load_cluster_config, resolve_cluster_config
-from atomdyn_launchers.diagnose.scan import diagnose_run
-from atomdyn_launchers.engines.base import ProbeOptions
-from atomdyn_launchers.rehearsal.localcluster.cluster import LocalCluster
-from atomdyn_launchers.run.options import Flags, OptionError
-from atomdyn_launchers.run.tasks import HELP, PREFLIGHT_ERRORS, options_of
+from atomdyn_launchers.run.tasks import HELP, options_of, preflight_errors
+
+if TYPE_CHECKING:  # the ladder is imported when a task runs: every `invoke` call loads this module
+    from atomdyn_launchers.engines.base import ProbeOptions
 
 
 @contextmanager
 def local_cluster_unless(config: str | None, *, keep: bool) -> Iterator[None]:
     """With no cluster configured (no --config, no $ATOMDYN_CLUSTER_ENV): the local cluster, the embedded
     default, brought up for the climb (and down after it, when the climb started it and ``keep`` is off)."""
+    from atomdyn_launchers.config.cluster import CLUSTER_ENV_VAR
+    from atomdyn_launchers.rehearsal.localcluster.cluster import LocalCluster
+
     if config or os.environ.get(CLUSTER_ENV_VAR):
         yield
         return
@@ -44,6 +45,8 @@ def local_cluster_unless(config: str | None, *, keep: bool) -> Iterator[None]:
 def probe_options(
     blocks: int, transfer_blocks: str, iterations: int, large_mib: int, timeout: float
 ) -> ProbeOptions:
+    from atomdyn_launchers.engines.base import ProbeOptions
+
     try:
         per_read = tuple(int(part) for part in transfer_blocks.split(",") if part.strip())
         return ProbeOptions(blocks, per_read, iterations, large_mib, timeout)
@@ -78,6 +81,11 @@ def nixl_cross_node(
 ) -> None:
     """KV blocks READ from the prefill node into the decode node through NIXL, in the workers' runtime and
     environment, before any model is loaded: every byte checked, UCX's rows judged, latency per block."""
+    from atomdyn_launchers.certify.nixl import cross_node
+    from atomdyn_launchers.config.cluster import resolve_cluster_config
+    from atomdyn_launchers.diagnose.scan import diagnose_run
+    from atomdyn_launchers.run.options import Flags, OptionError
+
     probe = probe_options(blocks, transfer_blocks, iterations, large_mib, timeout)
     try:
         flags = Flags.parse(
@@ -92,7 +100,7 @@ def nixl_cross_node(
     options = options_of("disagg", "disagg", None, flags)
     try:
         result = cross_node(resolve_cluster_config(Path(config) if config else None), options, probe)
-    except PREFLIGHT_ERRORS as exc:
+    except preflight_errors() as exc:
         raise Exit(f"error: {exc}", code=2) from exc
     if json:
         print(jsonlib.dumps(result.verdict.to_json(), indent=2))
@@ -163,6 +171,8 @@ def certify(
     transfer, then aggregated, two-node and P/D serving and the benchmark; stops at the first failure."""
     from atomdyn_launchers.certify.ladder import CertifyError, climb, plan_lines
     from atomdyn_launchers.certify.report import publish
+    from atomdyn_launchers.config.cluster import load_cluster_config, resolve_cluster_config
+    from atomdyn_launchers.run.options import Flags, OptionError
 
     probe = probe_options(blocks, transfer_blocks, iterations, large_mib, timeout)
     try:
@@ -193,7 +203,7 @@ def certify(
                          config_path=config, recipe_path=recipe)  # fmt: skip
     except CertifyError as exc:
         raise Exit(f"error: {exc}", code=2) from None
-    except PREFLIGHT_ERRORS as exc:
+    except preflight_errors() as exc:
         raise Exit(f"error: {exc}", code=2) from exc
     for row in cert.rungs:
         print(

@@ -8,15 +8,19 @@ from __future__ import annotations
 import json as jsonlib
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from atomdyn_launchers.diagnose.scan import Diagnosis, diagnose_log, diagnose_run
+if TYPE_CHECKING:  # the catalog is read when the task runs: every `invoke` call loads this module
+    from atomdyn_launchers.diagnose.scan import Diagnosis
 
 
 def _diagnosis(path: str, log: bool) -> Diagnosis:
+    from atomdyn_launchers.diagnose.scan import diagnose_log, diagnose_run
+
     target = Path(path)
     try:
         mode = target.stat().st_mode

@@ -17,16 +17,17 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from atomdyn_launchers.evidence import bench as bench_module
-from atomdyn_launchers.evidence import cli
+# The evidence's modules (cli, bench) are imported when a task runs, not here: every `invoke` call loads this one.
 
 
 def _done(command: Callable[[], int]) -> None:
+    from atomdyn_launchers.evidence.cli import USAGE_ERRORS
+
     try:
         code = command()
     except OSError as exc:  # a path given on the command line that cannot be read or written
         raise Exit(f"error: {exc.filename}: {exc.strerror}", code=2) from None
-    except cli.USAGE_ERRORS as exc:
+    except USAGE_ERRORS as exc:
         raise Exit(f"error: {exc}", code=2) from None
     if code:
         raise Exit(code=code)
@@ -64,6 +65,8 @@ def collect(c: Context, run_dir: str, evidence: str = "", sign: str = "", replac
     """Write sanitized <evidence>/<run-id>/ (summary.json, summary.md, excerpts, PNGs) for a run."""
     if _asked_for_help("collect", run_dir):
         return
+    from atomdyn_launchers.evidence import cli
+
     _done(
         lambda: cli.collect(
             Path(run_dir), Path(evidence) if evidence else None, Path(sign) if sign else None, replace
@@ -82,6 +85,8 @@ def verify(c: Context, path: str, signer: str = "") -> None:
     """Judge a run's validity gates, or check collected evidence; fails naming each failed gate."""
     if _asked_for_help("verify", path):
         return
+    from atomdyn_launchers.evidence import cli
+
     _done(lambda: cli.verify([Path(path)], Path(signer) if signer else None))
 
 
@@ -102,6 +107,8 @@ def report(
     allowed_signers: str = "evidence/allowed_signers",
 ) -> None:
     """Append new runs to results/RESULTS.md and merge them into the README's "Result at a glance"."""
+    from atomdyn_launchers.evidence import cli
+
     _done(
         lambda: cli.report(
             Path(evidence),
@@ -117,13 +124,17 @@ def sanitize(c: Context, path: str) -> None:
     """Print the sanitized text of a file."""
     if _asked_for_help("sanitize", path):
         return
+    from atomdyn_launchers.evidence import cli
+
     _done(lambda: cli.print_sanitized(Path(path)))
 
 
 @task(help={"size_mb": "size of the generated log in MiB"})
 def bench(c: Context, size_mb: int = 512) -> None:
     """Parsing bench: MB/s and peak memory over a generated log."""
-    _done(lambda: bench_module.main(["--size-mb", str(size_mb)]))
+    from atomdyn_launchers.evidence.bench import main
+
+    _done(lambda: main(["--size-mb", str(size_mb)]))
 
 
 ns = Collection("evidence")

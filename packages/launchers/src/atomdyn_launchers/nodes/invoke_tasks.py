@@ -5,49 +5,22 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from invoke.collection import Collection
 from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from atomdyn_core.atomic import atomic_write_json
-from atomdyn_launchers.config.cluster import (
-    ClusterConfig,
-    ClusterConfigError,
-    PreflightError,
-    resolve_cluster_config,
-)
-from atomdyn_launchers.job import images
-from atomdyn_launchers.job.node_prepare import NODE, PYTHON
-from atomdyn_launchers.nodes import check as node_check
-from atomdyn_launchers.nodes import jobs
-from atomdyn_launchers.nodes import rehearsal as recipe
-from atomdyn_launchers.nodes.prepare import (
-    DEFAULT_STRATEGY,
-    STRATEGIES,
-    PrepareError,
-    PrepareReport,
-    PrepareSpec,
-    archive_dir,
-    default_nodes,
-    prepare,
-)
-from atomdyn_launchers.profiles.models import ProfileError
-from atomdyn_launchers.progress import Progress
-from atomdyn_launchers.runtimes import get_runtime
-from atomdyn_launchers.slurm.client import (
-    ALLOCATION_HELP,
-    AllocationFlagError,
-    Slurm,
-    SlurmError,
-    held_allocation,
-    parse_allocation,
-)
+from atomdyn_launchers.nodes.strategies import DEFAULT_STRATEGY, STRATEGIES
+from atomdyn_launchers.slurm.flags import ALLOCATION_HELP
+
+if TYPE_CHECKING:  # the node jobs are imported when a task runs: every `invoke` call loads this module
+    from atomdyn_launchers.config.cluster import ClusterConfig
+    from atomdyn_launchers.nodes.prepare import PrepareReport, PrepareSpec
 
 _HELP = {
     "config": "cluster.env to use (default: $ATOMDYN_CLUSTER_ENV, else the local cluster)",
@@ -57,6 +30,8 @@ _HELP = {
 
 
 def _config(path: str | None) -> ClusterConfig:
+    from atomdyn_launchers.config.cluster import ClusterConfigError, resolve_cluster_config
+
     try:
         return resolve_cluster_config(Path(path) if path else None)
     except ClusterConfigError as exc:
@@ -64,12 +39,18 @@ def _config(path: str | None) -> ClusterConfig:
 
 
 def _nodes(config: ClusterConfig, nodes: str) -> list[str]:
+    from atomdyn_launchers.nodes.prepare import default_nodes
+
     return [n.strip() for n in nodes.split(",") if n.strip()] if nodes else default_nodes(config)
 
 
 def _spec(
     config: ClusterConfig, image: Sequence[str], rehearse: bool, build_args: str, shim_wheel: str
 ) -> PrepareSpec:
+    from atomdyn_launchers.job.node_prepare import NODE, PYTHON
+    from atomdyn_launchers.nodes import rehearsal as recipe
+    from atomdyn_launchers.nodes.prepare import PrepareError, PrepareSpec
+
     wheel = Path(shim_wheel) if shim_wheel else None
     if rehearse:
         return recipe.rehearsal_spec(config, shim_wheel=wheel)
@@ -114,6 +95,12 @@ def prepare_task(
     json_out: str = "",
 ) -> None:
     """Make the pinned images present in every node's Docker cache (and the dma-buf helper); idempotent."""
+    from atomdyn_core.atomic import atomic_write_json
+    from atomdyn_launchers.nodes import jobs
+    from atomdyn_launchers.nodes.prepare import PrepareError, prepare
+    from atomdyn_launchers.progress import Progress
+    from atomdyn_launchers.slurm.client import SlurmError
+
     if strategy not in STRATEGIES:
         raise Exit(f"error: --strategy must be one of {', '.join(STRATEGIES)}", code=2)
     cfg = _config(config)
@@ -154,6 +141,20 @@ def check_task(
 ) -> None:
     """Per-node preflight: devices, RDMA ports and GIDs, advertised address, Docker, image, shared dir, model.
     Inside an allocation (``--allocation``, or the salloc shell's), each node's check is a step of it."""
+    from atomdyn_core.atomic import atomic_write_json
+    from atomdyn_launchers.config.cluster import PreflightError
+    from atomdyn_launchers.nodes import check as node_check
+    from atomdyn_launchers.nodes import jobs
+    from atomdyn_launchers.profiles.models import ProfileError
+    from atomdyn_launchers.progress import Progress
+    from atomdyn_launchers.slurm.client import (
+        AllocationFlagError,
+        Slurm,
+        SlurmError,
+        held_allocation,
+        parse_allocation,
+    )
+
     try:
         job, detected = parse_allocation(allocation, os.environ)
     except AllocationFlagError as exc:
@@ -182,6 +183,10 @@ def wipe(config: ClusterConfig, nodes: Sequence[str], tags: Sequence[str]) -> No
     """Empty each node's image cache of ``tags`` and the build cache (the bench starts from nothing); also the
     runtime's own image store where it has one besides docker's (``Runtime.store_cli``, reached from the submit
     host)."""
+    from atomdyn_launchers.job import images
+    from atomdyn_launchers.nodes import jobs
+    from atomdyn_launchers.runtimes import get_runtime
+
     for node in nodes:
         host = jobs.docker_host(config, node)
         docker = images.DockerCLI(host)
@@ -212,6 +217,14 @@ def bench(
 
     Needs per-node Docker daemons the submit host can reach (`invoke cluster.up --docker`): it empties the
     nodes' caches between measurements."""
+    import statistics
+
+    from atomdyn_launchers.job import images
+    from atomdyn_launchers.nodes import jobs
+    from atomdyn_launchers.nodes import rehearsal as recipe
+    from atomdyn_launchers.nodes.prepare import PrepareError, archive_dir, prepare
+    from atomdyn_launchers.slurm.client import SlurmError
+
     cfg = _config(config)
     if not cfg.docker_host:
         raise Exit("error: nodes.bench needs per-node docker daemons (`invoke cluster.up --docker`)", code=2)

@@ -40,11 +40,9 @@ from atomdyn_launchers.config.cluster import ClusterConfig
 from atomdyn_launchers.job import images, node_prepare, squashfs
 from atomdyn_launchers.job.node_prepare import SHIM_CURRENT
 from atomdyn_launchers.nodes import jobs
+from atomdyn_launchers.nodes.strategies import DEFAULT_STRATEGY, STRATEGIES
 from atomdyn_launchers.runtimes import get_runtime
 from atomdyn_launchers.slurm.client import Slurm
-
-STRATEGIES = ("load", "build")
-DEFAULT_STRATEGY = "load"
 
 
 class PrepareError(RuntimeError):

@@ -6,32 +6,22 @@ from __future__ import annotations
 
 import contextlib
 import json as _json
-import statistics
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from invoke.collection import Collection
 from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from atomdyn_launchers.rehearsal import kv_targets
-from atomdyn_launchers.rehearsal.bench_figures import (
-    KvTransfers,
-    RequestLatencies,
-    compile_cache,
-    kv_nodes,
-    kv_transfers,
-    local_cluster_state_dir,
-    request_latencies,
-)
-from atomdyn_launchers.rehearsal.localcluster import cli
-from atomdyn_launchers.rehearsal.rawcopy import RawCopy, RawCopyError, measure_in_local_cluster
-from atomdyn_launchers.run.options import LaunchOptions
-from atomdyn_launchers.run.stages.record import Outcome
 from atomdyn_launchers.run.tasks import HELP as RUN_HELP
 from atomdyn_launchers.run.tasks import launch
+
+if TYPE_CHECKING:  # the figures are imported when a task runs: every `invoke` call loads this module
+    from atomdyn_launchers.rehearsal.bench_figures import KvTransfers, RequestLatencies
+    from atomdyn_launchers.rehearsal.rawcopy import RawCopy
+    from atomdyn_launchers.run.stages.record import Outcome
 
 _HELP = {
     "state_dir": "state directory; its parent is the cluster's SHARED_DIR (default: <repo>/.atomdyn/cluster)",
@@ -42,6 +32,8 @@ _HELP = {
 
 
 def _run(command: str, state_dir: str, venv: str = "", docker: bool = False, nodes: int = 0) -> None:
+    from atomdyn_launchers.rehearsal.localcluster import cli
+
     try:
         cluster = cli.cluster_from(state_dir or None, venv or None, docker, nodes or None)
         code = {"up": cli.up, "status": cli.status, "down": cli.down}[command](cluster)
@@ -96,6 +88,8 @@ def timeline_figures(timeline: list[dict[str, Any]]) -> dict[str, float]:
 
 def kv_transfer_figures(run_dir: Path) -> str | None:
     """The decode workers' NIXL transfers of a run (vLLM's metrics): count, mean bytes and time per transfer."""
+    from atomdyn_launchers.rehearsal.bench_figures import kv_transfers
+
     transfers = kv_transfers(run_dir)
     return transfers.describe() if transfers else None
 
@@ -103,6 +97,9 @@ def kv_transfer_figures(run_dir: Path) -> str | None:
 def _raw_copy_beside(run_dir: Path, transfers: KvTransfers, copies: int) -> RawCopy | str:
     """A raw TCP copy of one mean KV transfer's bytes between the run's prefill and decode nodes (the local
     cluster's namespaces, as they are right after the run); a string says why it was not measured."""
+    from atomdyn_launchers.rehearsal.bench_figures import kv_nodes, local_cluster_state_dir
+    from atomdyn_launchers.rehearsal.rawcopy import RawCopyError, measure_in_local_cluster
+
     state_dir = local_cluster_state_dir(run_dir)
     if state_dir is None:
         return "not measured: the run's cluster is not the local cluster"
@@ -118,6 +115,10 @@ def _bench_one(
 ) -> dict[str, Any]:
     """One run's figures, printed and returned for --json; its request latency beside the aggregated
     reference run's when there is one."""
+    from atomdyn_launchers.rehearsal import kv_targets
+    from atomdyn_launchers.rehearsal.bench_figures import compile_cache, kv_transfers, request_latencies
+    from atomdyn_launchers.rehearsal.rawcopy import RawCopy
+
     figures = timeline_figures(outcome.timeline)
     record: dict[str, Any] = {
         "run_id": outcome.run_id,
@@ -195,6 +196,11 @@ def disagg_bench(
     """Time `disagg.run` from submission to the first verified P/D response (target <= 10 s for the mocker);
     each run's request latency beside an aggregated run's; with a real engine, each run's KV transfers (mean,
     p50, p99, slowest) against a raw TCP copy of the same bytes, and the rehearsal's KV targets."""
+    import statistics
+
+    from atomdyn_launchers.rehearsal.bench_figures import request_latencies
+    from atomdyn_launchers.run.options import LaunchOptions
+
     if runs < 1 or copies < 1:
         raise Exit("error: --runs and --copies must be at least 1", code=2)
     records: list[dict[str, Any]] = []
@@ -240,6 +246,8 @@ def _bench_document(
     firsts: list[float],
     reference: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    import statistics
+
     run_json: dict[str, Any] = {}
     if records:
         with contextlib.suppress(OSError, ValueError):

@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from atomdyn_core.atomic import atomic_write_text
-from atomdyn_launchers.config.cluster import ClusterConfigError, PreflightError
-from atomdyn_launchers.config.recipes import RecipeError, load_recipe
-from atomdyn_launchers.contract.readiness import ReadinessError
-from atomdyn_launchers.profiles.models import DEFAULT_MODEL, ProfileError
-from atomdyn_launchers.run.dry_run import dry_run_problems
-from atomdyn_launchers.run.launch import dry_run, run
-from atomdyn_launchers.run.options import Flags, LaunchOptions, OptionError, parse_int, resolve
-from atomdyn_launchers.run.stages.record import Outcome
-from atomdyn_launchers.slurm.client import ALLOCATION_HELP, SlurmError
+from atomdyn_launchers.profiles.models import DEFAULT_MODEL
+from atomdyn_launchers.slurm.flags import ALLOCATION_HELP
+
+if TYPE_CHECKING:  # the run path is imported when a task runs: every `invoke` call loads this module
+    from atomdyn_launchers.run.options import Flags, LaunchOptions
+    from atomdyn_launchers.run.stages.record import Outcome
 
 HELP = {
     "config": "cluster.env to use (default: $ATOMDYN_CLUSTER_ENV, else the local cluster)",
@@ -43,12 +40,22 @@ HELP = {
     "allocation": ALLOCATION_HELP,
 }
 
-# Raised before anything is submitted: the command exits 2 with the message.
-PREFLIGHT_ERRORS = (ClusterConfigError, PreflightError, ProfileError, ReadinessError, SlurmError)
+
+def preflight_errors() -> tuple[type[Exception], ...]:
+    """Raised before anything is submitted: the command exits 2 with the message."""
+    from atomdyn_launchers.config.cluster import ClusterConfigError, PreflightError
+    from atomdyn_launchers.contract.readiness import ReadinessError
+    from atomdyn_launchers.profiles.models import ProfileError
+    from atomdyn_launchers.slurm.client import SlurmError
+
+    return (ClusterConfigError, PreflightError, ProfileError, ReadinessError, SlurmError)
 
 
 def options_of(command: str, kind: str | None, recipe: str | None, flags: Flags) -> LaunchOptions:
     """The run the command line asks for: the recipe's (if any), with every flag given explicitly over it."""
+    from atomdyn_launchers.config.recipes import RecipeError, load_recipe
+    from atomdyn_launchers.run.options import OptionError, resolve
+
     try:
         return resolve(command, kind, flags, load_recipe(Path(recipe)) if recipe is not None else None)
     except (OptionError, RecipeError) as exc:
@@ -57,16 +64,21 @@ def options_of(command: str, kind: str | None, recipe: str | None, flags: Flags)
 
 def launch(options: LaunchOptions, config: str | None) -> Outcome:
     """Run ``options``; a preflight error (nothing was submitted) exits 2."""
+    from atomdyn_launchers.run.launch import run
+
     try:
         return run(options, config_path=Path(config) if config else None)
-    except PREFLIGHT_ERRORS as exc:
+    except preflight_errors() as exc:
         raise Exit(f"error: {exc}", code=2) from exc
 
 
 def _dry_run(options: LaunchOptions, config: str | None) -> None:
+    from atomdyn_launchers.run.dry_run import dry_run_problems
+    from atomdyn_launchers.run.launch import dry_run
+
     try:
         path = dry_run(options, config_path=Path(config) if config else None)
-    except PREFLIGHT_ERRORS as exc:
+    except preflight_errors() as exc:
         raise Exit(f"error: {exc}", code=2) from exc
     print(f"dry run (nothing submitted): {path}")
     problems = dry_run_problems(path)
@@ -75,6 +87,8 @@ def _dry_run(options: LaunchOptions, config: str | None) -> None:
 
 
 def _finish(outcome: Outcome, run_dir_file: str | None) -> None:
+    from atomdyn_core.atomic import atomic_write_text
+
     print(f"run directory: {outcome.run_dir}")
     if run_dir_file:
         atomic_write_text(Path(run_dir_file), f"{outcome.run_dir}\n")
@@ -110,6 +124,8 @@ def _flags(
     dry: bool,
     allocation: str | None = None,
 ) -> Flags:
+    from atomdyn_launchers.run.options import Flags, OptionError
+
     ready_timeout, first_response_timeout = waits
     if offline and not dry:
         raise Exit("error: --offline is only for --dry-run", code=2)
@@ -154,6 +170,8 @@ def agg_run(
     allocation: str | None = None,
 ) -> None:
     """Aggregated smoke run: one node (prefix caching on), or two separately pinned worker jobs."""
+    from atomdyn_launchers.run.options import OptionError, parse_int
+
     try:
         count = parse_int("nodes", nodes)
     except OptionError as exc:

@@ -135,14 +135,7 @@ class Allocation:
                 )
 
 
-NO_ALLOCATION = ("none", "no", "off")
-# --allocation's help, the same on every task that takes it (agg.run, disagg.run, certify, nixl.cross-node,
-# nodes.check).
-ALLOCATION_HELP = (
-    "start every job (each role, node check, probe, run-owned etcd) as a job step (srun) of this running "
-    "allocation instead of a batch job; 'none': batch jobs even inside salloc (default: the salloc shell's "
-    "allocation, SLURM_JOB_ID without SLURM_STEP_ID outside a batch script; else batch jobs)"
-)
+NO_ALLOCATION = ("none", "no", "off")  # --allocation's help (slurm/flags.py) names the first
 
 
 class AllocationFlagError(ValueError):

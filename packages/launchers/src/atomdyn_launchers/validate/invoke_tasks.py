@@ -4,27 +4,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from invoke.collection import Collection
 from invoke.context import Context
 from invoke.exceptions import Exit
 from invoke.tasks import task
 
-from atomdyn_launchers.config.cluster import ClusterConfigError, PreflightError, resolve_cluster_config
-from atomdyn_launchers.config.recipes import RecipeError, load_recipe
-from atomdyn_launchers.profiles.models import ProfileError
-from atomdyn_launchers.progress import Progress
-from atomdyn_launchers.run.options import Flags, LaunchOptions, OptionError, resolve
-from atomdyn_launchers.slurm.client import (
-    ALLOCATION_HELP,
-    AllocationFlagError,
-    Slurm,
-    SlurmError,
-    held_allocation,
-    parse_allocation,
-)
-from atomdyn_launchers.validate.gpu import run_gpu_validation
-from atomdyn_launchers.validate.mori import REPORT, run_mori_repro
+from atomdyn_launchers.slurm.flags import ALLOCATION_HELP
+
+if TYPE_CHECKING:  # the validation is imported when a task runs: every `invoke` call loads this module
+    from atomdyn_launchers.run.options import LaunchOptions
 
 
 @task(
@@ -56,6 +46,20 @@ def gpu(
     """Run atomdyn-validate in the image as one Slurm job (inside an allocation, ``--allocation`` or the salloc
     shell's, one step of it), with the workers' command lines a run would write; print PASS/FAIL per check;
     exit 1 on any FAIL."""
+    from atomdyn_launchers.config.cluster import ClusterConfigError, PreflightError, resolve_cluster_config
+    from atomdyn_launchers.config.recipes import RecipeError
+    from atomdyn_launchers.profiles.models import ProfileError
+    from atomdyn_launchers.progress import Progress
+    from atomdyn_launchers.run.options import OptionError
+    from atomdyn_launchers.slurm.client import (
+        AllocationFlagError,
+        Slurm,
+        SlurmError,
+        held_allocation,
+        parse_allocation,
+    )
+    from atomdyn_launchers.validate.gpu import run_gpu_validation
+
     try:
         job, detected = parse_allocation(allocation, os.environ)
     except AllocationFlagError as exc:
@@ -89,6 +93,9 @@ def gpu(
 
 def run_options(recipe: str | None, engine: str | None, model: str | None) -> LaunchOptions:
     """The run the validation stands for: the recipe's (of either kind), with --engine and --model over it."""
+    from atomdyn_launchers.config.recipes import load_recipe
+    from atomdyn_launchers.run.options import Flags, LaunchOptions, resolve
+
     flags = Flags(engine=engine, model=model)
     if recipe is None:
         return LaunchOptions(kind="disagg", engine=engine, model=model)
@@ -111,6 +118,12 @@ def mori(
     """Run mori-repro (the dma-buf offset reproducer, docs/mori-path.md) in the image on one node as one Slurm job,
     on the node's first RDMA device of UCX_NET_DEVICES; print its verdict; exit 1 unless the exporter's offset
     landed correctly (fixed-behaviour-confirmed, or bug-reproduced: offset 0 misplaced it, the fix did not)."""
+    from atomdyn_launchers.config.cluster import ClusterConfigError, PreflightError, resolve_cluster_config
+    from atomdyn_launchers.profiles.models import ProfileError
+    from atomdyn_launchers.progress import Progress
+    from atomdyn_launchers.slurm.client import SlurmError
+    from atomdyn_launchers.validate.mori import REPORT, run_mori_repro
+
     try:
         cfg = resolve_cluster_config(Path(config) if config else None)
         node = node or cfg.primary_node
