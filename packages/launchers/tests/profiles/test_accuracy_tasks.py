@@ -64,15 +64,15 @@ def test_a_recipe_takes_its_tasks_defaults_and_its_tasks_item_count() -> None:
     )
     assert capitals.accuracy == Accuracy("capitals", 60, 0.2, 0.0, few_shot=0, max_tokens=16)
     assert capitals.accuracy.settings() == {"task": "capitals", "items": 60, "few_shot": 0, "max_tokens": 16}
-    parse_recipe(BASE + "accuracy: {task: capitals, items: 238, threshold: 0.2, max_pd_difference: 0}\n")
+    parse_recipe(BASE + "accuracy: {task: capitals, items: 237, threshold: 0.2, max_pd_difference: 0}\n")
     with pytest.raises(
-        ValueError, match="239 items and 0 few-shot examples are more than the capitals data's 238 test items"
+        ValueError, match="238 items and 0 few-shot examples are more than the capitals data's 237 test items"
     ):
-        parse_recipe(BASE + "accuracy: {task: capitals, items: 239, threshold: 0.2, max_pd_difference: 0}\n")
-    with pytest.raises(ValueError, match="more than the capitals data's 238"):
+        parse_recipe(BASE + "accuracy: {task: capitals, items: 238, threshold: 0.2, max_pd_difference: 0}\n")
+    with pytest.raises(ValueError, match="more than the capitals data's 237"):
         parse_recipe(
             BASE
-            + "accuracy: {task: capitals, items: 236, few_shot: 3, threshold: 0.2, max_pd_difference: 0}\n"
+            + "accuracy: {task: capitals, items: 235, few_shot: 3, threshold: 0.2, max_pd_difference: 0}\n"
         )
     # a file of your own may hold more items than the pinned data
     parse_recipe(

@@ -73,7 +73,7 @@ MAX_SLO_MS = 3_600_000  # a goodput bound: one hour
 MAX_SPEEDUP = 1_000_000  # the mock engine's --speedup-ratio
 MAX_KV_GBPS = 1_000_000  # the mock engine's --kv-transfer-bandwidth (1 PB/s: no delay)
 MAX_KV_BYTES_PER_TOKEN = 1 << 30
-MAX_ACCURACY_ITEMS = 100_000  # GSM8K's test split has 1,319, capitals 238; a user's own file may hold more
+MAX_ACCURACY_ITEMS = 100_000  # GSM8K's test split has 1,319, capitals 237; a user's own file may hold more
 MAX_FEW_SHOT = 32
 
 

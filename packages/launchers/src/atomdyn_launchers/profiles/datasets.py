@@ -14,8 +14,9 @@ Capitals (task ``capitals``): PyPI's ``countryinfo`` 1.0.1 (MIT) carries one JSO
 pinned wheel, deterministically (:func:`derive_capitals`): its ``countryinfo/data/*.json`` members in sorted name
 order; kept where ``name`` and ``capital`` are non-empty strings and the capital is one city (no ``" / "``); dropped
 where the capital, folded (:func:`atomdyn_launchers.contract.accuracy_capitals.fold`), appears in the folded
-country name, since echoing the question would score there (Djibouti, Singapore, Tunisia for Tunis). The result,
-one JSON object a line with ``country`` and ``capital`` (238 items, ``CAPITALS_SHA256``), is kept under
+country name, since echoing the question would score there (Djibouti, Singapore, Tunisia for Tunis), and where
+the country was already kept (the wheel has Curaçao twice). The result, one JSON object a line with ``country``
+and ``capital`` (237 items, ``CAPITALS_SHA256``), is kept under
 ``.atomdyn/data/`` like GSM8K's file; nothing of it is committed. A user's own file has that format.
 """
 
@@ -44,9 +45,9 @@ MAX_DATA_BYTES = 64 << 20  # a user's copy: GSM8K's test split is 0.75 MB
 
 CAPITALS_LOCK_ENTRY = "countryinfo"
 CAPITALS_MEMBERS = "countryinfo/data/"  # its *.json files directly in this folder
-CAPITALS_SHA256 = "d69fe612c0106a8d0f5334c3a94a07ed21abb3ba57d3dbfe918100492cbfae52"
-CAPITALS_SIZE = 11_786
-CAPITALS_ITEMS = 238
+CAPITALS_SHA256 = "65f95e0f99e4872c8ff9cb4806a2d7b7221de2662a02971fd664e5f235148b40"
+CAPITALS_SIZE = 11_733
+CAPITALS_ITEMS = 237
 MAX_MEMBER_BYTES = 1 << 20  # one country's file (the largest is about 10 kB)
 
 
@@ -210,6 +211,7 @@ def parse_capitals(text: str, source: str) -> tuple[Item, ...]:
 def derive_capitals(wheel: Path) -> bytes:
     """The capitals items from the countryinfo wheel (the rules are the module's docstring's), as the file's bytes."""
     lines = []
+    asked: set[str] = set()
     with zipfile.ZipFile(wheel) as archive:
         members = [
             info for info in archive.infolist()
@@ -233,6 +235,9 @@ def derive_capitals(wheel: Path) -> bytes:
                 continue  # several (Bonaire, Sint Eustatius and Saba)
             if fold(capital) in fold(country):
                 continue  # the question holds the answer (Djibouti, Singapore, Tunisia)
+            if country in asked:
+                continue  # the same country again (Curaçao has two files, "Curaçao.json" and "curaçao.json")
+            asked.add(country)
             lines.append(json.dumps({"country": country, "capital": capital}) + "\n")
     return "".join(lines).encode("utf-8")
 

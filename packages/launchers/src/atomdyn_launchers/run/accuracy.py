@@ -35,6 +35,7 @@ from atomdyn_launchers.run.daemon_threads import DaemonWorkers
 from atomdyn_launchers.run.smoke import chat_request
 
 POLL_S = 1.0
+SCORE_DIGITS = 6  # accuracy.json's scores, and the aggregated score a P/D run's is compared with
 
 
 class AccuracyError(RuntimeError):
@@ -139,7 +140,7 @@ def summary(
         "items": len(results),
         "answered": answered,
         "unanswered": len(results) - answered,
-        "scores": {name: round(accuracy(results, name), 6) for name in task.filters},
+        "scores": {name: round(accuracy(results, name), SCORE_DIGITS) for name in task.filters},
         "gated_filter": task.gated_filter,
         "threshold": settings.threshold,
         "threshold_source": settings.threshold_source,
@@ -185,6 +186,10 @@ def take_reference(path: Path, run_dir: Path) -> bool:
 
 
 def aggregated_score(run_dir: Path, gated_filter: str) -> float:
-    """The aggregated answers' score (by the task's gated filter), recomputed from their items."""
+    """The aggregated answers' score (by the task's gated filter), recomputed from their items and rounded as
+    ``accuracy.json``'s scores are (so that equal answers give equal figures: 84/238 once made 0.352941 and
+    0.35294117647 "differ")."""
     document = json.loads((run_dir / ACCURACY_DIR / AGGREGATED_FILE).read_text(encoding="utf-8"))
-    return accuracy([ItemResult.from_json(raw) for raw in document["items"]], gated_filter)
+    return round(
+        accuracy([ItemResult.from_json(raw) for raw in document["items"]], gated_filter), SCORE_DIGITS
+    )

@@ -70,7 +70,7 @@ def accuracy(ctx: RunContext, monitor: Monitor) -> None:
     elif check.take_reference(reference, ctx.rundir.path):
         aggregated = check.aggregated_score(ctx.rundir.path, task.gated_filter)
         ctx.progress.line(f"accuracy {detail}; aggregated {aggregated:.4f} ({key})")
-        if abs(score - aggregated) > settings.max_pd_difference:
+        if round(abs(score - aggregated), check.SCORE_DIGITS) > settings.max_pd_difference:
             problems.append(
                 f"P/D {score:.4f} differs from aggregated {aggregated:.4f} by more than {settings.max_pd_difference}"
             )
