@@ -19,7 +19,6 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import nox
-from nox.command import CommandFailed
 
 ROOT = Path(__file__).resolve().parent
 PACKAGES = sorted(p.parent for p in ROOT.glob("packages/*/pyproject.toml"))
@@ -28,6 +27,14 @@ DIST = ROOT / "dist"
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["lint", "tests"]
 nox.options.error_on_missing_interpreters = True
+
+
+def bytecode_cache() -> None:
+    """Let the suites' Python processes keep their compiled bytecode, outside the source tree (.nox/pycache).
+    The suites start hundreds of interpreters (invoke, the CLIs, the sanitizer's workers, the jobs on the local
+    cluster); where the environment says PYTHONDONTWRITEBYTECODE, each compiled every module it imports again."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(ROOT / ".nox" / "pycache")
 
 
 def python(session: nox.Session, *args: str, **kwargs: object) -> None:
@@ -75,6 +82,7 @@ def tests(session: nox.Session) -> None:
     every other suite in the foreground, the launchers' cluster tests on two workers (they mostly wait on their
     clusters), core, nixl-compat and the repository's on two (CPU-bound, 2 cores), the suites with a session
     daemon or compiled doubles serially."""
+    bytecode_cache()
     extra = list(session.posargs)
     # Not session.create_tmp(): it points TMPDIR into .nox, and the suites' socket paths must stay short.
     reports = Path(tempfile.mkdtemp(prefix="atomdyn-junit-"))
@@ -106,18 +114,26 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def unit(session: nox.Session) -> None:
     """The inner loop: every suite without the tests that start real services or engines (no cluster, no
-    Docker daemon, no vLLM); a few minutes. `nox -s tests` runs everything."""
-    failed = []
+    Docker daemon, no vLLM). The suites run side by side, so one suite's waits (timeouts, subprocesses) are filled
+    by another's work; each one's output is printed when it ends. `nox -s tests` runs everything."""
+    bytecode_cache()
+    reports = Path(tempfile.mkdtemp(prefix="atomdyn-junit-"))
+    lanes = []
     for name, directory in [(p.name, p) for p in PACKAGES if (p / "tests").is_dir()] + [("repository", ROOT)]:
-        session.log(f"== {name}")
         # Each suite's markers: only the launchers register real_engine (pytest refuses an unknown one).
         fast = "not integration and not real_engine" if name == "launchers" else "not integration"
-        args = ["-q", "-n", "auto", "-m", fast, *session.posargs]  # every core (pytest-xdist)
-        with session.chdir(directory):
-            try:
-                python(session, "-m", "pytest", *args, *(["tests"] if directory == ROOT else []))
-            except CommandFailed:
-                failed.append(name)
+        workers = UNIT_WORKERS.get(name, 0) if TEST_WORKERS > 1 else 0
+        lanes.append(Lane(name, directory, ["-q", "-m", fast], reports, list(session.posargs), workers))
+    lanes.sort(key=lambda lane: lane.name != "launchers")  # the longest first: it is the critical path
+    if TEST_WORKERS > 1:
+        for lane in lanes:
+            lane.start()
+        failed = [lane.name for lane in lanes if not lane.wait()]
+    else:  # ATOMDYN_TEST_WORKERS=1: one suite after another, in one process each
+        failed = [lane.name for lane in lanes if not lane.run()]
+    print(suite_times(reports), flush=True)
+    print(junit_totals(reports), flush=True)
+    shutil.rmtree(reports, ignore_errors=True)
     if failed:
         session.error(f"unit suites failed: {', '.join(failed)}")
 
@@ -175,6 +191,11 @@ TEST_WORKERS = int(os.environ.get("ATOMDYN_TEST_WORKERS", "2"))
 # once). The others start a session daemon or compile test doubles once, which a second worker would repeat.
 PARALLEL_SUITES = ("launchers", "core", "nixl-compat", "repository")
 NO_TESTS_COLLECTED = 5  # pytest's exit status
+CORES = os.cpu_count() or 1
+# `nox -s unit`'s workers per suite, all suites at once: the launchers' suite, the longest, waits on timeouts and
+# subprocesses a core's worth of the time, so it gets a worker more than there are cores; core's and the
+# repository's are CPU-bound. A suite not listed runs in one process (it compiles test doubles once).
+UNIT_WORKERS = {"launchers": CORES + 1, "core": CORES, "repository": CORES, "nixl-compat": CORES}
 
 
 class Lane:
@@ -182,16 +203,25 @@ class Lane:
     output kept in a file and printed when it ends."""
 
     def __init__(
-        self, name: str, directory: Path, select: list[str], reports: Path, extra: list[str]
+        self,
+        name: str,
+        directory: Path,
+        select: list[str],
+        reports: Path,
+        extra: list[str],
+        workers: int | None = None,
     ) -> None:
+        """`workers`: pytest-xdist workers (0: none); by default TEST_WORKERS for PARALLEL_SUITES."""
         self.name, self.directory = name, directory
         self.base: Path | None = None
-        workers = []
-        if TEST_WORKERS > 1 and name in PARALLEL_SUITES:
+        if workers is None:
+            workers = TEST_WORKERS if TEST_WORKERS > 1 and name in PARALLEL_SUITES else 0
+        spread = []
+        if workers:
             # A short base directory (/tmp/adtXXXXXXXX/popen-gwN/...): the clusters' Unix sockets live under it,
             # within their 107-byte limit, and xdist adds a level per worker.
             self.base = Path(tempfile.mkdtemp(prefix="adt"))
-            workers = ["-n", str(TEST_WORKERS), "--dist", "loadfile", f"--basetemp={self.base}"]
+            spread = ["-n", str(workers), "--dist", "loadfile", f"--basetemp={self.base}"]
         # The slowest tests named in every log, so a suite that grows slow shows where before CI's limit does.
         self.argv = [
             sys.executable,
@@ -200,7 +230,7 @@ class Lane:
             f"--junitxml={reports / name}.xml",
             "--durations=15",
             *select,
-            *workers,
+            *spread,
             *extra,
             *(["tests"] if directory == ROOT else []),
         ]
