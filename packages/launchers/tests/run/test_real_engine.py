@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from realclimb import CLIMB_ITEMS, RealClimb
+from realclimb import ACCURACY, CLIMB_ITEMS, RealClimb
 
 from atomdyn_launchers.contract import answers
 from atomdyn_launchers.contract.accuracy import ACCURACY_DIR, SUMMARY_FILE
@@ -173,12 +173,20 @@ def test_kv_read_from_the_wrong_blocks_fails_the_answer_reference_and_accuracy_g
     """A forced KV corruption (tests/kvfault/sitecustomize.py): the decode worker's every NIXL read fetches the
     prefill's next block. The KV still moves, and no transfer fails; what fails is every check of the answers:
     the fixed prompt against the climb's aggregated answer, the reference prompts against transformers, and
-    the accuracy check's items against the climb's aggregated GSM8K answers (same recipe, same items)."""
+    the accuracy check's capitals items, against the climb's aggregated answers (same recipe, same items) and
+    against the recipe's absolute floor."""
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join(filter(None, [str(KV_FAULT), os.environ.get("PYTHONPATH")]))
     )
+    recipe = real_climb.options.recipe
+    assert recipe is not None and recipe.accuracy is not None
+    # The items asked all at once: wrong KV answers wrongly whatever the batch (the aggregated reference was asked
+    # one at a time; how many at once is not among the settings its key depends on), and the run is shorter (24
+    # garbled answers took 54 s one at a time on 2 cores; 16 took 10 s four at a time).
+    faulted = replace(recipe, accuracy=replace(recipe.accuracy, concurrency=recipe.accuracy.items))
     outcome = run(
-        replace(real_climb.options, kind="disagg", requests=2, runs_root=tmp_path / "runs"), real_climb.config
+        replace(real_climb.options, kind="disagg", requests=2, recipe=faulted, runs_root=tmp_path / "runs"),
+        real_climb.config,
     )
     run_dir = outcome.run_dir
     decode_logs = "".join(p.read_text(errors="replace") for p in (run_dir / "logs").glob("decode*"))
@@ -202,4 +210,7 @@ def test_kv_read_from_the_wrong_blocks_fails_the_answer_reference_and_accuracy_g
     assert verdict == "fail" and isinstance(differing, int) and differing > 0, shown
     verdict, items = gates["accuracy_pd_differing_items"]
     assert verdict == "fail" and isinstance(items, int) and items >= 1, shown
+    verdict, score = gates["accuracy_threshold"]  # the floor: wrong KV answers fewer capitals right
+    assert ACCURACY is not None and verdict == "fail" and isinstance(score, float), shown
+    assert score < ACCURACY.threshold, shown
     assert summary["verdict"] == "fail"
