@@ -182,7 +182,7 @@ def test_kv_read_from_the_wrong_blocks_fails_the_answer_reference_and_accuracy_g
     assert recipe is not None and recipe.accuracy is not None
     # The items asked all at once: wrong KV answers wrongly whatever the batch (the aggregated reference was asked
     # one at a time; how many at once is not among the settings its key depends on), and the run is shorter (24
-    # garbled answers took 54 s one at a time on 2 cores; 16 took 10 s four at a time).
+    # garbled answers took 54 s one at a time on 2 cores; 16 took 7 s all at once).
     faulted = replace(recipe, accuracy=replace(recipe.accuracy, concurrency=recipe.accuracy.items))
     outcome = run(
         replace(real_climb.options, kind="disagg", requests=2, recipe=faulted, runs_root=tmp_path / "runs"),

@@ -1,4 +1,7 @@
-"""The accuracy check: GSM8K asked through the frontend, scored as lm-eval scores it, and the files it leaves.
+"""The accuracy check: the files it leaves and its per-item results (every task's), and the ``gsm8k`` task's rules:
+GSM8K asked through the frontend, scored as lm-eval scores it. The tasks are
+:mod:`atomdyn_launchers.profiles.accuracy_tasks`'s rows; ``capitals``' rules are
+:mod:`atomdyn_launchers.contract.accuracy_capitals`.
 
 The prompt, the stop sequences and the scoring are lm-eval's ``gsm8k`` task at lm-eval 0.4.9.1
 (``lm_eval/tasks/gsm8k/gsm8k.yaml`` in ``lm_eval-0.4.9.1-py3-none-any.whl``, sha256
@@ -21,7 +24,7 @@ test split's last ``few_shot`` items, never among the scored ones (``split``). T
 message of a chat completion, as lm-eval's ``local-chat-completions`` model sends it with
 ``--apply_chat_template`` (without ``--fewshot_as_multiturn``).
 
-A run that asks it writes ``accuracy/items.jsonl`` (one item a line: its index, the response, both filters'
+A run that asks it writes ``accuracy/items.jsonl`` (one item a line: its index, the response, each filter's
 answers and verdicts, or the error that left it unanswered) and ``accuracy/accuracy.json`` (the settings, the
 data's provenance, the scores, the threshold). An aggregated run also records its per-item answers as the
 reference under ``SHARED_DIR/references/`` (keyed like the fixed prompt's, plus the task's settings and the

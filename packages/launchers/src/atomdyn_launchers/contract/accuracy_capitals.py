@@ -7,7 +7,7 @@ rules are :mod:`atomdyn_launchers.contract.accuracy`'s; the registry of tasks is
   few-shot examples (``few_shot`` > 0) each example is ``Question: What is the capital of {country}?\\nAnswer:
   {capital}``, the examples joined by ``"\\n\\n"`` and followed by ``"\\n\\n"``, and the asked item is
   ``Question: What is the capital of {country}?\\nAnswer:``. SmolLM2-135M-Instruct answers the plain question
-  far better than after examples (docs/real-engine-rehearsal.md), so the rehearsal asks it zero-shot.
+  far better than after examples (docs/recipes.md, "Accuracy"), so the rehearsal asks it zero-shot.
 - Generation is greedy until a newline (``"\\n"``) or a chat end token (``"</s>"``, ``"<|im_end|>"``,
   ``"<|endoftext|>"``): the answer is one line.
 - One filter, ``first-line``: the response up to its first newline, whitespace at both ends stripped (the stop
