@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import re
 import socket
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,51 +24,30 @@ from atomdyn_launchers.run import accuracy as check
 
 ITEMS = 12
 QUESTION = re.compile(r"Question: What is (\d+) plus 2\?\nAnswer:$")
+ServeChat = Callable[[Callable[[dict[str, Any]], "str | None"]], str]  # conftest.py's serve_chat
 
 
 class Frontend:
     """Answers "What is N plus 2?" with N + 2, except: ``wrong`` indexes get 0, ``failing`` an HTTP 500."""
 
-    def __init__(self) -> None:
+    def __init__(self, serve_chat: ServeChat) -> None:
         self.wrong: set[int] = set()
         self.failing: set[int] = set()
         self.bodies: list[dict[str, Any]] = []
-        frontend = self
+        self.url = serve_chat(self.reply)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                frontend.bodies.append(body)
-                n = int(QUESTION.search(body["messages"][0]["content"]).group(1))  # type: ignore[union-attr]
-                if n in frontend.failing:
-                    self.send_response(500)
-                    self.end_headers()
-                    return
-                answer = 0 if n in frontend.wrong else n + 2
-                reply = {"choices": [{"message": {"content": f" {n} + 2 = {answer}.\n#### {answer}"}}],
-                         "usage": {"completion_tokens": 9}}  # fmt: skip
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+    def reply(self, body: dict[str, Any]) -> str | None:
+        self.bodies.append(body)
+        n = int(QUESTION.search(body["messages"][0]["content"]).group(1))  # type: ignore[union-attr]
+        if n in self.failing:
+            return None
+        answer = 0 if n in self.wrong else n + 2
+        return f" {n} + 2 = {answer}.\n#### {answer}"
 
 
 @pytest.fixture
-def frontend() -> Iterator[Frontend]:
-    fake = Frontend()
-    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
-    thread.start()
-    yield fake
-    fake.server.shutdown()
-    fake.server.server_close()
+def frontend(serve_chat: ServeChat) -> Frontend:
+    return Frontend(serve_chat)
 
 
 @pytest.fixture

