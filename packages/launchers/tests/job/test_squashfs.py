@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from atomdyn_launchers.job import node_check, node_prepare, squashfs
+from atomdyn_launchers.job import node_prepare, squashfs, stores
 from atomdyn_launchers.job.node_check import FAIL, NOT_NEEDED, PASS
+from atomdyn_launchers.runtimes import PyxisRuntime, get_runtime
 
 TAG = "dynamo-atom-mi355x-nixl-rocm:1.3.0-0.1.6rc0"
 ID = "sha256:" + "ab" * 32
@@ -64,6 +65,8 @@ def _spec(tmp_path: Path) -> dict[str, object]:
         "project_dir": str(tmp_path),
         "shim": None,
         "source": "build",
+        "runtime": "pyxis",
+        "runtime_facts": get_runtime("pyxis").node_facts(),  # as nodes.prepare writes them
     }
 
 
@@ -123,20 +126,54 @@ def test_node_check_finds_pyxis_in_srun_help(tmp_path: Path) -> None:
         "#!/bin/bash\necho '      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH'\n",
     )
     without = _tool(tmp_path / "b", "srun", "#!/bin/bash\necho 'Usage: srun [OPTIONS(0)...]'\n")
-    assert node_check.pyxis_installed(str(with_pyxis)).status == PASS
-    check = node_check.pyxis_installed(str(without))
+    assert squashfs.pyxis_installed(str(with_pyxis)).status == PASS
+    check = squashfs.pyxis_installed(str(without))
     assert check.status == FAIL and "pyxis is not installed" in check.detail
-    assert node_check.pyxis_installed(str(tmp_path / "none")).status == FAIL
+    assert squashfs.pyxis_installed(str(tmp_path / "none")).status == FAIL
 
 
 def test_node_check_squashfs_against_its_record(tmp_path: Path, tools: Path) -> None:
     directory = tmp_path / "images"
     srun = _tool(tmp_path / "a", "srun", "#!/bin/bash\necho '--container-image=PATH'\n")
-    spec = {"images": {TAG: ID}, "squashfs_dir": str(directory)}
-    checks = node_check._pyxis(spec, str(srun))
+    spec = {"images": {TAG: ID}, "runtime": "pyxis"}
+    store = squashfs.SquashfsStore("", str(directory), srun=str(srun))
+    checks = store.checks(spec)
     assert [(c.name, c.status) for c in checks] == [("docker", NOT_NEEDED), ("pyxis", PASS), ("image", FAIL)]
     assert "run `invoke nodes.prepare`" in checks[2].detail
+    assert store.stale([TAG]) == [TAG]  # what nodes.prepare still has to import
     squashfs.import_image(TAG, directory, "n1", image_id=ID, lock_digest="d1")
-    assert node_check._pyxis(spec, str(srun))[2].status == PASS
-    other = node_check._pyxis({**spec, "images": {TAG: "sha256:" + "00" * 32}}, str(srun))[2]
+    assert store.checks(spec)[2].status == PASS and store.stale([TAG]) == []
+    other = store.checks({**spec, "images": {TAG: "sha256:" + "00" * 32}})[2]
     assert other.status == FAIL and "was imported from" in other.detail
+
+
+def test_the_node_check_finds_the_squashfs_where_nodes_check_says(tmp_path: Path, tools: Path) -> None:
+    """The spec nodes.check writes names the shared images directory; the runtime's facts name the store."""
+    directory = tmp_path / "images"
+    squashfs.import_image(TAG, directory, "n1", image_id=ID, lock_digest="d1")
+    facts = json.loads(json.dumps(get_runtime("pyxis").node_facts()))  # as the node side reads its spec
+    store = stores.store_for(facts, "unix:///d.sock", str(directory))
+    assert isinstance(store, squashfs.SquashfsStore) and store.shared
+    assert [
+        c.status for c in store.checks({"images": {TAG: ID}, "runtime": "pyxis"}) if c.name == "image"
+    ] == [PASS]
+
+
+def test_a_one_shot_in_the_squashfs_runs_as_the_jobs_tools_do() -> None:
+    """The node check's shim and ucx rows run in the image as the job scripts' tools do (PyxisRuntime.tool):
+    the same srun and flags; the ucx row with the devices and the provider libraries bind-mounted."""
+    store = squashfs.SquashfsStore("", "/shared/images")
+    sqsh = str(squashfs.squashfs_path("/shared/images", TAG))
+    tool = PyxisRuntime(sqsh, ()).tool(["dmabuf-shim", "env", "--check"])
+    assert store.one_shot(TAG, ["dmabuf-shim", "env", "--check"]) == tool
+    argv = store.one_shot(
+        TAG, ["ucx_info", "-v"], network="host", devices=["/dev/kfd"], mounts=["/usr/lib/x"]
+    )
+    mounted = [
+        *tool[:5],
+        "--container-mounts=/dev/kfd:/dev/kfd,/usr/lib/x:/usr/lib/x",
+        *tool[5:-3],
+        "ucx_info",
+        "-v",
+    ]
+    assert argv == mounted

@@ -26,6 +26,7 @@ from atomdyn_launchers.job import images
 from atomdyn_launchers.job.node_check import FAIL, NOT_NEEDED, PASS, UNKNOWN
 from atomdyn_launchers.job.node_prepare import REHEARSAL_SHIM_ACTION, install_shim
 from atomdyn_launchers.job.owned_etcd import OwnedEtcdError
+from atomdyn_launchers.job.podman import PodmanCLI, podman_client
 from atomdyn_launchers.nodes import jobs
 from atomdyn_launchers.nodes.check import check_nodes
 from atomdyn_launchers.nodes.etcd_owned import OwnedEtcd
@@ -510,9 +511,9 @@ def podman_config(config: ClusterConfig) -> ClusterConfig:
     return dataclasses.replace(config, runtime="podman", dynamo_atom_image=IMAGE_TAG)
 
 
-def _podman(config: ClusterConfig, node: str) -> images.PodmanCLI:
+def _podman(config: ClusterConfig, node: str) -> PodmanCLI:
     """A node's podman storage, reached from here with the variables its jobs get."""
-    return images.PodmanCLI(env_overrides=podman_env(config, node))
+    return PodmanCLI(env_overrides=podman_env(config, node))
 
 
 def test_podman_nodes_load_the_verified_archive_into_their_own_stores(podman_config: ClusterConfig) -> None:
@@ -583,5 +584,5 @@ def test_a_podman_job_stopped_while_its_engine_loads_leaves_no_container_and_run
             Slurm(podman_config), script, work, podman, name, podman_env(podman_config, "node1")
         )
     finally:
-        subprocess.run([images.podman_client(), "rm", "-f", name], env=podman.env(), capture_output=True,
+        subprocess.run([podman_client(), "rm", "-f", name], env=podman.env(), capture_output=True,
                        check=False)  # fmt: skip

@@ -11,7 +11,8 @@ import pytest
 
 from atomdyn_launchers.config.cluster import ClusterConfigError, parse_cluster_env
 from atomdyn_launchers.engines.atom import container_args
-from atomdyn_launchers.job import images
+from atomdyn_launchers.job import images, stores
+from atomdyn_launchers.job.podman import PodmanCLI
 from atomdyn_launchers.nodes.prepare import PrepareError, PrepareSpec, prepare
 from atomdyn_launchers.runtimes import RUNTIME_NAMES, DockerRuntime, PodmanRuntime, get_runtime
 from atomdyn_launchers.runtimes.devices import DeviceAccess
@@ -102,7 +103,7 @@ def test_podman_ids_are_written_as_dockers(tmp_path: Path) -> None:
     podman = tmp_path / "podman"
     podman.write_text("#!/bin/sh\necho 0123abcd\n")
     podman.chmod(0o755)
-    cli = images.PodmanCLI(client=str(podman))
+    cli = PodmanCLI(client=str(podman))
     assert cli.image_id("img:1") == "sha256:0123abcd"
     assert cli.save_args(Path("/a.tar"), ["b:1", "a:1"]) == [
         "save", "--format", "docker-archive", "-m", "-o", "/a.tar", "b:1", "a:1",
@@ -114,12 +115,18 @@ def test_the_node_side_reaches_each_runtimes_image_store_by_its_facts_not_its_na
     """job/ may not import the registry: it gets the runtime's node facts in its spec and asks them."""
     runtime = get_runtime(name)
     facts = json.loads(json.dumps(runtime.node_facts()))  # as the node side reads its spec
-    cli = images.store_client(facts, "unix:///x")
-    if runtime.node_images:
-        assert cli.name == runtime.store_client  # the store nodes.prepare loads and the workers run from
-    assert isinstance(cli, images.PodmanCLI) == (name == "podman")
+    store = stores.store_for(facts, "unix:///x", "/shared/images")
+    assert type(store) is runtime.store()  # the store nodes.prepare fills and the workers run from
+    cli = store.client
+    assert isinstance(cli, PodmanCLI) == (name == "podman")
     assert (cli.env().get("DOCKER_HOST") == "unix:///x") == (name != "podman")
     assert ("--pull=never" in cli.run_args()) == (name == "podman")  # as PodmanRuntime runs its images
+    assert store.shared == (name == "pyxis")  # one import into the shared filesystem serves every node
+
+
+def test_an_unknown_image_store_is_named() -> None:
+    with pytest.raises(images.ImageError, match="unknown image store 'sif'; known: docker, podman, squashfs"):
+        stores.store_for({"image_store": "sif"}, "unix:///x")
 
 
 def test_prepare_with_podman_refuses_the_build_strategy_before_any_job() -> None:

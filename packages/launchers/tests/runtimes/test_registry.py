@@ -70,7 +70,7 @@ def test_a_configuration_becomes_each_runtime_through_runtime_for() -> None:
 
 
 def test_each_runtime_answers_what_nodes_and_checks_ask() -> None:
-    answers = {n: (r.in_image, r.node_images, r.shared_images) for n, r in RUNTIMES.items()}
+    answers = {n: (r.in_image, r.node_images, r.store().shared) for n, r in RUNTIMES.items()}
     assert answers == {
         "venv": (False, False, False),
         "docker": (True, True, False),

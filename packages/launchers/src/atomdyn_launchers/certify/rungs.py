@@ -25,6 +25,7 @@ from atomdyn_launchers.engines.base import ProbeOptions
 from atomdyn_launchers.evidence.gates import evaluate, overall
 from atomdyn_launchers.evidence.signals import collect_signals
 from atomdyn_launchers.job.node_check import FAIL, Check
+from atomdyn_launchers.job.stores import STORES
 from atomdyn_launchers.nodes.check import CHECK_TIMEOUT_S, CheckReport, check_nodes
 from atomdyn_launchers.profiles.accuracy_tasks import get_task
 from atomdyn_launchers.progress import Progress
@@ -42,7 +43,7 @@ PASS, FAILED, NOT_NEEDED, REUSED = "pass", "fail", "not needed", "reused"
 ACCURACY_GATES = "accuracy_"
 ACCURACY_FAILURE = "accuracy:"
 # The node check's lines that rung 2 answers (the images and the helper); every other line is rung 1's.
-IMAGE_CHECKS = ("docker", "podman", "image", "dmabuf-shim")
+IMAGE_CHECKS = (*dict.fromkeys(row for store in STORES.values() for row in store.image_rows), "dmabuf-shim")
 VALIDATE_TIMEOUT_S = 900.0
 MORI_REPRO_TIMEOUT_S = 600.0
 
@@ -145,12 +146,11 @@ def images(climb: Climb) -> RungResult:
     if failed:  # the evidence is rung 1's node check, whose image lines failed (diagnosed from it)
         return RungResult(FAILED, _lines(failed), evidence=str(climb.directory / "node-check.json"))
     runtime = get_runtime(climb.config.runtime)
-    if runtime.shared_images:
-        # One squashfs per image on the shared filesystem, checked against its import record on each node.
-        squashfs = sorted({c.detail for _, c in checks if c.name == "image"})
-        return RungResult(
-            PASS, "the imported squashfs on every node: " + "; ".join(squashfs), facts={"image_ids": {}}
-        )
+    store = runtime.store()
+    if store.shared:
+        # One file per image on the shared filesystem, checked against its import record on each node.
+        files = sorted({c.detail for _, c in checks if c.name == "image"})
+        return RungResult(PASS, f"{store.described}: " + "; ".join(files), facts={"image_ids": {}})
     if not runtime.node_images:
         return RungResult(NOT_NEEDED, f"RUNTIME={climb.config.runtime}: no image; the venv is {climb.config.python_venv}",
                           facts={"image_ids": {}})  # fmt: skip

@@ -525,7 +525,7 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("RUNTIME", _choice(RUNTIME_NAMES), example="docker", shown=True),
     _Spec("GPUS_PER_NODE", _count, required=False, example="8", shown=True),
     _Spec("DYNAMO_ATOM_IMAGE", _image, required=False, example="dynamo-atom-mi355x:1.3.0-0.1.6rc0", shown=True,
-          doc="aggregated runs (the base image; required for RUNTIME=docker and pyxis)",
+          doc="aggregated runs (the base image; required for every RUNTIME that runs an image)",
           section="Images as `nox -s build_images` tags them (<release>:<version>, "
           "<release>-nixl-rocm:<version>);\npin by digest once recorded."),
     _Spec("NIXL_IMAGE", _image, required=False, example="dynamo-atom-mi355x-nixl-rocm:1.3.0-0.1.6rc0",

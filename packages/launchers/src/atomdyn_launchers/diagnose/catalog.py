@@ -1213,7 +1213,7 @@ CATALOG: tuple[Entry, ...] = (
         "The engine image is not in the node's image store.",
         "`invoke nodes.prepare` loads the pinned images onto every node.",
         "images",
-        source="packages/launchers/src/atomdyn_launchers/job/node_check.py (the image check)",
+        source="packages/launchers/src/atomdyn_launchers/job/image_store.py (DaemonStore.checks)",
     ),
     Entry(
         "squashfs-missing", "container runtime (pyxis)",

@@ -1,4 +1,4 @@
-"""Images on a node's Docker daemon or podman storage, and the verified image archive in the shared directory.
+"""Images on a node's Docker daemon (and the docker-compatible client other image stores extend), and the verified image archive in the shared directory.
 
 The archive is ``docker save`` of every image to prepare, written once to ``SHARED_DIR/images`` under a
 temporary name and renamed into place; its sha256, size and the image ids it holds go into a small manifest
@@ -8,14 +8,16 @@ and the image ids after: a tampered or truncated archive is refused, never loade
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -40,11 +42,6 @@ def docker_client() -> str:
     if Path("/usr/bin/docker").exists():
         return "/usr/bin/docker"
     return shutil.which("docker") or "docker"
-
-
-def podman_client() -> str:
-    """$ATOMDYN_PODMAN, else the first podman on PATH."""
-    return os.environ.get("ATOMDYN_PODMAN") or shutil.which("podman") or "podman"
 
 
 @dataclass(frozen=True)
@@ -109,59 +106,14 @@ class DockerCLI:
         return [self.command(), "run", "--rm"]
 
 
-@dataclass(frozen=True)
-class PodmanCLI(DockerCLI):
-    """podman on this node, daemonless: its image store is the one the job's environment names
-    (CONTAINERS_STORAGE_CONF, set from PODMAN_CONFIG_DIR), else podman's default. Same commands as docker's
-    for what this module does (image inspect, load, save); image ids are written as docker writes them."""
-
-    host: str = ""
-    # Set on the submit host to reach a node's store from outside its job (the local cluster's wipe).
-    env_overrides: Mapping[str, str] = field(default_factory=dict)
-    name = "podman"
-    _package = "podman"
-
-    def command(self) -> str:
-        return self.client or podman_client()
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, **self.env_overrides}
-
-    @property
-    def where(self) -> str:
-        return self.env().get("CONTAINERS_STORAGE_CONF") or "podman's default storage"
-
-    def version(self) -> str:
-        return self.run("version", "--format", "{{.Client.Version}}", timeout=20)
-
-    def describe(self, version: str) -> str:
-        return f"podman {version} ({self.where})"
-
-    def image_id(self, reference: str) -> str | None:
-        found = super().image_id(reference)  # podman's Id has no "sha256:"; both are the config's digest
-        return f"sha256:{found}" if found and not found.startswith("sha256:") else found
-
-    def run_args(self) -> list[str]:
-        return [*super().run_args(), "--pull=never"]  # as PodmanRuntime: a missing image is named, not pulled
-
-    def save_args(self, path: Path, tags: Sequence[str]) -> list[str]:
-        # -m: several images in one docker-archive (podman saves only one without it)
-        return ["save", "--format", "docker-archive", "-m", "-o", str(path), *tags]
-
-
-# The clients of a node's image store, by the name a runtime's node facts give (``store_client``).
-STORE_CLIENTS: dict[str, type[DockerCLI]] = {cli.name: cli for cli in (DockerCLI, PodmanCLI)}
-
-
-def store_client(facts: Mapping[str, Any], docker_host: str) -> DockerCLI:
-    """The client of the image store a node job works on, as the runtime's node facts (in the job's spec,
-    ``Runtime.node_facts``) name it: the docker daemon at ``docker_host``, or podman's storage. A runtime that
-    names none (venv, pyxis) gets the docker daemon's, as images given explicitly were always checked there."""
-    name = str(facts.get("store_client") or DockerCLI.name)
-    try:
-        return STORE_CLIENTS[name](docker_host)
-    except KeyError:
-        raise ImageError(f"unknown image store client {name!r}; known: {', '.join(STORE_CLIENTS)}") from None
+@contextlib.contextmanager
+def exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created) while the block runs: two node jobs never write one place at
+    once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 @dataclass(frozen=True)

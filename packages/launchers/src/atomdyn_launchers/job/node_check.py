@@ -13,29 +13,30 @@ import socket
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json
 from atomdyn_launchers.contract.node_needs import NodeNeeds
-from atomdyn_launchers.job import images, squashfs, ucx_check
+from atomdyn_launchers.job import stores, ucx_check
+from atomdyn_launchers.job.checks import FAIL, NOT_NEEDED, PASS, UNKNOWN, Check
 from atomdyn_launchers.job.rdmaports import SYSFS_IB, RdmaPort, gid_text, rdma_ports
 
-__all__ = ["SYSFS_IB", "Check", "RdmaPort", "gid_text", "rdma_ports", "route_source", "run_checks"]
+__all__ = [
+    "FAIL",
+    "NOT_NEEDED",
+    "PASS",
+    "SYSFS_IB",
+    "UNKNOWN",
+    "Check",
+    "RdmaPort",
+    "gid_text",
+    "rdma_ports",
+    "route_source",
+    "run_checks",
+]
 
 MODULE = "atomdyn_launchers.job.node_check"
-PASS, FAIL, NOT_NEEDED, UNKNOWN = "pass", "fail", "not needed", "unknown"
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str
-    detail: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"name": self.name, "status": self.status, "detail": self.detail}
 
 
 def _resolve4(name: str) -> str | None:
@@ -133,6 +134,12 @@ def _facts(spec: dict[str, Any]) -> dict[str, Any]:
     return facts
 
 
+def _store(spec: dict[str, Any], docker_host: str) -> stores.NodeStore:
+    """The runtime's image store on this node (its facts name it; images on the shared filesystem live in
+    ``spec["images_dir"]``)."""
+    return stores.store_for(_facts(spec), docker_host, spec.get("images_dir", ""))
+
+
 def _rdma_mounts(spec: dict[str, Any], needs: NodeNeeds) -> Check:
     """The verbs provider libraries the worker containers mount (RDMA_PROVIDER_LIBS): a path missing on the node
     would give a container that sees no NIC through the provider the config names."""
@@ -162,83 +169,6 @@ def _advertise(probe_target: str, root: Path) -> Check:
     if named != src:
         return Check("advertise", FAIL, f"{detail}: the hostname does not resolve to the management address")
     return Check("advertise", PASS, detail)
-
-
-def _docker(spec: dict[str, Any], host: str) -> list[Check]:
-    """The node's image store (docker's daemon, or podman's storage for RUNTIME=podman) and the images in it."""
-    wanted: dict[str, str | None] = spec["images"]
-    if not _facts(spec)["node_images"] and not wanted:
-        return [
-            Check("docker", NOT_NEEDED, f"RUNTIME={spec['runtime']}"),
-            Check("image", NOT_NEEDED, f"RUNTIME={spec['runtime']}"),
-        ]
-    docker = images.store_client(_facts(spec), host)
-    try:
-        version = docker.version()
-    except images.ImageError as exc:
-        return [Check(docker.name, FAIL, str(exc)), Check("image", FAIL, f"{docker.name} unreachable")]
-    out = [Check(docker.name, PASS, docker.describe(version))]
-    for tag, expected in wanted.items():
-        actual = docker.image_id(tag)
-        if actual is None:
-            out.append(
-                Check("image", FAIL, f"{tag} is not present on this node (run `invoke nodes.prepare`)")
-            )
-        elif expected and actual != expected:
-            out.append(
-                Check("image", FAIL, f"{tag} is {actual[:19]}, the prepared archive has {expected[:19]}")
-            )
-        else:
-            out.append(
-                Check("image", PASS, f"{tag} {actual[:19]}" + (" (matches the archive)" if expected else ""))
-            )
-    if not wanted:
-        out.append(
-            Check("image", FAIL, f"RUNTIME={spec['runtime']} but no image is configured (DYNAMO_ATOM_IMAGE)")
-        )
-    return out
-
-
-# How the node check knows pyxis is there: the plugin adds its options to srun (SPANK), so `srun --help` on the
-# node lists --container-image (pyxis's README, its args.c option table).
-PYXIS_OPTION = "--container-image"
-
-
-def pyxis_installed(srun: str = "srun") -> Check:
-    """Whether srun on this node has the pyxis plugin (what a RUNTIME=pyxis job needs instead of Docker)."""
-    try:
-        done = subprocess.run([srun, "--help"], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check("pyxis", FAIL, f"cannot run {srun} --help: {exc}")
-    if PYXIS_OPTION in done.stdout + done.stderr:
-        return Check("pyxis", PASS, f"srun --help lists {PYXIS_OPTION} (the pyxis plugin is loaded)")
-    return Check(
-        "pyxis",
-        FAIL,
-        f"srun --help does not list {PYXIS_OPTION}: pyxis is not installed or not in plugstack.conf here",
-    )
-
-
-def _pyxis(spec: dict[str, Any], srun: str = "srun") -> list[Check]:
-    """RUNTIME=pyxis: srun has pyxis, and each image's squashfs (imported by nodes.prepare) is visible here
-    with its recorded size (and the archive manifest's image id where one is recorded)."""
-    out = [
-        Check("docker", NOT_NEEDED, "RUNTIME=pyxis: the jobs run enroot containers through srun"),
-        pyxis_installed(srun),
-    ]
-    wanted: dict[str, str | None] = spec["images"]
-    for tag, expected in wanted.items():
-        path = squashfs.squashfs_path(spec["squashfs_dir"], tag)
-        why = squashfs.matches(path, tag, expected, hashed=False)
-        if why is None:
-            out.append(
-                Check("image", PASS, f"{tag} as {path}" + (" (matches the archive)" if expected else ""))
-            )
-        else:
-            out.append(Check("image", FAIL, f"{tag}: {why} (run `invoke nodes.prepare`)"))
-    if not wanted:
-        out.append(Check("image", FAIL, "RUNTIME=pyxis but no image is configured (DYNAMO_ATOM_IMAGE)"))
-    return out
 
 
 def _shared(spec: dict[str, Any]) -> Check:
@@ -294,18 +224,10 @@ def _gpu_memory(engine: str, needs: NodeNeeds) -> Check:
 def _shim(spec: dict[str, Any], needs: NodeNeeds, host: str) -> Check:
     if not needs.dmabuf_shim:
         return Check("dmabuf-shim", NOT_NEEDED, f"{spec['engine']} profile does not preload it here")
-    if _facts(spec)["shared_images"] and spec["shim_image"]:
-        image = str(squashfs.squashfs_path(spec["squashfs_dir"], spec["shim_image"]))
-        argv = ["srun", "--overlap", "--ntasks=1", "--nodes=1", f"--container-image={image}"]
-        argv += ["--no-container-mount-home", "--no-container-remap-root", "--no-container-entrypoint"]
-        argv += ["dmabuf-shim", "env", "--check"]
-        env = dict(os.environ)
-        where = f"in {image}"
-    elif _facts(spec)["node_images"] and spec["shim_image"]:
-        cli = images.store_client(_facts(spec), host)
-        argv = [*cli.run_args(), "--network", "none", spec["shim_image"]]
-        argv += ["dmabuf-shim", "env", "--check"]
-        env = cli.env()
+    if _facts(spec)["in_image"] and spec["shim_image"]:
+        store = _store(spec, host)
+        argv = store.one_shot(spec["shim_image"], ["dmabuf-shim", "env", "--check"])
+        env = store.env()
         where = f"in {spec['shim_image']}"
     else:
         argv = [str(Path(spec["python_venv"]) / "bin" / "dmabuf-shim"), "env", "--check"]
@@ -326,23 +248,12 @@ def _ucx_commands(
     image's with the workers' devices."""
     argv = ucx_check.in_image()
     devices = [d for d in (*needs.gpu_devices, "/dev/infiniband") if os.path.exists(d)]
-    if _facts(spec)["shared_images"] and spec["images"]:
-        image = str(
-            squashfs.squashfs_path(spec["squashfs_dir"], spec.get("shim_image") or next(iter(spec["images"])))
-        )
-        srun = ["srun", "--overlap", "--ntasks=1", "--nodes=1", f"--container-image={image}"]
-        srun += ["--no-container-remap-root", "--no-container-entrypoint"]
-        mounts = [*devices, *spec.get("rdma_mounts", [])]
-        if mounts:
-            srun.append("--container-mounts=" + ",".join(f"{m}:{m}" for m in mounts))
-        return [([*srun, *argv], f"in {image}")]
-    if _facts(spec)["node_images"] and spec["images"]:
+    if _facts(spec)["in_image"] and spec["images"]:
         image = spec.get("shim_image") or next(iter(spec["images"]))  # the P/D workers' image
-        cli = images.store_client(_facts(spec), host)
-        run = [*cli.run_args(), "--network", "host", *(a for d in devices for a in ("--device", d))]
-        run += [a for m in spec.get("rdma_mounts", []) for a in ("-v", f"{m}:{m}:ro")]
-        run += [a for k, v in sorted(env.items()) for a in ("-e", f"{k}={v}")]
-        return [([*run, image, *argv], f"in {image}")]
+        run = _store(spec, host).one_shot(
+            image, argv, network="host", devices=devices, mounts=spec.get("rdma_mounts", []), env=env
+        )
+        return [(run, f"in {image}")]
     return ucx_check.venv_commands(spec.get("worker_venv") or spec["python_venv"])
 
 
@@ -355,7 +266,7 @@ def _ucx(spec: dict[str, Any], needs: NodeNeeds, node: str, host: str, sysfs_ib:
     env: dict[str, str] = dict(ucx["env"].get(node, {}))
     env.update(expand_job_values(ucx.get("shell", {}).get(node, {}), env, sysfs_ib))
     candidates = _ucx_commands(spec, needs, host, env)
-    extra = images.store_client(_facts(spec), host).env() if _facts(spec)["node_images"] else {}
+    extra = _store(spec, host).env() if _facts(spec)["in_image"] else {}
     answer = ucx_check.run_first(candidates, {**extra, **env})
     if not answer.found:
         return Check(
@@ -435,7 +346,7 @@ def run_checks(
     checks.append(_rdma(needs, sysfs_ib))
     checks.append(_rdma_mounts(spec, needs))
     checks.append(_advertise(spec["probe_target"], sysfs_ib))
-    checks += _pyxis(spec) if _facts(spec)["shared_images"] else _docker(spec, docker_host)
+    checks += _store(spec, docker_host).checks(spec)
     checks.append(_shared(spec))
     checks.append(_model(spec))
     checks.append(_gpu_memory(engine, needs))

@@ -1,39 +1,28 @@
 """The node-side half of ``nodes.prepare`` (``python -m atomdyn_launchers.job.node_prepare --spec ... --node ...``):
 build, save or load the pinned images in this node's Docker cache and install the dma-buf helper, from the spec
-the submit side wrote (:mod:`atomdyn_launchers.nodes.prepare`); for RUNTIME=pyxis (mode ``import``), import them
-once into enroot squashfs files on the shared filesystem (:mod:`atomdyn_launchers.job.squashfs`). It runs with
-the node's Python."""
+the submit side wrote (:mod:`atomdyn_launchers.nodes.prepare`); for a runtime whose images live on the shared
+filesystem (mode ``import``), put them there once through its store (:mod:`atomdyn_launchers.job.stores`). It
+runs with the node's Python."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from atomdyn_core.atomic import atomic_write_json, atomic_write_text
 from atomdyn_core.fetch import sha256_file
-from atomdyn_launchers.job import images, squashfs
+from atomdyn_launchers.job import images, stores
 
 MODULE = "atomdyn_launchers.job.node_prepare"
 PYTHON = "{python}"  # in a build step: the node's Python (the job's interpreter)
 NODE = "{node}"  # in a build step argument: the node's name (e.g. a per-node work directory)
 SHIM_CURRENT = "current"  # <shim dir>/current: the prepared install the workers load
-
-
-@contextlib.contextmanager
-def _flock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
 
 
 def _build(
@@ -75,51 +64,6 @@ def _load(spec: dict[str, Any], docker: images.DockerCLI, actions: list[str]) ->
     actions.append(f"loaded {manifest.archive.name} (sha256 verified, ids checked)")
 
 
-def _import(
-    spec: dict[str, Any], node: str, docker: images.DockerCLI, actions: list[str], log_path: Path
-) -> dict[str, Any]:
-    """RUNTIME=pyxis: every image as a squashfs in the shared directory, imported once. A squashfs whose record
-    names the expected image id (the archive manifest's, else this node's daemon's) and whose size and sha256
-    match is left alone; else the image is made present in this node's daemon as the docker strategies do
-    (``spec["source"]``: load from the verified archive, or build), then ``enroot import dockerd://<tag>``."""
-    directory = Path(spec["archive_dir"])
-    tags: list[str] = spec["images"]
-    recorded = images.recorded_ids(directory, tags)
-    stale: dict[str, str] = {}
-    with _flock(directory / ".import.lock"):  # two prepares never import into the same place at once
-        for tag in tags:
-            expected = recorded.get(tag) or docker.image_id(tag)
-            why = squashfs.matches(squashfs.squashfs_path(directory, tag), tag, expected)
-            if why is None:
-                actions.append(f"{squashfs.squashfs_name(tag)} matches its image: verified, not re-imported")
-            else:
-                stale[tag] = why
-        if not stale:
-            return {t: squashfs.read_record(squashfs.squashfs_path(directory, t)) for t in tags}
-        if spec.get("source") == "build":
-            _build(spec, node, docker, actions, log_path)
-        else:
-            _load(spec, docker, actions)
-        for tag, why in stale.items():
-            image_id = docker.image_id(tag)
-            if image_id is None:
-                raise images.ImageError(f"{tag} is not in {node}'s docker daemon: nothing to import")
-            label = docker.run(
-                "image", "inspect", "--format",
-                '{{if .Config.Labels}}{{index .Config.Labels "' + squashfs.LOCK_LABEL + '"}}{{end}}',
-                tag, timeout=60,
-            )  # fmt: skip
-            try:
-                record = squashfs.import_image(
-                    tag, directory, node, image_id=image_id, lock_digest=label,
-                    env={"DOCKER_HOST": docker.host}, log=log_path,
-                )  # fmt: skip
-            except squashfs.SquashfsError as exc:
-                raise images.ImageError(str(exc)) from None
-            actions.append(f"imported {record['squashfs']} ({why}; sha256 {record['sha256'][:16]})")
-    return {t: squashfs.read_record(squashfs.squashfs_path(directory, t)) for t in tags}
-
-
 # The action a rehearsal node (no GPU, by design) reports for the helper check.
 REHEARSAL_SHIM_ACTION = "dmabuf-shim env --check --no-gpu-runtime ok (rehearsal node)"
 
@@ -127,7 +71,7 @@ REHEARSAL_SHIM_ACTION = "dmabuf-shim env --check --no-gpu-runtime ok (rehearsal 
 def install_shim(shim: dict[str, Any], node: str, actions: list[str]) -> dict[str, Any]:
     wheel, sha, target = Path(shim["wheel"]), shim["sha256"], Path(shim["target"])
     marker = target / ".atomdyn-installed.json"
-    with _flock(target.parent / ".install.lock"):
+    with images.exclusive(target.parent / ".install.lock"):
         if marker.is_file():
             actions.append(f"dmabuf-shim present in {target}")
         else:
@@ -191,11 +135,10 @@ def prepare_node(
     start = time.monotonic()
     actions: list[str] = []
     result: dict[str, Any] = {"node": node, "mode": mode, "docker_host": docker_host, "actions": actions}
-    # Images are built and saved by Docker (the builder needs BuildKit); RUNTIME=podman loads them into the
-    # node's podman storage.
-    docker = images.DockerCLI(docker_host)
-    if mode == "load":
-        docker = images.store_client(spec["runtime_facts"], docker_host)
+    # Images are built and saved by Docker (the builder needs BuildKit); `load` fills the runtime's store (a
+    # node's podman storage, say); `import` puts them into a shared store from this node's daemon.
+    store = stores.store_for(spec["runtime_facts"], docker_host, spec["archive_dir"])
+    docker = store.client if mode == "load" else images.DockerCLI(docker_host)
     result["store"] = docker.name
     try:
         result["docker_server"] = docker.version()
@@ -207,7 +150,14 @@ def prepare_node(
         if mode == "load":
             _load(spec, docker, actions)
         if mode == "import":
-            result["squashfs"] = _import(spec, node, docker, actions, log_path)
+
+            def make_present() -> None:
+                if spec.get("source") == "build":
+                    _build(spec, node, docker, actions, log_path)
+                else:
+                    _load(spec, docker, actions)
+
+            result[store.name] = store.prepare_shared(spec, node, make_present, actions, log_path)
         if spec.get("shim") and mode != "save":
             result["shim"] = install_shim(spec["shim"], node, actions)
         result["images"] = docker.image_ids(spec["images"])

@@ -10,7 +10,8 @@ was imported from, size and sha256). A squashfs whose record names the expected 
 sha256 match is left alone. Jobs copy the record into the run directory (``record``), checking the size.
 
 A pyxis job names the squashfs by path (``--container-image=/path.sqsh``): pyxis takes an enroot URI or a
-squashfs path on the node (its ``args.c``).
+squashfs path on the node (its ``args.c``). :class:`SquashfsStore` is this image store as the node jobs use it
+(a row of :mod:`atomdyn_launchers.job.stores`).
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from atomdyn_core.atomic import atomic_write_json
 from atomdyn_core.fetch import sha256_file
+from atomdyn_launchers.job import images
+from atomdyn_launchers.job.checks import FAIL, NOT_NEEDED, PASS, Check
 
 MODULE = "atomdyn_launchers.job.squashfs"
 RECORD_SCHEMA = 1
@@ -146,6 +149,146 @@ def record_for_run(squashfs: Path, out: Path) -> str | None:
         return why
     atomic_write_json(out, {**record, "squashfs": str(squashfs)})
     return None
+
+
+# How the node check knows pyxis is there: the plugin adds its options to srun (SPANK), so `srun --help` on the
+# node lists --container-image (pyxis's README, its args.c option table).
+PYXIS_OPTION = "--container-image"
+
+
+def pyxis_installed(srun: str = "srun") -> Check:
+    """Whether srun on this node has the pyxis plugin (what a job of this store needs instead of Docker)."""
+    try:
+        done = subprocess.run([srun, "--help"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("pyxis", FAIL, f"cannot run {srun} --help: {exc}")
+    if PYXIS_OPTION in done.stdout + done.stderr:
+        return Check("pyxis", PASS, f"srun --help lists {PYXIS_OPTION} (the pyxis plugin is loaded)")
+    return Check(
+        "pyxis",
+        FAIL,
+        f"srun --help does not list {PYXIS_OPTION}: pyxis is not installed or not in plugstack.conf here",
+    )
+
+
+class SquashfsStore:
+    """The images as squashfs files in the shared directory (``images_dir``), imported once from the first
+    node's Docker daemon, run as pyxis container steps of the job (``srun --container-image``)."""
+
+    name: ClassVar[str] = "squashfs"
+    shared: ClassVar[bool] = True
+    described: ClassVar[str] = "the imported squashfs on every node"
+    image_rows: ClassVar[tuple[str, ...]] = ("docker", "image")  # the pyxis row is the node's (rung 1)
+
+    def __init__(self, docker_host: str, images_dir: str = "", srun: str = "srun") -> None:
+        self._client = images.DockerCLI(docker_host)  # where the images are made present, then imported from
+        self.images_dir = images_dir
+        self.srun = srun
+
+    @property
+    def client(self) -> images.DockerCLI:
+        return self._client
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def checks(self, spec: Mapping[str, Any]) -> list[Check]:
+        """srun has pyxis, and each image's squashfs is visible here with its recorded size (and the archive
+        manifest's image id where one is recorded)."""
+        runtime = spec["runtime"]
+        out = [
+            Check("docker", NOT_NEEDED, f"RUNTIME={runtime}: the jobs run enroot containers through srun"),
+            pyxis_installed(self.srun),
+        ]
+        wanted: dict[str, str | None] = spec["images"]
+        for tag, expected in wanted.items():
+            path = squashfs_path(self.images_dir, tag)
+            why = matches(path, tag, expected, hashed=False)
+            if why is None:
+                out.append(
+                    Check("image", PASS, f"{tag} as {path}" + (" (matches the archive)" if expected else ""))
+                )
+            else:
+                out.append(Check("image", FAIL, f"{tag}: {why} (run `invoke nodes.prepare`)"))
+        if not wanted:
+            out.append(
+                Check("image", FAIL, f"RUNTIME={runtime} but no image is configured (DYNAMO_ATOM_IMAGE)")
+            )
+        return out
+
+    def one_shot(
+        self,
+        image: str,
+        argv: Sequence[str],
+        *,
+        network: str = "none",
+        devices: Sequence[str] = (),
+        mounts: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """As the jobs' short-lived tools run (``PyxisRuntime.tool``): a step on the host's network, with the
+        caller's environment (srun passes it on), ``devices`` and ``mounts`` bind-mounted."""
+        srun = [self.srun, "--overlap", "--ntasks=1", "--nodes=1"]
+        srun.append(f"--container-image={squashfs_path(self.images_dir, image)}")
+        binds = [*devices, *mounts]
+        if binds:
+            srun.append("--container-mounts=" + ",".join(f"{m}:{m}" for m in binds))
+        srun += ["--no-container-mount-home", "--no-container-remap-root", "--no-container-entrypoint"]
+        return [*srun, *argv]
+
+    def stale(self, tags: Sequence[str]) -> list[str]:
+        recorded = images.recorded_ids(Path(self.images_dir), tags)
+        return [
+            tag
+            for tag in tags
+            if matches(squashfs_path(self.images_dir, tag), tag, recorded.get(tag), hashed=False)
+        ]
+
+    def prepare_shared(
+        self,
+        spec: Mapping[str, Any],
+        node: str,
+        make_present: Callable[[], None],
+        actions: list[str],
+        log_path: Path,
+    ) -> dict[str, Any]:
+        """Every image as a squashfs, imported once. One whose record names the expected image id (the archive
+        manifest's, else this node's daemon's) and whose size and sha256 match is left alone; else the images
+        are made present in this node's daemon (``make_present``: the docker strategies), then
+        ``enroot import dockerd://<tag>``."""
+        directory = Path(self.images_dir)
+        tags: list[str] = spec["images"]
+        docker = self._client
+        recorded = images.recorded_ids(directory, tags)
+        stale: dict[str, str] = {}
+        with images.exclusive(directory / ".import.lock"):  # two prepares never import into one place at once
+            for tag in tags:
+                expected = recorded.get(tag) or docker.image_id(tag)
+                why = matches(squashfs_path(directory, tag), tag, expected)
+                if why is None:
+                    actions.append(f"{squashfs_name(tag)} matches its image: verified, not re-imported")
+                else:
+                    stale[tag] = why
+            if stale:
+                make_present()
+            for tag, why in stale.items():
+                image_id = docker.image_id(tag)
+                if image_id is None:
+                    raise images.ImageError(f"{tag} is not in {node}'s docker daemon: nothing to import")
+                label = docker.run(
+                    "image", "inspect", "--format",
+                    '{{if .Config.Labels}}{{index .Config.Labels "' + LOCK_LABEL + '"}}{{end}}',
+                    tag, timeout=60,
+                )  # fmt: skip
+                try:
+                    record = import_image(
+                        tag, directory, node, image_id=image_id, lock_digest=label,
+                        env={"DOCKER_HOST": docker.host}, log=log_path,
+                    )  # fmt: skip
+                except SquashfsError as exc:
+                    raise images.ImageError(str(exc)) from None
+                actions.append(f"imported {record['squashfs']} ({why}; sha256 {record['sha256'][:16]})")
+        return {t: read_record(squashfs_path(directory, t)) for t in tags}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,9 +10,10 @@ the mocker in a venv needs no GPU, RDMA, Docker or image checks and says so. Wha
 - rdma: RDMA devices with an ACTIVE port and their RoCE v2 GIDs (read from /sys/class/infiniband);
 - advertise: the management address (source of the route to etcd, what the NIXL side channel gets) is not on
   an RDMA interface, and the node's hostname resolves to it (what Dynamo advertises);
-- docker and image: the node's daemon answers; each image is present, with the archive manifest's id when
-  ``nodes.prepare`` recorded one; with RUNTIME=pyxis instead: ``srun --help`` lists ``--container-image`` (pyxis
-  is installed) and each image's squashfs in SHARED_DIR/images matches its import record;
+- docker and image: the runtime's image store (:mod:`atomdyn_launchers.job.stores`) answers for itself and each
+  image: the node's daemon or podman storage holds it, with the archive manifest's id when ``nodes.prepare``
+  recorded one; a squashfs store: ``srun --help`` lists ``--container-image`` (pyxis is installed) and each
+  image's squashfs in SHARED_DIR/images matches its import record;
 - shared-dir: a token written by the submit host reads back identical at the same path;
 - model-path: MODEL_PATH is readable; gpu-memory: free memory per GPU from amd-smi/rocm-smi/nvidia-smi;
 - dmabuf-shim: ``dmabuf-shim env --check`` (atom) where the workers load it;
@@ -148,7 +149,9 @@ def check_nodes(
         "runtime": config.runtime,  # named in messages; what the checks ask of it is runtime_facts
         "runtime_facts": get_runtime(config.runtime).node_facts(),
         "images": {t: recorded.get(t) for t in tags},
-        "squashfs_dir": str(archive_dir(config)),  # RUNTIME=pyxis: where nodes.prepare imported the images
+        "images_dir": str(
+            archive_dir(config)
+        ),  # a shared image store's files (nodes.prepare imports them there)
         "token_path": str(work / "shared-token"),
         "shared_dir": str(config.shared_dir),
         "token": token,

@@ -7,16 +7,15 @@ Two strategies (``load`` is the default: see the README's performance note for t
   exists), ``docker save``d to ``SHARED_DIR/images`` with a manifest (sha256, size, image ids); then one job per
   node verifies the archive against the manifest and ``docker load``s a verified private copy.
 
-RUNTIME=podman: the nodes' image stores are podman's (no daemon), filled by the ``load`` strategy alone: the
-archive is built and saved by Docker on the first node as above (the image builder needs Docker's BuildKit;
-DOCKER_HOST names the daemon), then every node verifies it and ``podman load``s it. ``build`` is refused.
-
-RUNTIME=pyxis: the jobs run enroot squashfs files from the shared filesystem, not a node's daemon, so each image
-is imported once, on the first node: made present in its daemon by the strategy (``load`` from the verified
-archive, saved first when missing, or ``build``), then ``enroot import -o SHARED_DIR/images/<name>.sqsh
-dockerd://<tag>`` (:mod:`atomdyn_launchers.job.squashfs`), recorded with the image id it came from, its size and
-sha256; a squashfs whose record matches (the archive manifest's image id where one is recorded) is verified and
-left alone, with no import and no save.
+Images are always built and saved by Docker (the image builder needs Docker's BuildKit; DOCKER_HOST names the
+daemon). ``load`` puts them into the runtime's image store (:mod:`atomdyn_launchers.job.stores`): each node's
+Docker daemon, or its podman storage (RUNTIME=podman, which refuses ``build``). A store on the shared filesystem
+(the squashfs files pyxis runs) is filled once, on the first node (mode ``import``): the images made present in
+its daemon by the strategy (``load`` from the verified archive, saved first when the store has stale files, or
+``build``), then put there, each recorded with the image id it came from, its size and sha256 (for squashfs,
+``enroot import -o SHARED_DIR/images/<name>.sqsh dockerd://<tag>``, :mod:`atomdyn_launchers.job.squashfs`); a
+file whose record matches (the archive manifest's image id where one is recorded) is verified and left alone,
+with no import and no save.
 
 Idempotent: a node whose daemon already holds every image (with the manifest's ids, for ``load``) is
 verified and left alone. The helper: the dmabuf-shim wheel, hash-checked against the sha256 taken on the
@@ -37,7 +36,7 @@ from typing import Any
 from atomdyn_core.atomic import atomic_write_json
 from atomdyn_core.fetch import sha256_file
 from atomdyn_launchers.config.cluster import ClusterConfig
-from atomdyn_launchers.job import images, node_prepare, squashfs
+from atomdyn_launchers.job import images, node_prepare
 from atomdyn_launchers.job.node_prepare import SHIM_CURRENT
 from atomdyn_launchers.nodes import jobs
 from atomdyn_launchers.nodes.strategies import DEFAULT_STRATEGY, STRATEGIES
@@ -153,9 +152,9 @@ def prepare(
             "archive_dir": str(archive_dir(config)),
             "project_dir": str(config.project_dir),
             "shim": shim,
-            "source": strategy,  # the import mode's way to make the images present first (pyxis)
+            "source": strategy,  # the import mode's way to make the images present first (a shared store)
             "runtime": config.runtime,
-            # where `load` puts them: the docker daemon, or podman's storage (store_client)
+            # where `load` puts them, or a shared store imports them to (image_store)
             "runtime_facts": runtime.node_facts(),
         },
     )
@@ -194,10 +193,11 @@ def prepare(
         return results
 
     saved: dict[str, Any] | None = None
-    if runtime.shared_images:
+    store = runtime.store()(jobs.docker_host(config, nodes[0]), str(archive_dir(config)))
+    if store.shared:
         nodes = nodes[:1]  # one import into the shared filesystem serves every node
         strategy_run = "import"
-        if stale_squashfs(config, spec.images) and strategy == "load":
+        if store.stale(spec.images) and strategy == "load":
             saved = _save_if_missing(config, spec, nodes[0], run, log)
     else:
         strategy_run = strategy
@@ -216,18 +216,6 @@ def prepare(
             + f" (details in {work})"
         )
     return report
-
-
-def stale_squashfs(config: ClusterConfig, tags: Sequence[str]) -> list[str]:
-    """The images whose squashfs in SHARED_DIR/images is missing or does not match its import record (size, and
-    the archive manifest's image id where one is recorded): what RUNTIME=pyxis still has to import."""
-    directory = archive_dir(config)
-    recorded = images.recorded_ids(directory, tags)
-    return [
-        tag
-        for tag in tags
-        if squashfs.matches(squashfs.squashfs_path(directory, tag), tag, recorded.get(tag), hashed=False)
-    ]
 
 
 def _save_if_missing(

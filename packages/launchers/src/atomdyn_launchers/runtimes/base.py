@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from atomdyn_launchers.job.stores import STORES, NodeStore
 from atomdyn_launchers.runtimes.devices import DeviceAccess
 from atomdyn_launchers.sbatch import Arg, ProcessSpec, Shell
 
@@ -44,12 +45,10 @@ class Runtime(Protocol):
     in_image: ClassVar[bool]
     # The images live in each node's own image store (nodes.prepare loads or builds them on every node).
     node_images: ClassVar[bool]
-    # The images live on the shared filesystem as one file each (one import serves every node).
-    shared_images: ClassVar[bool]
-    # What the node side needs besides (job/, which may not import this registry, gets them in its spec as
-    # node_facts()): the docker-compatible client of the node's image store ("": none), and whether the
-    # containers mount RDMA_PROVIDER_LIBS (which must then exist on the node).
-    store_client: ClassVar[str]
+    # Where the images live on the nodes: a row of job/stores.py's STORES (the node side, which may not import
+    # this registry, gets it in its spec as node_facts()), and whether the containers mount RDMA_PROVIDER_LIBS
+    # (which must then exist on the node).
+    image_store: ClassVar[str]
     mounts_rdma_libs: ClassVar[bool]
 
     @property
@@ -92,6 +91,9 @@ class Runtime(Protocol):
     def node_facts(cls) -> dict[str, object]: ...
 
     @classmethod
+    def store(cls) -> type[NodeStore]: ...
+
+    @classmethod
     def mount_problem(cls, key: str, path: str) -> str | None: ...
 
     @classmethod
@@ -102,23 +104,28 @@ class RuntimeKind:
     """What most runtimes answer alike, as a kind."""
 
     name: ClassVar[str]
+    in_image: ClassVar[bool]
     node_images: ClassVar[bool]
-    shared_images: ClassVar[bool]
-    store_client: ClassVar[str] = ""
+    image_store: ClassVar[str] = "docker"  # the venv runtime's too: images given explicitly are checked there
     mounts_rdma_libs: ClassVar[bool] = False
 
     @classmethod
     def node_facts(cls) -> dict[str, object]:
         """What a node job asks of the runtime, as JSON for its spec (job/node_check.py, job/node_prepare.py
-        read it there, standard library only): where the images live and through which client, what its
-        containers mount. The node side never compares the runtime's name."""
+        read it there, standard library only): where the images live, whether its processes run in them,
+        what its containers mount. The node side never compares the runtime's name."""
         return {
             "name": cls.name,  # for messages only
+            "in_image": cls.in_image,
             "node_images": cls.node_images,
-            "shared_images": cls.shared_images,
-            "store_client": cls.store_client,
+            "image_store": cls.image_store,
             "mounts_rdma_libs": cls.mounts_rdma_libs,
         }
+
+    @classmethod
+    def store(cls) -> type[NodeStore]:
+        """The image store the runtime's images live in (job/stores.py): whether it is shared, what it holds."""
+        return STORES[cls.image_store]
 
     @classmethod
     def job_env(cls, config: ClusterConfig, node: str, docker_host: str = "") -> dict[str, str]:

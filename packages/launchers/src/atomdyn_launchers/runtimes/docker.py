@@ -82,8 +82,6 @@ class DockerRuntime(RuntimeKind):
     name: ClassVar[str] = "docker"
     in_image: ClassVar[bool] = True
     node_images: ClassVar[bool] = True
-    shared_images: ClassVar[bool] = False
-    store_client: ClassVar[str] = "docker"
     mounts_rdma_libs: ClassVar[bool] = True  # rdma_args
     # How the client asks for every NVIDIA GPU.
     nvidia_gpus: ClassVar[tuple[str, ...]] = ("--gpus", "all")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from atomdyn_launchers.job.images import DockerCLI, PodmanCLI
+from atomdyn_launchers.job.images import DockerCLI
+from atomdyn_launchers.job.podman import PodmanCLI
 from atomdyn_launchers.runtimes.base import RuntimeSpec
 from atomdyn_launchers.runtimes.docker import DockerRuntime
 from atomdyn_launchers.sbatch import Arg
@@ -45,7 +46,7 @@ class PodmanRuntime(DockerRuntime):
 
     docker: str = "podman"
     name: ClassVar[str] = "podman"
-    store_client: ClassVar[str] = "podman"
+    image_store: ClassVar[str] = "podman"
     nvidia_gpus: ClassVar[tuple[str, ...]] = ("--device", "nvidia.com/gpu=all")
     # podman prints an image's Id without docker's "sha256:" (both are the config's digest).
     image_id_template: ClassVar[str] = '"sha256:{{.Id}}"'

@@ -125,7 +125,7 @@ class PyxisRuntime(RuntimeKind):
     name: ClassVar[str] = "pyxis"
     in_image: ClassVar[bool] = True
     node_images: ClassVar[bool] = False
-    shared_images: ClassVar[bool] = True
+    image_store: ClassVar[str] = "squashfs"
     mounts_rdma_libs: ClassVar[bool] = True  # device_mounts
 
     @classmethod

@@ -22,7 +22,6 @@ class VenvRuntime(RuntimeKind):
     name: ClassVar[str] = "venv"
     in_image: ClassVar[bool] = False
     node_images: ClassVar[bool] = False
-    shared_images: ClassVar[bool] = False
 
     @classmethod
     def build(cls, config: ClusterConfig, spec: RuntimeSpec) -> VenvRuntime:
