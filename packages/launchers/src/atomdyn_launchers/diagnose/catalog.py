@@ -1036,6 +1036,17 @@ CATALOG: tuple[Entry, ...] = (
         source="https://slurm.schedmd.com/sacct.html#SECTION_JOB-STATE-CODES (NODE_FAIL)",
     ),
     Entry(
+        "slurm-node-unavailable", "Slurm",
+        _log(r"PENDING \(ReqNodeNotAvail, UnavailableNodes:(?P<nodes>[^)\s]*)\)", "ReqNodeNotAvail"),
+        "A role's job stayed pending because Slurm will start no job on its node: down, drained, or not "
+        "responding (a node whose slurmd died is marked down* once the controller fails to reach it).",
+        "`scontrol show node NODE` says why; start the node's slurmd, then `scontrol update nodename=NODE "
+        "state=resume` if Slurm does not return it to service by itself, or run on another node. `invoke "
+        "nodes.check` names such a node before a run.",
+        "preflight",
+        source=f"captured: {CAPTURED} (squeue's pending reason, the local cluster's Slurm 22.05.8)",
+    ),
+    Entry(
         "slurm-out-of-memory", "Slurm",
         Signature("job_state", r"OUT_OF_MEMORY"),
         "A process of the job went past its memory limit and was killed by the OOM killer.",

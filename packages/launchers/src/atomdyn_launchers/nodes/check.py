@@ -149,9 +149,8 @@ def check_nodes(
         "runtime": config.runtime,  # named in messages; what the checks ask of it is runtime_facts
         "runtime_facts": get_runtime(config.runtime).node_facts(),
         "images": {t: recorded.get(t) for t in tags},
-        "images_dir": str(
-            archive_dir(config)
-        ),  # a shared image store's files (nodes.prepare imports them there)
+        # Where a shared image store's files are (nodes.prepare imports them there).
+        "images_dir": str(archive_dir(config)),
         "token_path": str(work / "shared-token"),
         "shared_dir": str(config.shared_dir),
         "token": token,
@@ -192,6 +191,11 @@ def check_nodes(
     for node, run in runs.items():
         if run.pending:
             report.nodes[node] = [Check("job", UNKNOWN, f"checks not run: {run.pending}")]
+            continue
+        if run.unavailable:
+            report.nodes[node] = [
+                Check("job", FAIL, f"checks not run: {run.unavailable}; {jobs.NODE_UNAVAILABLE_FIX}")
+            ]
             continue
         if run.result is None:
             report.errors[node] = f"{run.label} ended {run.state} without a result: {run.output_tail}"

@@ -32,6 +32,12 @@ from atomdyn_launchers.slurm.steps import StepSet, step_name
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 _POLL_S = 0.2  # how often job states are read while waiting (bounded by the caller's timeout)
+NODE_POLL_S = 3.0  # how often the states of the nodes still waited on are read (sinfo)
+# What a node Slurm will start no job on needs (its state and reason are in the line before this).
+NODE_UNAVAILABLE_FIX = (
+    "`scontrol show node` says why; a node not responding has no running slurmd: start it there, then "
+    "`scontrol update nodename=<node> state=resume` if Slurm does not return it to service by itself"
+)
 
 
 class NodeJobError(RuntimeError):
@@ -46,6 +52,7 @@ class NodeRun:
     result: dict[str, Any] | None
     output_tail: str
     pending: str | None = None  # why the job never started (cancelled after the pending grace)
+    unavailable: str | None = None  # the node's Slurm state when no job can start there (cancelled at once)
     step_id: int | None = None  # a step of the allocation ``job_id`` (its id once Slurm listed it)
     step: bool = False  # started as a step of the allocation ``job_id``, not a batch job
 
@@ -113,7 +120,8 @@ def submit_and_wait(
 ) -> dict[str, NodeRun]:
     """Submit one job per node (``args_for(node, result_path)``), wait for all, return node -> run.
     ``pending_grace_s``: a job still pending after that long (a busy node) is cancelled and reported as such
-    instead of being waited for. ``allocation``: one step of it per node instead of a batch job each. A job
+    instead of being waited for. A job on a node Slurm has down or drained is cancelled and reported at once
+    (``NodeRun.unavailable``), whatever the grace. ``allocation``: one step of it per node instead of a batch job each. A job
     gets ``env`` and what the runtime says it needs to reach its node's image store (``Runtime.job_env``)."""
     slurm = slurm or Slurm(config)
     steps = StepSet.open(slurm, allocation) if allocation is not None else None
@@ -152,11 +160,22 @@ def _wait(
 ) -> dict[str, NodeRun]:
     start = time.monotonic()
     runs: dict[str, NodeRun] = {}
+    nodes_read = start - NODE_POLL_S
+
+    def give_up(node: str) -> None:
+        if steps is not None:
+            steps.steps[node].cancel(slurm)
+        else:
+            slurm.cancel([jobs[node][0]])
 
     def what(node: str) -> str:
         if steps is None:
             return f"job {jobs[node][0]}"
         return f"step {steps.steps[node].step}"
+
+    def unavailable(node: str, info: JobInfo, state: str) -> NodeRun:
+        why = f"{what(node)} cannot start: Slurm has {node} {state}"
+        return NodeRun(node, jobs[node][0], info.state, None, tail(jobs[node][2]), unavailable=why)
 
     while len(runs) < len(jobs):
         if steps is not None:
@@ -175,16 +194,27 @@ def _wait(
                 and pending_grace_s is not None
                 and time.monotonic() - start >= pending_grace_s
             ):
+                # Not busy but unavailable (a dead slurmd's job is requeued as the node goes down): say so.
+                state = slurm.unavailable_nodes([node]).get(node) if steps is None else None
+                give_up(node)
+                if state is not None:
+                    runs[node] = unavailable(node, info, state)
+                    continue
                 why = f"{what(node)} still pending after {pending_grace_s:.0f} s ({info.reason}): node busy"
-                if steps is not None:
-                    steps.steps[node].cancel(slurm)
-                else:
-                    slurm.cancel([job_id])
                 runs[node] = NodeRun(
                     node, job_id, info.state, None, "", pending=why, step_id=info.step_id, step=stepped
                 )
         if len(runs) == len(jobs):
             break
+        if steps is None and time.monotonic() - nodes_read >= NODE_POLL_S:
+            # A node Slurm marks down or drained would leave its job pending until the timeout (or the grace):
+            # it is named and its job cancelled instead.
+            nodes_read = time.monotonic()
+            for node, state in slurm.unavailable_nodes(n for n in jobs if n not in runs).items():
+                info = slurm.job(jobs[node][0])
+                if not info.terminal:  # a finished one is read with the others on the next round
+                    give_up(node)
+                    runs[node] = unavailable(node, info, state)
         if time.monotonic() - start >= timeout_s:
             late = [n for n in jobs if n not in runs]
             if steps is not None:

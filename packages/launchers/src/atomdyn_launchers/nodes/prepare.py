@@ -187,7 +187,9 @@ def prepare(
                 "node": node,
                 "ok": False,
                 "actions": [],
-                "error": f"job {node_run.job_id} ended {node_run.state} without a result; "
+                "error": f"{node_run.unavailable}; {jobs.NODE_UNAVAILABLE_FIX}"
+                if node_run.unavailable
+                else f"job {node_run.job_id} ended {node_run.state} without a result; "
                 f"its output:\n{node_run.output_tail}",
             }
         return results

@@ -32,6 +32,8 @@ from atomdyn_launchers.config.cluster import ClusterConfig, PreflightError
 from atomdyn_launchers.contract.rundir import TERMINAL_STATES, ExitCode, parse_exit_code
 
 _POLL_S = 0.1  # node states while waiting out a node's grace (sinfo; preflight only)
+# Node states (sinfo %T, lower case, '*' when not responding) no job can start on until somebody acts.
+UNAVAILABLE_STATE = re.compile(r"(down|drain|fail|inval)")
 # (seconds since the watch began, interval from then on): fast at first, then backing off.
 POLL_SCHEDULE = ((0.0, 0.5), (60.0, 2.0), (300.0, 10.0))
 QUEUE_STATES = frozenset(
@@ -551,6 +553,21 @@ class Slurm:
                 states[name] = state.strip()
         return states
 
+    def unavailable_nodes(self, nodes: Iterable[str]) -> dict[str, str]:
+        """Those of ``nodes`` Slurm will start no job on (down, drained, failed), each with its state and the
+        reason Slurm records (``down* (Not responding)``: the node's slurmd does not answer the controller)."""
+        wanted = sorted(set(nodes))
+        if not wanted:
+            return {}
+        out = self.run(["sinfo", "-h", "-N", "-n", ",".join(wanted), "-o", "%N|%T|%E"])
+        found: dict[str, str] = {}
+        for line in out.splitlines():
+            name, _, rest = line.strip().partition("|")
+            state, _, reason = rest.partition("|")
+            if name in wanted and UNAVAILABLE_STATE.match(state):
+                found[name] = state + (f" ({reason.strip()})" if reason.strip() not in ("", "none") else "")
+        return found
+
     def check_partition(self) -> None:
         names = self.partitions()
         if self.config.slurm_partition not in names:
@@ -572,7 +589,7 @@ class Slurm:
                         f"node {node!r} does not exist in partition {self.config.slurm_partition!r} "
                         f"(nodes: {', '.join(sorted(states))})"
                     )
-                if re.match(r"(down|drain|fail|inval)", states[node]):
+                if UNAVAILABLE_STATE.match(states[node]):
                     raise PreflightError(f"node {node!r} is {states[node]}")
             silent = [n for n in wanted if states[n].endswith("*")]
             if not silent:
