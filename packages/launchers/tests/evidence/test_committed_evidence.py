@@ -71,3 +71,31 @@ def test_readme_table_is_generated_from_the_evidence() -> None:
     begin, end = readme.index(results.GLANCE_BEGIN), readme.index(results.GLANCE_END)
     shown = readme[begin + len(results.GLANCE_BEGIN) + 1 : end]
     assert shown == results.glance_table(summaries, "evidence"), "run `invoke evidence.report`"
+
+
+def test_a_two_node_kind_run_on_one_host_is_not_called_two_node() -> None:
+    """The H200 P/D run put both roles on one machine (two Slurm nodes of it): its roles' fingerprints name one
+    host, so the table says so. The rehearsal's P/D run's roles saved two hosts' fingerprints; the mock run saved
+    none (the collector's), so its kind's name stands."""
+    names = {
+        "20261204T183531Z-disagg-vllm",
+        "20261202T201441Z-disagg-vllm-cpu",
+        "20261201T123510Z-disagg-mocker",
+    }
+    summaries, _ = results.load_summaries(EVIDENCE, names)
+    by_run = {s["run_id"]: s for s in summaries}
+    assert results.role_hosts(by_run["20261204T183531Z-disagg-vllm"]) == {"host-3"}
+    assert (
+        results.capability_name(by_run["20261204T183531Z-disagg-vllm"])
+        == "Disaggregated prefill/decode on one host"
+    )
+    assert results.role_hosts(by_run["20261202T201441Z-disagg-vllm-cpu"]) == {"host-1", "host-2"}
+    assert (
+        results.capability_name(by_run["20261202T201441Z-disagg-vllm-cpu"])
+        == "Two-node disaggregated prefill/decode"
+    )
+    assert results.role_hosts(by_run["20261201T123510Z-disagg-mocker"]) is None
+    assert (
+        results.capability_name(by_run["20261201T123510Z-disagg-mocker"])
+        == "Two-node disaggregated prefill/decode"
+    )

@@ -27,7 +27,7 @@ from atomdyn_core.atomic import atomic_write_text
 from atomdyn_launchers.evidence import mdtext, signature
 from atomdyn_launchers.evidence.certify_report import BUNDLE_PREFIX, STATE_FILE, verify_certify
 from atomdyn_launchers.evidence.jsonfile import read_json, read_whole_text
-from atomdyn_launchers.evidence.summary import SCHEMA_VERSION, verdict_words
+from atomdyn_launchers.evidence.summary import JOBS_FINGERPRINTS, SCHEMA_VERSION, verdict_words
 from atomdyn_launchers.evidence.verify import verify_evidence
 
 GLANCE_BEGIN = "<!-- result-at-a-glance:begin -->"
@@ -43,6 +43,12 @@ _CAPABILITY = {
     "agg-single": "Single-node aggregated serving",
     "agg-two": "Two-node aggregated serving",
     "disagg": "Two-node disaggregated prefill/decode",
+}
+# The same kinds where the roles' own fingerprints name one host (two Slurm nodes of one machine, as on the H200
+# runs): never called two-node.
+_ONE_HOST = {
+    "agg-two": "Aggregated serving, two roles on one host",
+    "disagg": "Disaggregated prefill/decode on one host",
 }
 
 
@@ -225,7 +231,7 @@ def append_results(
     return planned.added, planned.rewritten
 
 
-_ORDER = (*_CAPABILITY.values(), "KV handoff", "KV correctness", "Prefix-cache hit")
+_ORDER = (*_CAPABILITY.values(), *_ONE_HOST.values(), "KV handoff", "KV correctness", "Prefix-cache hit")
 
 
 def _rank(capability: str) -> int:
@@ -261,6 +267,27 @@ def verified_row(row: tuple[str, str, str, str, str]) -> bool:
     return not is_hardware_claim(row[2]) or row[3].startswith("signed by ")
 
 
+def role_hosts(summary: dict[str, Any]) -> set[str] | None:
+    """The hosts the roles' own fingerprints name (sanitized names), or None where the run saved none."""
+    if summary.get("fingerprint_source") != JOBS_FINGERPRINTS:
+        return None
+    fingerprints = summary.get("fingerprint")
+    if not isinstance(fingerprints, dict):
+        return None
+    names = {f.get("hostname") for f in fingerprints.values() if isinstance(f, dict)}
+    return {str(n) for n in names if n} or None
+
+
+def capability_name(summary: dict[str, Any]) -> str:
+    """The capability a run shows, as Markdown: its kind's name, said of one host where the roles' fingerprints
+    name one (a two-node kind run on one machine is not a two-node result)."""
+    kind = str(summary.get("kind"))
+    hosts = role_hosts(summary)
+    if kind in _ONE_HOST and hosts is not None and len(hosts) == 1:
+        return _ONE_HOST[kind]
+    return _CAPABILITY.get(kind, mdtext.text(summary.get("kind")))
+
+
 def glance_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
     """(capability, result, platform, run dir) rows, as Markdown (run-supplied text escaped): the latest run
     per capability and platform."""
@@ -274,7 +301,7 @@ def _glance_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, str, str, s
         platform = mdtext.text(s.get("platform"))
         engine = mdtext.text(s.get("engine_profile"))
         signed = signed_cell(s)
-        capability = f"{_CAPABILITY.get(str(s.get('kind')), mdtext.text(s.get('kind')))} ({engine})"
+        capability = f"{capability_name(s)} ({engine})"
         verdict = mdtext.text(str(s.get("verdict")).upper())
         rows[(capability, platform)] = (capability, f"{verdict}, {_requests(s)}", platform, signed, s["_dir"])
         if s.get("kind") == "disagg":

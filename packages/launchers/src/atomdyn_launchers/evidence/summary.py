@@ -88,6 +88,9 @@ def local_identities() -> tuple[list[str], list[str]]:
     return ([name] if len(name) >= 3 else []), ([user] if user else [])
 
 
+JOBS_FINGERPRINTS = "saved by the run's jobs"  # fingerprint_source when each role saved its own
+
+
 def _fingerprints(data: Path) -> tuple[dict[str, Any], str]:
     """The fingerprints the jobs saved (``fingerprints/<role>.json``), else the collector's, saying which."""
     found: dict[str, Any] = {}
@@ -97,7 +100,7 @@ def _fingerprints(data: Path) -> tuple[dict[str, Any], str]:
         except (OSError, ValueError) as exc:
             found[path.stem] = {"error": f"unreadable: {exc}"}
     if found:
-        return found, "saved by the run's jobs"
+        return found, JOBS_FINGERPRINTS
     try:
         collector = read_json(data / COLLECTOR_FINGERPRINT)
     except (OSError, ValueError):
