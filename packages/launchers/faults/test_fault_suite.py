@@ -353,6 +353,11 @@ def test_slurmd_killed(config: ClusterConfig, local_cluster: LocalCluster) -> No
             bound_s=120.0,
         )
         assert ok, (outcome.failure, left)
+        # The headline names the node Slurm marked down by the end of the stop (SlurmdTimeout=60 here).
+        assert outcome.failure is not None
+        assert f"; Slurm has {config.prefill_node} down* (Not responding))" in outcome.failure, (
+            outcome.failure
+        )
         # The stop cannot reach the node (scancel goes through its slurmd): the hard cancel's headline comes first,
         # recorded and read again once the role left there logged the launcher's key gone (a symptom then).
         recorded = json.loads((outcome.run_dir / "run.json").read_text())["diagnosis"]

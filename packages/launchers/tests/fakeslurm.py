@@ -236,12 +236,18 @@ class FakeCluster:
         self._etcd: dict[str, EtcdClient] = {}
         self._silent: set[str] | None = None  # commands that get no answer (stop_answering); empty: all
         self._answering = threading.Event()
+        self.down: dict[str, str] = {}  # node -> Slurm's reason, for the nodes marked down (mark_down)
 
     # -- the test's controls ----------------------------------------------------------------------------
 
     def script(self, role: str, script: Script) -> None:
         """The role's next job behaves as ``script`` says."""
         self.scripts[role] = script
+
+    def mark_down(self, node: str, reason: str = "Not responding") -> None:
+        """The controller marks ``node`` down (as when its slurmd stops answering: ``down*``); sinfo says so.
+        Its jobs are left as they are (a dead slurmd's job steps outlive it; the job cannot be signalled)."""
+        self.down[node] = reason
 
     def stop_answering(self, *commands: str) -> None:
         """From now on ``commands`` (every command when none is named) get no answer: each waits out the
@@ -524,9 +530,16 @@ class FakeCluster:
         if args == ["-h", "-o", "%P"]:
             return 0, f"{self.partition}*\n", ""
         opts, _ = _options(args)
+        busy = {j.node for j in self.jobs.values() if j.state == "RUNNING"}
+
+        def state(node: str) -> str:
+            return "down*" if node in self.down else "allocated" if node in busy else "idle"
+
         if args[:4] == ["-h", "-N", "-o", "%N %T"]:
-            busy = {j.node for j in self.jobs.values() if j.state == "RUNNING"}
-            return 0, "".join(f"{n} {'allocated' if n in busy else 'idle'}\n" for n in self.nodes), ""
+            return 0, "".join(f"{n} {state(n)}\n" for n in self.nodes), ""
+        if args[:3] == ["-h", "-N", "-n"] and args[4:] == ["-o", "%N|%T|%E"]:
+            named = [n for n in self.nodes if n in expand_hostlist(args[3])]
+            return 0, "".join(f"{n}|{state(n)}|{self.down.get(n, 'none')}\n" for n in named), ""
         raise Unmodelled(f"sinfo {args} {opts}")
 
     # -- what happens on the clock ----------------------------------------------------------------------

@@ -440,6 +440,25 @@ def test_a_job_that_ignores_sigterm_is_cancelled_hard_after_the_settle_timeout(m
     assert run.monitor.job_states["decode"] == "CANCELLED"
 
 
+def test_a_job_on_a_node_slurm_marked_down_is_named_with_the_node(make_run: MakeRun) -> None:
+    """A dead slurmd cannot signal its job (it ignores SIGTERM, as far as Slurm can tell): the stop reads the
+    node's state and the progress line and the headline say it."""
+    run = make_run(settle_timeout_s=0.5)
+    run.cluster.script("decode", Script(on_term="ignore"))
+    _up(run)
+    decode = run.cluster.by_role("decode")
+    assert decode.node is not None
+    run.cluster.mark_down(decode.node)
+    stop(run.ctx, run.monitor)
+    down = f"Slurm has {decode.node} down* (Not responding)"
+    assert f"cancelling them (decode: not ended; {down})" in run.printed()
+    assert run.monitor.nodes_down == {"decode": down}
+    record(run.ctx, run.monitor)
+    failure = run.monitor.failure
+    assert failure is not None and failure.startswith("jobs did not stop cleanly: decode (CANCELLED, exit ")
+    assert failure.endswith(f"; {down})"), failure
+
+
 def test_a_job_that_ended_as_its_sigterm_was_sent_is_recorded_as_already_ending(make_run: MakeRun) -> None:
     run = make_run()
     _up(run)

@@ -39,6 +39,8 @@ class Monitor:
         self.failure: str | None = None
         self.stopping = False
         self.hard_cancelled: dict[str, str] = {}  # role -> why its SIGTERM was not delivered
+        # role -> its node's Slurm state, where the stop found the node down (a dead slurmd cannot signal a job)
+        self.nodes_down: dict[str, str] = {}
         # What the stop could not confirm within its deadlines (a job's end): said as the launcher exits.
         self.unconfirmed: list[str] = []
         self.done_count = 0  # smoke requests answered so far (the progress display)

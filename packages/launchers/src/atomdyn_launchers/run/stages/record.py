@@ -51,10 +51,12 @@ def record(ctx: RunContext, monitor: Monitor) -> Outcome:
         unclean = [
             f"{role} ({rec.state}, exit {rec.exit_code}"
             + (
-                f"; cancelled: SIGTERM not delivered: {monitor.hard_cancelled[role]})"
+                f"; cancelled: SIGTERM not delivered: {monitor.hard_cancelled[role]}"
                 if role in monitor.hard_cancelled
-                else ")"
+                else ""
             )
+            + (f"; {monitor.nodes_down[role]}" if role in monitor.nodes_down else "")
+            + ")"
             for role, rec in monitor.jobs.items()
             if rec.state != "COMPLETED" or rec.exit_code != "0:0"
         ]

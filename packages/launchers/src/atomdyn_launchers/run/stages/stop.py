@@ -14,6 +14,7 @@ instead of waiting on."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from contextlib import suppress
 
 from atomdyn_launchers.run.context import RunContext
@@ -23,6 +24,7 @@ from atomdyn_launchers.slurm.steps import RoleStep
 
 SIGNAL_RETRY_S = 30.0  # how long a refused SIGTERM is retried before the job is cancelled hard
 SIGNAL_RETRY_INTERVAL_S = 1.0
+SLURM_SILENT = "Slurm did not answer"  # why the settle saw no end: the controller's silence
 
 
 def stop(ctx: RunContext, monitor: Monitor) -> None:
@@ -38,11 +40,25 @@ def stop(ctx: RunContext, monitor: Monitor) -> None:
             f"stopping {', '.join(_started(monitor)) or 'nothing'}; waiting for Slurm to settle"
         )
         left = _settle(ctx, monitor, min(time.monotonic() + ctx.settle_timeout_s, deadline))
+        if left and SLURM_SILENT not in left.values():  # a silent controller is not asked once more
+            _read_nodes_down(ctx, monitor, left)
     if left:
         ctx.progress.line(
-            f"jobs did not stop within the settle timeout: cancelling them ({_described(left)})"
+            f"jobs did not stop within the settle timeout: cancelling them ({_described(left, monitor)})"
         )
         cancel_hard(ctx, monitor)
+
+
+def _read_nodes_down(ctx: RunContext, monitor: Monitor, roles: Iterable[str]) -> None:
+    """Why a job did not stop where Slurm knows: its node down (a dead slurmd: scancel goes through it)."""
+    nodes = {role: monitor.jobs[role].node_ran or monitor.jobs[role].node_requested for role in roles}
+    try:
+        down = ctx.slurm.unavailable_nodes(n for n in nodes.values() if n)
+    except SlurmError:
+        return  # the controller does not answer: the stop's own messages say so
+    for role, node in nodes.items():
+        if node in down:
+            monitor.nodes_down[role] = f"Slurm has {node} {down[node]}"
 
 
 def _started(monitor: Monitor) -> list[str]:
@@ -103,6 +119,9 @@ def cancel_hard(ctx: RunContext, monitor: Monitor) -> None:
             except SlurmError as exc:
                 ctx.progress.line(f"{role}: could not cancel step {step.step}: {exc}")
         left = _settle(ctx, monitor, deadline) if active or steps else {}
+        # Read again now: the controller marks a node whose slurmd died down only after SlurmdTimeout.
+        if SLURM_SILENT not in left.values():
+            _read_nodes_down(ctx, monitor, (r for r in monitor.jobs if r not in monitor.nodes_down))
     for role, why in left.items():
         label = monitor.job_label(role)
         seen = monitor.job_states.get(role, "never read")
@@ -114,8 +133,11 @@ def cancel_hard(ctx: RunContext, monitor: Monitor) -> None:
         ctx.progress.line(f"jobs had not ended {budget:.0f} s after scancel ({_described(left)})")
 
 
-def _described(left: dict[str, str]) -> str:
-    return ", ".join(f"{role}: {why}" for role, why in left.items())
+def _described(left: dict[str, str], monitor: Monitor | None = None) -> str:
+    down = monitor.nodes_down if monitor is not None else {}
+    return ", ".join(
+        f"{role}: {why}" + (f"; {down[role]}" if role in down else "") for role, why in left.items()
+    )
 
 
 def _signal_step(ctx: RunContext, monitor: Monitor, role: str, step: RoleStep) -> None:
@@ -205,7 +227,7 @@ def _settle(ctx: RunContext, monitor: Monitor, deadline: float) -> dict[str, str
         if not pending and not steps:
             break
         if time.monotonic() >= deadline:
-            why = "Slurm did not answer" if silent else "not ended"
+            why = SLURM_SILENT if silent else "not ended"
             return {role: why for role in [*pending, *steps]}
         with suppress(SlurmError):  # the jobs are read above; this waits on etcd and shows progress
             monitor.poll()
