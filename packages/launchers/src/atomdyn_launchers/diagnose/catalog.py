@@ -1302,7 +1302,9 @@ CATALOG: tuple[Entry, ...] = (
         _log(r"jobs did not stop cleanly: ", "jobs did not stop cleanly"),
         "The run served, but a job did not end COMPLETED 0:0 when stopped (a hard cancel, or a process that "
         "exited with an error on SIGTERM).",
-        "Read the job's slurm.out and the process logs for its exit; `scontrol show job` for the state.",
+        "Read the job's slurm.out and the process logs for its exit; `scontrol show job` for the state. Where "
+        "the line says `Slurm has NODE down*`, the node's slurmd died (Slurm could not signal the job): start it, "
+        "and check that nothing of the run is left on the node.",
         "agg-single",
         source="packages/launchers/src/atomdyn_launchers/run/stages/record.py (record)",
         weight=3,
