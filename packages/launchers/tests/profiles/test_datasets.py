@@ -149,7 +149,9 @@ def test_a_users_capitals_file_is_read_with_its_hash_and_a_malformed_line_named(
         datasets.load_capitals(own)
 
 
-def test_a_countryinfo_wheel_whose_items_are_not_the_pinned_ones_is_refused(tmp_path: Path) -> None:
+def _locked_peru_wheel(tmp_path: Path) -> Path:
+    """A countryinfo wheel of Peru alone in a mirror directory (returned), pinned by a copy of the lock in
+    ``tmp_path``: it fetches, but its items are not the pinned ones."""
     mirror = tmp_path / "mirror"
     mirror.mkdir()
     wheel = _country_wheel(
@@ -160,6 +162,11 @@ def test_a_countryinfo_wheel_whose_items_are_not_the_pinned_ones_is_refused(tmp_
     entry = lock["wheels"][datasets.CAPITALS_LOCK_ENTRY]
     entry["size"], entry["sha256"] = wheel.stat().st_size, hashlib.sha256(wheel.read_bytes()).hexdigest()
     (tmp_path / "release-lock.json").write_text(json.dumps(lock))
+    return mirror
+
+
+def test_a_countryinfo_wheel_whose_items_are_not_the_pinned_ones_is_refused(tmp_path: Path) -> None:
+    mirror = _locked_peru_wheel(tmp_path)
     with pytest.raises(datasets.DatasetError, match="are not the pinned file"):
         datasets.fetch_capitals(tmp_path, lock_path=tmp_path / "release-lock.json", mirror=str(mirror))
     assert not datasets.capitals_path(tmp_path).exists()
@@ -167,16 +174,7 @@ def test_a_countryinfo_wheel_whose_items_are_not_the_pinned_ones_is_refused(tmp_
 
 def test_a_data_directory_that_cannot_be_written_is_named_not_raised_raw(tmp_path: Path) -> None:
     """The preflight and the task command catch DatasetError: a disk or permission problem must be one."""
-    mirror = tmp_path / "mirror"
-    mirror.mkdir()
-    wheel = _country_wheel(
-        mirror / "countryinfo-1.0.1-py3-none-any.whl",
-        {"countryinfo/data/peru.json": {"name": "Peru", "capital": "Lima"}},
-    )
-    lock = json.loads((PROJECT / "release-lock.json").read_text())
-    entry = lock["wheels"][datasets.CAPITALS_LOCK_ENTRY]
-    entry["size"], entry["sha256"] = wheel.stat().st_size, hashlib.sha256(wheel.read_bytes()).hexdigest()
-    (tmp_path / "release-lock.json").write_text(json.dumps(lock))
+    mirror = _locked_peru_wheel(tmp_path)
     (tmp_path / ".atomdyn").mkdir()
     (tmp_path / ".atomdyn" / "data").write_text("a file where the data directory goes")
     with pytest.raises(datasets.DatasetError, match="writing the capitals items derived from countryinfo"):

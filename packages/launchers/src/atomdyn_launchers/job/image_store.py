@@ -70,6 +70,27 @@ class NodeStore(Protocol):
         ...
 
 
+def image_rows(
+    spec: Mapping[str, Any], find: Callable[[str, str | None], tuple[str | None, str]]
+) -> list[Check]:
+    """The node check's ``image`` rows, one per image ``spec`` wants (tag -> the archive manifest's id or None),
+    judged by the store's ``find(tag, expected id)``: (why it is not the image wanted, or None; what was found).
+    With no image configured, one failing row."""
+    wanted: dict[str, str | None] = spec["images"]
+    out: list[Check] = []
+    for tag, expected in wanted.items():
+        why, found = find(tag, expected)
+        if why is not None:
+            out.append(Check("image", FAIL, why))
+        else:
+            out.append(Check("image", PASS, found + (" (matches the archive)" if expected else "")))
+    if not wanted:
+        out.append(
+            Check("image", FAIL, f"RUNTIME={spec['runtime']} but no image is configured (DYNAMO_ATOM_IMAGE)")
+        )
+    return out
+
+
 class DaemonStore:
     """Each node's own store, reached through a docker-compatible client: images are checked by id, runs are
     ``<client> run``. A subclass names another client."""
@@ -104,28 +125,16 @@ class DaemonStore:
             version = docker.version()
         except images.ImageError as exc:
             return [Check(docker.name, FAIL, str(exc)), Check("image", FAIL, f"{docker.name} unreachable")]
-        out = [Check(docker.name, PASS, docker.describe(version))]
-        for tag, expected in wanted.items():
+
+        def find(tag: str, expected: str | None) -> tuple[str | None, str]:
             actual = docker.image_id(tag)
             if actual is None:
-                out.append(
-                    Check("image", FAIL, f"{tag} is not present on this node (run `invoke nodes.prepare`)")
-                )
-            elif expected and actual != expected:
-                out.append(
-                    Check("image", FAIL, f"{tag} is {actual[:19]}, the prepared archive has {expected[:19]}")
-                )
-            else:
-                out.append(
-                    Check(
-                        "image", PASS, f"{tag} {actual[:19]}" + (" (matches the archive)" if expected else "")
-                    )
-                )
-        if not wanted:
-            out.append(
-                Check("image", FAIL, f"RUNTIME={runtime} but no image is configured (DYNAMO_ATOM_IMAGE)")
-            )
-        return out
+                return f"{tag} is not present on this node (run `invoke nodes.prepare`)", ""
+            if expected and actual != expected:
+                return f"{tag} is {actual[:19]}, the prepared archive has {expected[:19]}", ""
+            return None, f"{tag} {actual[:19]}"
+
+        return [Check(docker.name, PASS, docker.describe(version)), *image_rows(spec, find)]
 
     def one_shot(
         self,

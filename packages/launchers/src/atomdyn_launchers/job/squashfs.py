@@ -30,6 +30,7 @@ from atomdyn_core.atomic import atomic_write_json
 from atomdyn_core.fetch import sha256_file
 from atomdyn_launchers.job import images
 from atomdyn_launchers.job.checks import FAIL, NOT_NEEDED, PASS, Check
+from atomdyn_launchers.job.image_store import image_rows
 
 MODULE = "atomdyn_launchers.job.squashfs"
 RECORD_SCHEMA = 1
@@ -200,21 +201,15 @@ class SquashfsStore:
             Check("docker", NOT_NEEDED, f"RUNTIME={runtime}: the jobs run enroot containers through srun"),
             pyxis_installed(self.srun),
         ]
-        wanted: dict[str, str | None] = spec["images"]
-        for tag, expected in wanted.items():
+
+        def find(tag: str, expected: str | None) -> tuple[str | None, str]:
             path = squashfs_path(self.images_dir, tag)
             why = matches(path, tag, expected, hashed=False)
-            if why is None:
-                out.append(
-                    Check("image", PASS, f"{tag} as {path}" + (" (matches the archive)" if expected else ""))
-                )
-            else:
-                out.append(Check("image", FAIL, f"{tag}: {why} (run `invoke nodes.prepare`)"))
-        if not wanted:
-            out.append(
-                Check("image", FAIL, f"RUNTIME={runtime} but no image is configured (DYNAMO_ATOM_IMAGE)")
-            )
-        return out
+            if why is not None:
+                return f"{tag}: {why} (run `invoke nodes.prepare`)", ""
+            return None, f"{tag} as {path}"
+
+        return [*out, *image_rows(spec, find)]
 
     def one_shot(
         self,
