@@ -121,8 +121,9 @@ def submit_and_wait(
     """Submit one job per node (``args_for(node, result_path)``), wait for all, return node -> run.
     ``pending_grace_s``: a job still pending after that long (a busy node) is cancelled and reported as such
     instead of being waited for. A job on a node Slurm has down or drained is cancelled and reported at once
-    (``NodeRun.unavailable``), whatever the grace. ``allocation``: one step of it per node instead of a batch job each. A job
-    gets ``env`` and what the runtime says it needs to reach its node's image store (``Runtime.job_env``)."""
+    (``NodeRun.unavailable``), whatever the grace. ``allocation``: one step of it per node instead of a batch
+    job each. A job gets ``env`` and what the runtime says it needs to reach its node's image store
+    (``Runtime.job_env``)."""
     slurm = slurm or Slurm(config)
     steps = StepSet.open(slurm, allocation) if allocation is not None else None
     jobs: dict[str, tuple[int, Path, Path]] = {}
